@@ -1,0 +1,24 @@
+#pragma once
+// Each `varrate` subcommand lives in its own cmd_*.cpp and registers itself here. A command adds its
+// CLI11 subcommand and returns the function main() runs when that subcommand was chosen. Commands throw
+// varrate::Error for bad input; main() prints it as one line and exits non-zero.
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace varrate::cli {
+
+using CommandFn = std::function<int()>;
+
+struct Command {
+    CLI::App* app = nullptr;
+    CommandFn run;
+};
+
+Command add_generate(CLI::App& root);
+Command add_tokenize(CLI::App& root);
+Command add_inspect(CLI::App& root);
+Command add_make_model(CLI::App& root);
+Command add_bench(CLI::App& root);
+
+
+}  // namespace varrate::cli

@@ -1,0 +1,57 @@
+// varrate: the headless command line of VarRate Studio.
+#include <cstdio>
+#include <exception>
+#include <vector>
+
+#include <c10/util/Exception.h>
+#include <spdlog/spdlog.h>
+
+#include "app/cli/commands.h"
+#include "core/error.h"
+#include "core/logging.h"
+
+int main(int argc, char** argv) {
+    using namespace varrate;
+    CLI::App app{"VarRate Studio command line: run Llama-family models and KV-cache codecs", "varrate"};
+    app.require_subcommand(1);
+    std::string log_level = "warn";
+    app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical or off")
+        ->capture_default_str();
+
+    std::vector<cli::Command> commands = {cli::add_generate(app), cli::add_tokenize(app), cli::add_inspect(app),
+                                          cli::add_make_model(app), cli::add_bench(app)};
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::CallForHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::CallForAllHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::ParseError& e) {
+        std::fprintf(stderr, "varrate: error: %s\n", e.what());
+        return 2;
+    }
+    try {
+        init_logging(log_level);
+        for (auto& c : commands) {
+            if (c.app->parsed()) return c.run();
+        }
+        return 2;
+    } catch (const Cancelled&) {
+        std::fprintf(stderr, "varrate: cancelled\n");
+        return 130;
+    } catch (const Error& e) {
+        std::fprintf(stderr, "varrate: error: %s\n", e.what());
+        return 1;
+    } catch (const c10::Error& e) {
+        std::string msg = e.what_without_backtrace();
+        if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
+        std::fprintf(stderr, "varrate: error: %s\n", msg.c_str());
+        return 1;
+    } catch (const std::exception& e) {
+        // LibTorch (c10::Error) and allocation failures: keep it to one line, no stack trace.
+        std::string msg = e.what();
+        if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
+        std::fprintf(stderr, "varrate: error: %s\n", msg.c_str());
+        return 1;
+    }
+}

@@ -1,0 +1,52 @@
+# Third-party dependencies, found once for the whole tree.
+find_package(Threads REQUIRED)
+find_package(Torch REQUIRED)
+find_package(spdlog REQUIRED)
+find_package(nlohmann_json 3.9 REQUIRED)
+find_package(CLI11 REQUIRED)
+find_package(Eigen3 REQUIRED NO_MODULE)
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+
+# LibTorch as one imported target, so our targets do not repeat its flags.
+add_library(varrate_torch INTERFACE)
+target_link_libraries(varrate_torch INTERFACE ${TORCH_LIBRARIES})
+target_include_directories(varrate_torch SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})
+separate_arguments(_torch_flags UNIX_COMMAND "${TORCH_CXX_FLAGS}")
+target_compile_options(varrate_torch INTERFACE ${_torch_flags})
+
+# CUDA: AUTO follows what the LibTorch we found was built with.
+set(_torch_has_cuda OFF)
+if(TARGET torch_cuda OR TORCH_CUDA_LIBRARIES OR CUDA_FOUND)
+  set(_torch_has_cuda ON)
+endif()
+string(TOUPPER "${VARRATE_CUDA}" _cuda_mode)
+if(_cuda_mode STREQUAL "ON")
+  if(NOT _torch_has_cuda)
+    message(FATAL_ERROR "VARRATE_CUDA=ON but the LibTorch found at ${Torch_DIR} has no CUDA support")
+  endif()
+  set(VARRATE_CUDA_ENABLED ON)
+elseif(_cuda_mode STREQUAL "AUTO")
+  set(VARRATE_CUDA_ENABLED ${_torch_has_cuda})
+elseif(_cuda_mode STREQUAL "OFF")
+  set(VARRATE_CUDA_ENABLED OFF)
+else()
+  message(FATAL_ERROR "VARRATE_CUDA must be AUTO, ON or OFF (got '${VARRATE_CUDA}')")
+endif()
+if(VARRATE_CUDA_ENABLED)
+  target_compile_definitions(varrate_torch INTERFACE VARRATE_WITH_CUDA=1)
+endif()
+
+# Qt: Core + Test are enough for the test suites; the GUI needs the rest.
+set(_qt_components Core Test)
+if(VARRATE_GUI)
+  list(APPEND _qt_components Gui Widgets Charts Svg SvgWidgets Concurrent)
+  find_package(Qt6 REQUIRED COMPONENTS ${_qt_components})
+else()
+  find_package(Qt6 QUIET COMPONENTS ${_qt_components})
+endif()
+
+# Precompiled ATen headers make each LibTorch translation unit ~3x cheaper to compile.
+function(varrate_torch_pch target)
+  target_precompile_headers(${target} PRIVATE <ATen/ATen.h> <nlohmann/json.hpp> <string> <vector>)
+endfunction()

@@ -1,0 +1,20 @@
+#pragma once
+// One exception type for every bad input or failed operation. Library code throws it with a message that
+// names what is wrong and where; the API boundary (CLI main, session) catches it once and reports it.
+#include <stdexcept>
+#include <string>
+
+namespace varrate {
+
+class Error : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+// Thrown when a cancel flag was raised; not an error to report, but it unwinds the same way.
+class Cancelled : public std::runtime_error {
+public:
+    Cancelled() : std::runtime_error("cancelled") {}
+};
+
+}  // namespace varrate

@@ -1,0 +1,25 @@
+#pragma once
+// Device, dtype and thread selection shared by the CLI, the session and the tests.
+#include <string>
+
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+namespace varrate {
+
+struct RuntimeOptions {
+    c10::Device device = c10::Device(c10::kCPU);
+    c10::ScalarType dtype = c10::kFloat;  // fp32, bf16, or fp16 (CUDA only)
+    int threads = 0;                      // 0 = all cores
+};
+
+// "cpu", "cuda", "cuda:1". Throws Error when CUDA is asked for but not available.
+c10::Device parse_device(const std::string& name);
+// "fp32"/"float32", "bf16"/"bfloat16", "fp16"/"float16". fp16 on CPU is rejected (no CPU fp16 matmul).
+c10::ScalarType parse_dtype(const std::string& name, const c10::Device& device);
+std::string dtype_name(c10::ScalarType t);  // "fp32", "bf16", "fp16"
+// Sets LibTorch's intra-op threads (0 = hardware concurrency) and returns the number used.
+int configure_threads(int threads);
+bool cuda_available();
+
+}  // namespace varrate

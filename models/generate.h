@@ -1,0 +1,32 @@
+#pragma once
+// Greedy decoding over a LlamaModel and a KVCache.
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "models/llama_model.h"
+
+namespace varrate {
+
+struct GenerateOptions {
+    int64_t max_new_tokens = 128;
+    std::vector<int64_t> stop_ids;  // generation ends after producing one of these (it is included)
+    std::function<void(int64_t token)> on_token;  // streaming callback
+    const std::atomic<bool>* cancel = nullptr;
+    ProgressFn progress;
+    ForwardOptions prefill;  // chunking/observer for the prompt pass
+};
+
+struct GenerateResult {
+    std::vector<int64_t> generated;  // not including the prompt
+    bool stopped = false;           // ended on a stop id
+    double prefill_ms = 0, decode_ms = 0;
+};
+
+// Feeds `prompt` (non-empty; appended after whatever the cache holds) and decodes greedily (argmax, ties ->
+// lowest id). The cache is left holding prompt + generated tokens except the last generated one.
+GenerateResult generate_greedy(const LlamaModel& model, KVCache& cache, const std::vector<int64_t>& prompt,
+                               const GenerateOptions& opt);
+
+}  // namespace varrate

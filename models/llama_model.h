@@ -1,0 +1,90 @@
+#pragma once
+// Llama-family decoder (Llama 2/3/3.x, Mistral, Qwen2/2.5, SmolLM2) in LibTorch, readable in one sitting:
+// embeddings, RMSNorm, RoPE (HF rotate_half layout), grouped-query attention, SwiGLU MLP, tied or separate
+// lm_head, Qwen2 q/k/v biases. One code path for CPU and CUDA.
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "models/device.h"
+#include "models/kv_cache.h"
+#include "models/model_config.h"
+
+namespace varrate {
+
+class SafetensorsArchive;
+
+// What the end-of-prefill observer sees for one layer, as soon as the context prefill has completed that
+// layer's cache (during the last chunk's pass through the layer, as kvpress hooks do).
+struct LayerCapture {
+    int64_t layer = 0;
+    at::Tensor keys_pre_rope;   // [n_kv_head, L, head_dim]
+    at::Tensor keys;            // [n_kv_head, L, head_dim], post-RoPE (what the cache holds)
+    at::Tensor values;          // [n_kv_head, L, head_dim]
+    at::Tensor window_queries;  // [n_head, w_obs, head_dim], post-RoPE queries of the last w_obs tokens
+    at::Tensor rope_cos;        // [L, head_dim], the tables that rotated positions 0..L-1
+    at::Tensor rope_sin;        // [L, head_dim]
+};
+
+// Returns a replacement for the layer's cache (shorter for eviction, same length for reconstruction), or
+// nullopt to keep it. Called once per layer, in layer order, on the thread running the forward pass.
+using LayerObserver = std::function<std::optional<LayerKV>(const LayerCapture&)>;
+// stage ("prefill", "decode"), done, total. Called between layers/chunks.
+using ProgressFn = std::function<void(const std::string& stage, int64_t done, int64_t total)>;
+
+struct ForwardOptions {
+    int64_t chunk_size = 512;           // prefill chunk length (bounded attention memory)
+    bool all_logits = false;            // logits for every input position, else only the last
+    LayerObserver observer;             // end-of-prefill hook (optional)
+    int64_t observer_window = 64;       // w_obs: queries handed to the observer
+    const std::atomic<bool>* cancel = nullptr;  // checked between layers and chunks; throws Cancelled
+    ProgressFn progress;
+};
+
+class LlamaModel {
+public:
+    // Loads config.json (+ generation_config.json) and the safetensors weights of `model_dir`, validates
+    // names and shapes, and converts the weights once to options.dtype on options.device.
+    static std::unique_ptr<LlamaModel> load(const std::filesystem::path& model_dir, const RuntimeOptions& options,
+                                            const ProgressFn& progress = {});
+    // Same, from an already parsed config and opened archive (tests, make-model).
+    static std::unique_ptr<LlamaModel> from_archive(const ModelConfig& config, const SafetensorsArchive& archive,
+                                                    const RuntimeOptions& options);
+
+    const ModelConfig& config() const { return config_; }
+    const RuntimeOptions& options() const { return options_; }
+
+    KVCache new_cache() const;
+
+    // Runs `ids` at positions cache.next_position()... and appends their K/V to `cache`. Returns fp32 logits
+    // on the CPU: [n, vocab] with all_logits, else [1, vocab] for the last position. Long inputs are processed
+    // in chunks of opt.chunk_size; with an observer, the last chunk is at least observer_window long.
+    at::Tensor forward(const std::vector<int64_t>& ids, KVCache& cache, const ForwardOptions& opt = {}) const;
+
+    // RoPE cos/sin for positions [begin, end): each [end-begin, head_dim], runtime dtype and device.
+    std::pair<at::Tensor, at::Tensor> rope_tables(int64_t begin, int64_t end) const;
+
+    ~LlamaModel();
+
+private:
+    LlamaModel() = default;
+    struct Weights;
+    ModelConfig config_;
+    RuntimeOptions options_;
+    std::unique_ptr<Weights> w_;
+    at::Tensor inv_freq_;  // [head_dim/2] fp32, with rope scaling applied
+};
+
+// Applies HF rotate_half RoPE: x [.., n_tok, head_dim], cos/sin [n_tok, head_dim].
+at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+// Inverse rotation (post-RoPE -> pre-RoPE).
+at::Tensor unapply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+
+}  // namespace varrate
