@@ -7,6 +7,7 @@ find_package(CLI11 REQUIRED)
 find_package(Eigen3 REQUIRED NO_MODULE)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+pkg_check_modules(UTF8PROC REQUIRED IMPORTED_TARGET libutf8proc)
 
 # LibTorch as one imported target, so our targets do not repeat its flags.
 add_library(varrate_torch INTERFACE)

@@ -14,7 +14,7 @@ JOBS=${JOBS:-$(nproc)}
 
 packages=(build-essential cmake ninja-build pkgconf git
           libtorch-dev libopenblas0-pthread libeigen3-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
-          libpcre2-dev libcli11-dev qt6-base-dev)
+          libpcre2-dev libutf8proc-dev libcli11-dev qt6-base-dev)
 if [ "$GUI" = ON ]; then
   packages+=(qt6-charts-dev qt6-svg-dev libqt6opengl6-dev libgl-dev libxkbcommon-dev fonts-dejavu-core)
 fi
