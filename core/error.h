@@ -7,13 +7,13 @@
 namespace varrate {
 
 class Error : public std::runtime_error {
-public:
+  public:
     using std::runtime_error::runtime_error;
 };
 
 // Thrown when a cancel flag was raised; not an error to report, but it unwinds the same way.
 class Cancelled : public std::runtime_error {
-public:
+  public:
     Cancelled() : std::runtime_error("cancelled") {}
 };
 

@@ -13,7 +13,8 @@ namespace varrate {
 std::string read_text_file(const std::filesystem::path& path) {
     std::error_code ec;
     if (!std::filesystem::exists(path, ec)) throw Error(path.string() + ": file not found");
-    if (std::filesystem::is_directory(path, ec)) throw Error(path.string() + ": is a directory, expected a file");
+    if (std::filesystem::is_directory(path, ec))
+        throw Error(path.string() + ": is a directory, expected a file");
     std::ifstream in(path, std::ios::binary);
     if (!in) throw Error(path.string() + ": cannot open for reading");
     std::ostringstream ss;

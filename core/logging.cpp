@@ -11,7 +11,8 @@ void init_logging(const std::string& level) {
     auto parsed = spdlog::level::from_str(level);
     // from_str maps unknown names to "off"; only accept "off" when it was asked for.
     if (parsed == spdlog::level::off && level != "off") {
-        throw Error("unknown log level '" + level + "' (use trace, debug, info, warn, error, critical or off)");
+        throw Error("unknown log level '" + level +
+                    "' (use trace, debug, info, warn, error, critical or off)");
     }
     static bool made = false;
     if (!made) {

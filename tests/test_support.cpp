@@ -16,8 +16,12 @@ std::filesystem::path fixture(const std::string& rel) {
     return std::filesystem::exists(p) ? p : std::filesystem::path();
 }
 
-std::filesystem::path source_dir() { return VARRATE_SOURCE_DIR; }
-std::filesystem::path bin_dir() { return VARRATE_BIN_DIR; }
+std::filesystem::path source_dir() {
+    return VARRATE_SOURCE_DIR;
+}
+std::filesystem::path bin_dir() {
+    return VARRATE_BIN_DIR;
+}
 
 std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& path) {
     std::ifstream in(path);

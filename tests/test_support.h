@@ -26,6 +26,6 @@ std::filesystem::path temp_dir(const std::string& tag);
 #define VARRATE_REQUIRE_FIXTURE(var, rel)                                                          \
     const std::filesystem::path var = varrate::test::fixture(rel);                                 \
     if (var.empty())                                                                               \
-        QSKIP(qPrintable(QString("reference fixture '%1' not found under %2 (set VARRATE_SHARED_DIR)") \
-                             .arg(QString::fromStdString(rel))                                     \
-                             .arg(QString::fromStdString(varrate::test::shared_dir().string()))))
+    QSKIP(qPrintable(QString("reference fixture '%1' not found under %2 (set VARRATE_SHARED_DIR)") \
+                         .arg(QString::fromStdString(rel))                                         \
+                         .arg(QString::fromStdString(varrate::test::shared_dir().string()))))

@@ -20,5 +20,4 @@ Command add_inspect(CLI::App& root);
 Command add_make_model(CLI::App& root);
 Command add_bench(CLI::App& root);
 
-
 }  // namespace varrate::cli

@@ -18,8 +18,9 @@ int main(int argc, char** argv) {
     app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical or off")
         ->capture_default_str();
 
-    std::vector<cli::Command> commands = {cli::add_generate(app), cli::add_tokenize(app), cli::add_inspect(app),
-                                          cli::add_make_model(app), cli::add_bench(app)};
+    std::vector<cli::Command> commands = {cli::add_generate(app), cli::add_tokenize(app),
+                                          cli::add_inspect(app), cli::add_make_model(app),
+                                          cli::add_bench(app)};
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {

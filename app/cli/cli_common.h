@@ -1,0 +1,28 @@
+#pragma once
+// Options and helpers shared by several `varrate` commands.
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "models/llama_model.h"
+
+namespace varrate::cli {
+
+struct RuntimeArgs {
+    std::string device = "cpu";
+    std::string dtype = "fp32";
+    int threads = 0;
+};
+
+// --device, --dtype, --threads.
+void add_runtime_options(CLI::App& sub, RuntimeArgs& args);
+// Parses the runtime args, sets threads, and loads the model (with load progress logged).
+std::unique_ptr<LlamaModel> load_model_for_cli(const std::filesystem::path& dir, const RuntimeArgs& args);
+RuntimeOptions runtime_options(const RuntimeArgs& args);
+// "1,2,3" -> {1,2,3}; throws Error naming `what` on a bad entry.
+std::vector<int64_t> parse_id_list(const std::string& text, const std::string& what);
+
+}  // namespace varrate::cli

@@ -1,0 +1,141 @@
+// varrate generate: greedy generation with a Hugging Face model directory.
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+
+#include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
+
+#include "app/cli/cli_common.h"
+#include "app/cli/commands.h"
+#include "core/error.h"
+#include "core/file_io.h"
+#include "models/chat_template.h"
+#include "models/generate.h"
+#include "models/tokenizer.h"
+
+namespace varrate::cli {
+
+namespace {
+
+struct GenerateArgs {
+    std::string model;
+    std::string prompt, prompt_file, prompt_ids;
+    bool chat = false;
+    int64_t max_new_tokens = 128;
+    RuntimeArgs runtime;
+    int64_t chunk_size = 512;
+    bool json = false;
+};
+
+int run_generate(const GenerateArgs& a) {
+    const std::filesystem::path dir(a.model);
+    const bool have_tokenizer = std::filesystem::exists(dir / "tokenizer.json");
+    std::optional<Tokenizer> tok;
+    if (have_tokenizer) tok.emplace(Tokenizer::load(dir));
+
+    std::vector<int64_t> prompt;
+    if (!a.prompt_ids.empty()) {
+        prompt = parse_id_list(a.prompt_ids, "--prompt-ids");
+    } else {
+        if (!tok) throw Error(a.model + ": no tokenizer.json in the model directory (use --prompt-ids)");
+        std::string text = a.prompt_file.empty() ? a.prompt : read_text_file(a.prompt_file);
+        if (a.chat) {
+            const std::string rendered = render_chat(*tok, {{"user", text}}, true);
+            prompt = tok->encode(rendered, false);
+        } else {
+            prompt = tok->encode(text, true);
+        }
+    }
+    if (prompt.empty()) throw Error("the prompt is empty (an empty text with a tokenizer that adds no BOS)");
+
+    auto model = load_model_for_cli(dir, a.runtime);
+    const auto& cfg = model->config();
+    for (int64_t id : prompt) {
+        if (id < 0 || id >= cfg.vocab_size)
+            throw Error("prompt id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                        std::to_string(cfg.vocab_size) + ")");
+    }
+
+    GenerateOptions opt;
+    opt.max_new_tokens = a.max_new_tokens;
+    opt.stop_ids = cfg.eos_token_ids;
+    if (tok && tok->eos_id()) opt.stop_ids.push_back(*tok->eos_id());
+    opt.prefill.chunk_size = a.chunk_size;
+    std::vector<int64_t> streamed;
+    std::string printed;
+    if (!a.json && tok) {
+        opt.on_token = [&](int64_t id) {
+            streamed.push_back(id);
+            std::string text = tok->decode(streamed, true);
+            // Print only what extends the text already shown (byte-fallback tokens can complete a character
+            // later).
+            if (text.size() > printed.size() && text.compare(0, printed.size(), printed) == 0) {
+                std::fwrite(text.data() + printed.size(), 1, text.size() - printed.size(), stdout);
+                std::fflush(stdout);
+                printed = text;
+            }
+        };
+    }
+    KVCache cache = model->new_cache();
+    GenerateResult r = generate_greedy(*model, cache, prompt, opt);
+    const std::string text = tok ? tok->decode(r.generated, true) : std::string();
+
+    if (a.json) {
+        nlohmann::json j;
+        j["model"] = a.model;
+        j["device"] = model->options().device.str();
+        j["dtype"] = dtype_name(model->options().dtype);
+        j["prompt_ids"] = prompt;
+        j["generated_ids"] = r.generated;
+        j["text"] = text;
+        j["stopped_on_eos"] = r.stopped;
+        j["prefill_ms"] = r.prefill_ms;
+        j["decode_ms"] = r.decode_ms;
+        j["decode_tokens_per_s"] =
+            r.decode_ms > 0 ? 1000.0 * static_cast<double>(r.generated.size()) / r.decode_ms : 0.0;
+        std::cout << j.dump() << std::endl;
+    } else if (tok) {
+        if (printed != text) std::cout << text.substr(std::min(printed.size(), text.size()));
+        std::cout << std::endl;
+    } else {
+        for (size_t i = 0; i < r.generated.size(); ++i) std::cout << (i ? "," : "") << r.generated[i];
+        std::cout << std::endl;
+    }
+    return 0;
+}
+
+}  // namespace
+
+Command add_generate(CLI::App& root) {
+    auto a = std::make_shared<GenerateArgs>();
+    CLI::App* sub = root.add_subcommand("generate", "Greedy generation from a prompt");
+    sub->add_option("--model", a->model, "Hugging Face model directory")
+        ->required()
+        ->check(CLI::ExistingDirectory);
+    auto* p = sub->add_option("--prompt", a->prompt, "Prompt text");
+    auto* pf = sub->add_option("--prompt-file", a->prompt_file, "File holding the prompt text");
+    auto* pi = sub->add_option("--prompt-ids", a->prompt_ids, "Comma-separated token ids, e.g. 1,2,3");
+    p->excludes(pf)->excludes(pi);
+    pf->excludes(pi);
+    sub->add_flag("--chat", a->chat, "Wrap the prompt in the model's chat template");
+    sub->add_option("--max-new-tokens", a->max_new_tokens, "Tokens to generate")
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+    sub->add_option("--chunk-size", a->chunk_size, "Prefill chunk length")
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+    add_runtime_options(*sub, a->runtime);
+    sub->add_flag("--json", a->json, "Print one JSON object (prompt_ids, generated_ids, text, timings)");
+    return {sub, [a] {
+                if (a->prompt.empty() && a->prompt_file.empty() && a->prompt_ids.empty())
+                    throw Error("generate: give one of --prompt, --prompt-file or --prompt-ids");
+                if (a->chat && !a->prompt_ids.empty())
+                    throw Error("generate: --chat needs a text prompt, not --prompt-ids");
+                return run_generate(*a);
+            }};
+}
+
+}  // namespace varrate::cli
