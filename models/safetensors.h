@@ -4,6 +4,7 @@
 // shape/size agreement, data_offsets inside the file and non-overlapping. Errors name file and tensor.
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/ScalarType.h>
 
 namespace varrate {
 
@@ -27,7 +29,7 @@ class SafetensorsFile;
 
 // All tensors of a checkpoint, whether in one file or in shards.
 class SafetensorsArchive {
-public:
+  public:
     // `path` is a .safetensors file, a model.safetensors.index.json, or a model directory holding either.
     static SafetensorsArchive open(const std::filesystem::path& path);
 
@@ -39,7 +41,7 @@ public:
     // __metadata__ of the first (or only) file.
     const std::map<std::string, std::string>& metadata() const;
 
-private:
+  private:
     std::vector<std::shared_ptr<SafetensorsFile>> files_;
     std::map<std::string, std::pair<size_t, TensorInfo>> index_;  // name -> (file index, info)
     std::map<std::string, std::string> metadata_;
@@ -50,5 +52,18 @@ private:
 void write_safetensors(const std::filesystem::path& path,
                        const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
+
+// A tensor whose name, dtype and shape are known before its values exist.
+struct TensorSpec {
+    std::string name;
+    c10::ScalarType dtype = c10::kFloat;
+    std::vector<int64_t> shape;
+};
+
+// Like write_safetensors, but memory stays at one tensor: produce(i) is called once per spec (in the file's
+// sorted-name order) and must return a tensor of specs[i]'s dtype and shape, which is written and dropped.
+void write_safetensors_streamed(const std::filesystem::path& path, const std::vector<TensorSpec>& specs,
+                                const std::function<at::Tensor(size_t index)>& produce,
+                                const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace varrate

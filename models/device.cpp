@@ -1,0 +1,89 @@
+#include "models/device.h"
+
+#include <algorithm>
+#include <cctype>
+#include <thread>
+
+#include <ATen/Context.h>
+#include <ATen/Parallel.h>
+
+#include "core/error.h"
+
+namespace varrate {
+
+namespace {
+
+std::string normalized(const std::string& s) {
+    std::string out;
+    for (char c : s)
+        if (!std::isspace(static_cast<unsigned char>(c)))
+            out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return out;
+}
+
+}  // namespace
+
+bool cuda_available() {
+    return at::hasCUDA() && at::getNumGPUs() > 0;
+}
+
+c10::Device parse_device(const std::string& name) {
+    const std::string n = normalized(name);
+    if (n == "cpu") return c10::Device(c10::kCPU);
+    int index = 0;
+    if (n == "cuda") {
+        index = 0;
+    } else if (n.rfind("cuda:", 0) == 0 && n.size() > 5 && n.size() <= 8 &&
+               std::all_of(n.begin() + 5, n.end(),
+                           [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
+        index = std::stoi(n.substr(5));
+    } else {
+        throw Error("unknown device '" + name + "' (expected cpu, cuda or cuda:N)");
+    }
+    if (!at::hasCUDA())
+        throw Error("device '" + name +
+                    "' requested but CUDA is not available (LibTorch without CUDA or no GPU visible)");
+    const auto gpus = static_cast<int>(at::getNumGPUs());
+    if (index >= gpus) {
+        throw Error("device '" + name + "' requested but only " + std::to_string(gpus) +
+                    " CUDA device(s) are visible");
+    }
+    return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
+}
+
+c10::ScalarType parse_dtype(const std::string& name, const c10::Device& device) {
+    const std::string n = normalized(name);
+    if (n == "fp32" || n == "float32" || n == "float") return c10::kFloat;
+    if (n == "bf16" || n == "bfloat16") return c10::kBFloat16;
+    if (n == "fp16" || n == "float16" || n == "half") {
+        if (device.is_cpu())
+            throw Error("dtype '" + name +
+                        "' is not supported on CPU (LibTorch has no CPU fp16 matmul); use bf16 or fp32");
+        return c10::kHalf;
+    }
+    throw Error("unknown dtype '" + name + "' (expected fp32, bf16 or fp16)");
+}
+
+std::string dtype_name(c10::ScalarType t) {
+    switch (t) {
+        case c10::kFloat:
+            return "fp32";
+        case c10::kBFloat16:
+            return "bf16";
+        case c10::kHalf:
+            return "fp16";
+        default:
+            return c10::toString(t);
+    }
+}
+
+int configure_threads(int threads) {
+    if (threads < 0)
+        throw Error("thread count must be 0 (all cores) or positive, got " + std::to_string(threads));
+    int n = threads;
+    if (n == 0) n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    at::set_num_threads(n);
+    return at::get_num_threads();
+}
+
+}  // namespace varrate

@@ -1,0 +1,21 @@
+#pragma once
+// Writes a Hugging Face model directory with random weights of a config's exact shapes, for speed work at
+// real model sizes without downloading checkpoints: config.json, generation_config.json and the weights
+// (model.safetensors, or model-0000i-of-0000n.safetensors + model.safetensors.index.json above 2 GB).
+#include <cstdint>
+#include <filesystem>
+
+#include <c10/core/ScalarType.h>
+
+#include "models/model_config.h"
+
+namespace varrate {
+
+// Projections and embeddings ~ N(0, 0.02), norm weights = 1, biases ~ N(0, 0.02). The values depend only on
+// `seed` and the tensor name. Memory stays at about one tensor; everything is written into a temporary
+// directory first and then moved into `out_dir` (created if needed; older weight files there are replaced).
+// dtype: float32, bfloat16 or float16.
+void write_random_model(const ModelConfig& config, const std::filesystem::path& out_dir, uint64_t seed,
+                        c10::ScalarType dtype);
+
+}  // namespace varrate
