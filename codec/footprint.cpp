@@ -1,0 +1,110 @@
+#include "codec/footprint.h"
+
+#include <cmath>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "codec/anchors.h"
+#include "core/error.h"
+
+namespace varrate {
+
+namespace {
+
+int64_t floor_scalars(double kappa, int64_t n_tokens, int64_t dim) {
+    // kappa * L * D, floored; the tiny slack keeps e.g. 0.2 * 1000 * 64 from flooring to 12799.
+    return static_cast<int64_t>(
+        std::floor(kappa * static_cast<double>(n_tokens) * static_cast<double>(dim) + 1e-6));
+}
+
+// Smallest kappa (rounded up to 1e-4) whose floored scalar budget reaches `needed` scalars.
+double smallest_kappa(int64_t needed, int64_t n_tokens, int64_t dim) {
+    const double total = static_cast<double>(n_tokens) * static_cast<double>(dim);
+    double k = std::ceil(static_cast<double>(needed) / total * 1e4) / 1e4;
+    while (floor_scalars(k, n_tokens, dim) < needed) k += 1e-4;
+    return k;
+}
+
+}  // namespace
+
+CodecBudget plan_codec_budget(const CodecSettings& s, int64_t n_tokens, int64_t dim, int64_t element_size,
+                              const std::string& who) {
+    if (s.stride <= 0 || s.anchors <= 0 || s.window < 0 || s.r_min < 0 || s.rank <= 0)
+        throw Error(
+            fmt::format("{}: settings need stride > 0, anchors > 0, window >= 0, r_min >= 0, rank > 0 "
+                        "(got stride {}, anchors {}, window {}, r_min {}, rank {})",
+                        who, s.stride, s.anchors, s.window, s.r_min, s.rank));
+    const AnchorLayout layout = make_anchor_layout(n_tokens, s.stride, s.window);
+    CodecBudget b;
+    b.n_tokens = n_tokens;
+    b.dim = dim;
+    b.n_anchors = layout.n_anchors();
+    b.n_exact = layout.n_exact();
+    b.n_coded = layout.n_coded();
+    b.rank_cap = std::min(s.rank, dim);
+    b.element_size = element_size;
+    b.anchors = s.anchors;
+    b.index_bytes = b.n_anchors < 32768 ? 2 : 4;
+    if (b.n_coded == 0 || b.n_anchors < s.anchors)
+        throw Error(
+            fmt::format("{}: a context of L={} tokens is too short for stride {}, c={} anchors and a window "
+                        "of {}: it has {} "
+                        "anchors and {} coded tokens (needs >= {} anchors and >= 1 coded token); no kappa is "
+                        "feasible for this L",
+                        who, n_tokens, s.stride, s.anchors, s.window, b.n_anchors, b.n_coded, s.anchors));
+    if (s.r_min > b.rank_cap)
+        throw Error(fmt::format("{}: rank floor r_min={} is above the rank cap R={} (D={})", who, s.r_min,
+                                b.rank_cap, dim));
+    if (!s.paper_accounting) {
+        const int64_t bytes = b.index_total_bytes();
+        b.index_scalars = (bytes + element_size - 1) / element_size;
+    }
+    const int64_t needed = b.n_exact * dim + b.index_scalars + s.r_min * b.n_coded;
+    b.min_feasible_budget = smallest_kappa(needed, n_tokens, dim);
+    const std::string hint = fmt::format(
+        "the smallest feasible kappa for L={} (D={}, {} exact + {} coded tokens at "
+        "r_min={}) is {:.4f}",
+        n_tokens, dim, b.n_exact, b.n_coded, s.r_min, b.min_feasible_budget);
+    if (!(s.budget > 0.0 && s.budget <= 1.0))
+        throw Error(fmt::format("{}: budget kappa={} is outside (0, 1]; {}", who, s.budget, hint));
+    b.budget_B = floor_scalars(s.budget, n_tokens, dim) - b.n_exact * dim - b.index_scalars;
+    if (b.budget_B < s.r_min * b.n_coded)
+        throw Error(
+            fmt::format("{}: budget kappa={} is infeasible: it leaves B={} scalars for {} coded tokens, "
+                        "below the floor r_min={} per token ({} scalars); {}",
+                        who, s.budget, b.budget_B, b.n_coded, s.r_min, s.r_min * b.n_coded, hint));
+    if (b.budget_B > b.rank_cap * b.n_coded) {
+        spdlog::debug(
+            "{}: budget kappa={} exceeds rank R={} for every coded token at L={}; B capped from {} to {}",
+            who, s.budget, b.rank_cap, n_tokens, b.budget_B, b.rank_cap * b.n_coded);
+        b.budget_B = b.rank_cap * b.n_coded;
+    }
+    return b;
+}
+
+int64_t snapkv_kept_tokens(const CodecSettings& s, int64_t n_tokens) {
+    const int64_t w = s.obs_window;
+    // int(L * kappa) >= w  <=>  kappa >= w / L (rounded up to 1e-4 so the product does not fall short).
+    double k_min = std::ceil(static_cast<double>(w) / static_cast<double>(n_tokens) * 1e4) / 1e4;
+    while (static_cast<int64_t>(static_cast<double>(n_tokens) * k_min) < w) k_min += 1e-4;
+    if (n_tokens <= w)
+        throw Error(
+            fmt::format("snapkv: a context of L={} tokens is not longer than the observation window {}; "
+                        "no kappa is feasible for this L",
+                        n_tokens, w));
+    if (!(s.budget > 0.0 && s.budget <= 1.0))
+        throw Error(
+            fmt::format("snapkv: budget kappa={} is outside (0, 1]; the smallest feasible kappa for L={} is "
+                        "{:.4f}",
+                        s.budget, n_tokens, k_min));
+    const int64_t kept = static_cast<int64_t>(static_cast<double>(n_tokens) * s.budget);
+    if (kept < w)
+        throw Error(
+            fmt::format("snapkv: budget kappa={} keeps int(L*kappa)={} tokens per KV head, fewer than the "
+                        "always-kept window of {}; the smallest feasible kappa for L={} is {:.4f}",
+                        s.budget, kept, w, n_tokens, k_min));
+    return kept;
+}
+
+}  // namespace varrate

@@ -1,0 +1,98 @@
+#pragma once
+// One interface for every KV-cache compression method: a method receives one layer's end-of-prefill
+// capture (pre-/post-RoPE keys, values, observation-window queries, RoPE tables) and returns the layer's
+// new cache plus diagnostics. Methods are created by name through codec/registry.h.
+#include <cstdint>
+#include <string>
+
+#include <ATen/core/Tensor.h>
+#include <nlohmann/json.hpp>
+
+#include "models/kv_cache.h"
+#include "models/llama_model.h"
+
+namespace varrate {
+
+// Settings shared by every method; each method reads the ones it needs. Defaults are the paper's.
+struct CodecSettings {
+    double budget = 0.20;     // kappa: fraction of the full cache kept, in (0, 1]
+    int64_t r_min = 16;       // rank floor of every coded token
+    int64_t rank = 1024;      // R: basis rank and per-token rank cap (clamped to D)
+    int64_t stride = 16;      // Delta: anchors at positions 0, Delta, 2*Delta, ... are stored exactly
+    int64_t anchors = 4;      // c: a coded token is predicted by the mean of its c nearest anchors
+    int64_t window = 64;      // w: the last w tokens are stored exactly
+    int64_t obs_window = 64;  // w_obs: queries of the last w_obs tokens score salience (SnapKV window)
+    int64_t pool_kernel = 5;  // SnapKV smoothing (average pool, padding kernel/2)
+    bool paper_accounting =
+        false;                   // true: anchor indices are not charged to B (the paper; footprint > kappa)
+    bool precise_timing = true;  // wait for the device at stage boundaries so stage times are real
+};
+
+// Milliseconds spent in each stage of one layer's compression.
+struct StageTiming {
+    double anchor_search = 0;
+    double salience = 0;
+    double water_filling = 0;
+    double projection = 0;
+    double reconstruction = 0;
+    double total() const { return anchor_search + salience + water_filling + projection + reconstruction; }
+};
+
+// What one layer's compression did. Counts are in cache scalars; per-token tensors are CPU tensors of
+// length L (undefined when the method does not produce them, e.g. salience for "full" and "flat").
+struct LayerDiagnostics {
+    std::string method;
+    int64_t layer = 0;
+    int64_t n_tokens = 0;  // L
+    int64_t dim = 0;       // D = 2 * n_kv_head * head_dim
+    int64_t budget_B = 0;  // scalars available to coded tokens (SnapKV: kept tokens * D)
+    int64_t sum_ranks = 0;
+    int64_t n_exact = 0;  // stored exactly (anchors + window; SnapKV: kept tokens per KV head)
+    int64_t n_coded = 0;
+    int64_t min_rank = 0, max_rank = 0;  // over coded tokens (over all tokens without coded ones)
+    double mean_rank = 0;
+    double floor_share = 0;   // share of coded tokens at r_min
+    int64_t index_bytes = 0;  // bytes of one stored anchor index (2 = int16, 4 = int32; 0 = none)
+    int64_t stored_bytes = 0;
+    int64_t full_bytes = 0;     // L * D * element size of the cache dtype
+    double footprint = 0;       // stored_bytes / full_bytes
+    double mean_rel_error = 0;  // mean over all L tokens of ||z - z^|| / ||z|| (exact 0, evicted 1)
+    StageTiming timing;
+
+    at::Tensor salience;       // [L] fp32, raw window-attention salience
+    at::Tensor salience_norm;  // [L] fp32, min-max normalised over the coded set, 0 elsewhere
+    at::Tensor rank;           // [L] int64, D for exact tokens, 0 for evicted ones
+    at::Tensor exact;          // [L] bool, stored exactly (SnapKV: kept by every KV head)
+    at::Tensor rel_error;      // [L] fp32, ||z - z^|| / ||z|| in the pre-RoPE joint space
+    at::Tensor kept;           // [n_kv_head, L] bool, SnapKV only
+};
+
+// Field names: layer, method, budget_B, sum_ranks, n_exact, n_coded, min_rank, max_rank, mean_rank,
+// floor_share, mean_rel_error, stored_bytes, full_bytes, footprint, index_bytes, n_tokens, dim, timing_ms.
+// per_token adds the per-token vectors (salience, salience_norm, rank, exact, rel_error).
+nlohmann::json to_json(const LayerDiagnostics& d, bool per_token = false);
+
+struct LayerResult {
+    LayerKV kv;  // keys post-RoPE [n_kv_head, n_tok, head_dim], input dtype and device
+    LayerDiagnostics diagnostics;
+};
+
+class CompressionMethod {
+  public:
+    virtual ~CompressionMethod() = default;
+    virtual std::string name() const = 0;
+    // Compresses one layer. Throws Error for infeasible settings or malformed captures.
+    virtual LayerResult compress(const LayerCapture& capture) = 0;
+};
+
+// Bytes per element of a cache dtype (fp32 4, bf16/fp16 2).
+int64_t element_size(at::ScalarType t);
+// Checks the capture's shapes; returns {n_kv_head, L, head_dim}. `who` names the method in errors.
+struct CaptureShape {
+    int64_t n_kv_head, n_tokens, head_dim;
+};
+CaptureShape check_capture(const LayerCapture& c, const std::string& who, bool needs_pre_rope);
+// Waits for queued device work when timing needs it (CUDA); no-op on the CPU.
+void sync_for_timing(const at::Tensor& t, bool enabled);
+
+}  // namespace varrate

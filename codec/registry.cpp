@@ -1,0 +1,79 @@
+#include "codec/registry.h"
+
+#include <functional>
+
+#include <fmt/format.h>
+
+#include "codec/full_method.h"
+#include "codec/snapkv_method.h"
+#include "codec/varrate_method.h"
+#include "core/error.h"
+
+namespace varrate {
+
+namespace {
+
+using Factory =
+    std::function<std::unique_ptr<CompressionMethod>(const CodecSettings&, std::shared_ptr<const Basis>)>;
+
+struct Entry {
+    const char* name;
+    bool needs_basis;
+    const char* description;
+    Factory make;
+};
+
+const std::vector<Entry>& registry() {
+    static const std::vector<Entry> entries = {
+        {"full", false, "no compression (the ceiling)",
+         [](const CodecSettings& s, std::shared_ptr<const Basis>) {
+             return std::make_unique<FullMethod>(s);
+         }},
+        {"varrate", true, "variable-rate low-rank codec, ranks water-filled by SnapKV salience",
+         [](const CodecSettings& s, std::shared_ptr<const Basis> b) {
+             return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Salience);
+         }},
+        {"flat", true, "the same codec with uniform ranks (ablation)",
+         [](const CodecSettings& s, std::shared_ptr<const Basis> b) {
+             return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Uniform);
+         }},
+        {"snapkv", false, "SnapKV eviction, kvpress scoring (window 64, pool 5)",
+         [](const CodecSettings& s, std::shared_ptr<const Basis>) {
+             return std::make_unique<SnapKVMethod>(s);
+         }},
+    };
+    return entries;
+}
+
+const Entry& find(const std::string& name) {
+    for (const Entry& e : registry())
+        if (name == e.name) return e;
+    throw Error(
+        fmt::format("unknown compression method '{}' (known: {})", name, fmt::join(method_names(), ", ")));
+}
+
+}  // namespace
+
+std::unique_ptr<CompressionMethod> make_method(const std::string& name, const CodecSettings& settings,
+                                               std::shared_ptr<const Basis> basis) {
+    const Entry& e = find(name);
+    if (e.needs_basis && !basis)
+        throw Error(fmt::format("method '{}' needs a basis: calibrate one or pass a basis file", name));
+    return e.make(settings, std::move(basis));
+}
+
+std::vector<std::string> method_names() {
+    std::vector<std::string> names;
+    for (const Entry& e : registry()) names.emplace_back(e.name);
+    return names;
+}
+
+bool method_needs_basis(const std::string& name) {
+    return find(name).needs_basis;
+}
+
+std::string method_description(const std::string& name) {
+    return find(name).description;
+}
+
+}  // namespace varrate

@@ -1,0 +1,72 @@
+#include "codec/salience.h"
+
+#include <cmath>
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace varrate {
+
+at::Tensor window_attention(const LayerCapture& capture, int64_t obs_window) {
+    const at::Tensor& keys = capture.keys;             // [G, L, hd]
+    const at::Tensor& q_all = capture.window_queries;  // [H, w_cap, hd]
+    if (!q_all.defined() || q_all.dim() != 3 || q_all.size(2) != keys.size(2))
+        throw Error(fmt::format("salience: layer {} window queries must be [n_head, w_obs, head_dim={}]",
+                                capture.layer, keys.size(2)));
+    const int64_t n_kv = keys.size(0), n_tok = keys.size(1), hd = keys.size(2), n_head = q_all.size(0);
+    if (obs_window <= 0 || q_all.size(1) < obs_window)
+        throw Error(
+            fmt::format("salience: layer {} capture holds {} window queries, the observation window needs {}",
+                        capture.layer, q_all.size(1), obs_window));
+    if (n_tok <= obs_window)
+        throw Error(fmt::format(
+            "salience: layer {} context of {} tokens is not longer than the observation window {}",
+            capture.layer, n_tok, obs_window));
+    if (n_head % n_kv != 0)
+        throw Error(fmt::format("salience: {} query heads are not a multiple of {} KV heads", n_head, n_kv));
+    const int64_t n_rep = n_head / n_kv, w = obs_window;
+    const at::Tensor q = q_all.narrow(1, q_all.size(1) - w, w).to(at::kFloat);  // [H, w, hd]
+    const at::Tensor k = keys.to(at::kFloat);
+    // Query i of the window sits at position L - w + i and sees keys 0 .. L - w + i.
+    auto lopts = keys.options().dtype(at::kLong);
+    const at::Tensor future =
+        at::arange(n_tok, lopts).unsqueeze(0) > (at::arange(w, lopts) + (n_tok - w)).unsqueeze(1);  // [w, L]
+    const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+    std::vector<at::Tensor> per_group;
+    per_group.reserve(n_kv);
+    for (int64_t g = 0; g < n_kv;
+         ++g) {  // one KV head's query group at a time bounds memory to [n_rep, w, L]
+        at::Tensor qg = q.narrow(0, g * n_rep, n_rep);                      // [n_rep, w, hd]
+        at::Tensor logits = at::matmul(qg, k[g].t().unsqueeze(0)) * scale;  // [n_rep, w, L]
+        logits.masked_fill_(future.unsqueeze(0), -std::numeric_limits<float>::infinity());
+        at::Tensor att = at::softmax(logits, -1);
+        per_group.push_back(att.narrow(2, 0, n_tok - w).mean(1));  // [n_rep, L - w]
+    }
+    return at::cat(per_group, 0);  // [H, L - w]
+}
+
+at::Tensor pool_scores(const at::Tensor& scores, int64_t kernel) {
+    if (kernel <= 0 || kernel % 2 == 0)
+        throw Error(fmt::format("salience: pooling kernel must be a positive odd number, got {}", kernel));
+    if (kernel == 1) return scores;
+    return at::avg_pool1d(scores.unsqueeze(1), {kernel}, {1}, {kernel / 2}, /*ceil_mode=*/false,
+                          /*count_include_pad=*/true)
+        .squeeze(1);
+}
+
+at::Tensor snapkv_scores(const LayerCapture& capture, int64_t obs_window, int64_t kernel) {
+    at::Tensor pooled = pool_scores(window_attention(capture, obs_window), kernel);  // [H, L - w]
+    const int64_t n_kv = capture.keys.size(0);
+    return pooled.view({n_kv, -1, pooled.size(1)}).mean(1);  // [G, L - w]
+}
+
+at::Tensor varrate_salience(const LayerCapture& capture, int64_t obs_window, int64_t kernel) {
+    at::Tensor s =
+        pool_scores(window_attention(capture, obs_window).mean(0, /*keepdim=*/true), kernel).squeeze(0);
+    at::Tensor window = s.max().expand({obs_window});  // stays on the device: no host sync
+    return at::cat({s, window}, 0);                    // [L]
+}
+
+}  // namespace varrate

@@ -1,0 +1,39 @@
+#pragma once
+// VarRate (paper Algorithm 1) and its uniform-rank ablation "flat", one implementation: anchors + window
+// exact, every other token coded as its residual to the mean of its c nearest anchors, projected once on
+// the layer's basis and truncated per token to its rank r_t; keys re-rotated to post-RoPE.
+#include <memory>
+#include <vector>
+
+#include "codec/basis.h"
+#include "codec/method.h"
+
+namespace varrate {
+
+enum class RankAllocation {
+    Salience,  // VarRate: water-filling of B by SnapKV window salience
+    Uniform,   // flat: B spread as evenly as integers allow
+};
+
+class VarRateMethod : public CompressionMethod {
+  public:
+    VarRateMethod(const CodecSettings& settings, std::shared_ptr<const Basis> basis,
+                  RankAllocation allocation);
+    std::string name() const override { return allocation_ == RankAllocation::Salience ? "varrate" : "flat"; }
+    LayerResult compress(const LayerCapture& capture) override;
+
+    // The codec with an explicit raw salience [L] (any device; only its coded entries matter). A constant
+    // salience gives exactly the flat codec's ranks and output. salience_ms is reported as the salience time.
+    LayerResult compress_with_salience(const LayerCapture& capture, const at::Tensor& salience,
+                                       double salience_ms = 0);
+
+  private:
+    const at::Tensor& basis_on(int64_t layer, int64_t rank, const at::Device& device);
+
+    CodecSettings settings_;
+    std::shared_ptr<const Basis> basis_;
+    RankAllocation allocation_;
+    std::vector<at::Tensor> device_basis_;  // per layer: the leading R rows, resident on the compute device
+};
+
+}  // namespace varrate
