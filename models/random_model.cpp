@@ -17,8 +17,6 @@ namespace varrate {
 
 namespace {
 
-// transformers' save_pretrained shards at a size limit; 2 GB keeps every shard well below common file limits.
-constexpr uint64_t kMaxShardBytes = 2'000'000'000ull;
 // Random values are generated in fixed-size chunks, each with its own generator, so the result does not
 // depend on the thread count and large tensors never need a float32 copy of their full size.
 constexpr int64_t kChunkElements = 1 << 20;
@@ -94,7 +92,7 @@ void write_json(const std::filesystem::path& path, const nlohmann::json& j) {
 }  // namespace
 
 void write_random_model(const ModelConfig& config, const std::filesystem::path& out_dir, uint64_t seed,
-                        c10::ScalarType dtype) {
+                        c10::ScalarType dtype, uint64_t max_shard_bytes) {
     const char* dtype_str = hf_dtype_name(dtype);
     if (!dtype_str) {
         throw Error(out_dir.string() + ": random weights can be float32, bfloat16 or float16, not " +
@@ -140,7 +138,7 @@ void write_random_model(const ModelConfig& config, const std::filesystem::path& 
     uint64_t shard_bytes = 0;
     for (const auto& s : all) {
         const uint64_t b = spec_bytes(s);
-        if (!shards.back().empty() && shard_bytes + b > kMaxShardBytes) {
+        if (!shards.back().empty() && shard_bytes + b > max_shard_bytes) {
             shards.emplace_back();
             shard_bytes = 0;
         }

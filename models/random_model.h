@@ -14,8 +14,8 @@ namespace varrate {
 // Projections and embeddings ~ N(0, 0.02), norm weights = 1, biases ~ N(0, 0.02). The values depend only on
 // `seed` and the tensor name. Memory stays at about one tensor; everything is written into a temporary
 // directory first and then moved into `out_dir` (created if needed; older weight files there are replaced).
-// dtype: float32, bfloat16 or float16.
+// dtype: float32, bfloat16 or float16. Above max_shard_bytes the weights are split into shards.
 void write_random_model(const ModelConfig& config, const std::filesystem::path& out_dir, uint64_t seed,
-                        c10::ScalarType dtype);
+                        c10::ScalarType dtype, uint64_t max_shard_bytes = 2'000'000'000ull);
 
 }  // namespace varrate
