@@ -1,0 +1,140 @@
+#include "models/kv_cache.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <string>
+
+#include "core/error.h"
+
+namespace varrate {
+
+namespace {
+
+// Smallest capacity a layer grows to: decoding one token at a time must not reallocate every step.
+constexpr int64_t kMinCapacity = 256;
+
+std::string shape_string(const at::Tensor& t) {
+    std::string s = "[";
+    for (int64_t d = 0; d < t.dim(); ++d) s += (d ? ", " : "") + std::to_string(t.size(d));
+    return s + "]";
+}
+
+}  // namespace
+
+KVCache::KVCache(int64_t n_layers, int64_t n_kv_heads, int64_t head_dim, at::TensorOptions options)
+    : layers_(static_cast<size_t>(n_layers)),
+      n_kv_heads_(n_kv_heads),
+      head_dim_(head_dim),
+      options_(options) {
+    if (n_layers <= 0 || n_kv_heads <= 0 || head_dim <= 0)
+        throw Error("KVCache: n_layers, n_kv_heads and head_dim must be positive (got " +
+                    std::to_string(n_layers) + ", " + std::to_string(n_kv_heads) + ", " +
+                    std::to_string(head_dim) + ")");
+}
+
+void KVCache::reserve(int64_t layer, int64_t capacity) {
+    Layer& l = layers_[layer];
+    const int64_t current = l.k.defined() ? l.k.size(1) : 0;
+    if (capacity <= current) return;
+    at::Tensor k =
+        at::empty({n_kv_heads_, capacity, head_dim_}, options_);  // [n_kv_head, capacity, head_dim]
+    at::Tensor v = at::empty({n_kv_heads_, capacity, head_dim_}, options_);
+    if (l.length > 0) {
+        k.narrow(1, 0, l.length).copy_(l.k.narrow(1, 0, l.length));
+        v.narrow(1, 0, l.length).copy_(l.v.narrow(1, 0, l.length));
+    }
+    l.k = std::move(k);
+    l.v = std::move(v);
+}
+
+void KVCache::append(int64_t layer, const at::Tensor& keys, const at::Tensor& values) {
+    if (layer < 0 || layer >= n_layers())
+        throw Error("KVCache::append: layer " + std::to_string(layer) + " out of range [0, " +
+                    std::to_string(n_layers()) + ")");
+    if (keys.dim() != 3 || keys.size(0) != n_kv_heads_ || keys.size(2) != head_dim_ ||
+        !values.sizes().equals(keys.sizes()))
+        throw Error("KVCache::append: layer " + std::to_string(layer) + " expects keys and values [" +
+                    std::to_string(n_kv_heads_) + ", n, " + std::to_string(head_dim_) + "], got keys " +
+                    shape_string(keys) + " and values " + shape_string(values));
+    const int64_t n = keys.size(1);
+    if (n == 0) return;
+    Layer& l = layers_[layer];
+    const int64_t capacity = l.k.defined() ? l.k.size(1) : 0;
+    if (l.length + n > capacity)
+        reserve(layer, std::max({l.length + n, 2 * capacity, kMinCapacity}));  // geometric growth
+    l.k.narrow(1, l.length, n).copy_(keys);
+    l.v.narrow(1, l.length, n).copy_(values);
+    l.length += n;
+}
+
+at::Tensor KVCache::keys(int64_t layer) const {
+    const Layer& l = layers_.at(static_cast<size_t>(layer));
+    if (!l.k.defined()) return at::empty({n_kv_heads_, 0, head_dim_}, options_);
+    return l.k.narrow(1, 0, l.length);
+}
+
+at::Tensor KVCache::values(int64_t layer) const {
+    const Layer& l = layers_.at(static_cast<size_t>(layer));
+    if (!l.v.defined()) return at::empty({n_kv_heads_, 0, head_dim_}, options_);
+    return l.v.narrow(1, 0, l.length);
+}
+
+void KVCache::replace(int64_t layer, const LayerKV& kv) {
+    if (layer < 0 || layer >= n_layers())
+        throw Error("KVCache::replace: layer " + std::to_string(layer) + " out of range [0, " +
+                    std::to_string(n_layers()) + ")");
+    if (!kv.keys.defined() || !kv.values.defined() || kv.keys.dim() != 3 || kv.keys.size(0) != n_kv_heads_ ||
+        kv.keys.size(2) != head_dim_ || !kv.values.sizes().equals(kv.keys.sizes()))
+        throw Error("KVCache::replace: layer " + std::to_string(layer) + " expects keys and values [" +
+                    std::to_string(n_kv_heads_) + ", n, " + std::to_string(head_dim_) + "], got keys " +
+                    (kv.keys.defined() ? shape_string(kv.keys) : "undefined") + " and values " +
+                    (kv.values.defined() ? shape_string(kv.values) : "undefined"));
+    const int64_t n = kv.keys.size(1);
+    // Fresh buffers: the replacement may be a view of the current ones (an observer handing back the cache).
+    Layer fresh;
+    const int64_t capacity = std::max(n + kMinCapacity, kMinCapacity);
+    fresh.k = at::empty({n_kv_heads_, capacity, head_dim_}, options_);  // [n_kv_head, capacity, head_dim]
+    fresh.v = at::empty({n_kv_heads_, capacity, head_dim_}, options_);
+    fresh.k.narrow(1, 0, n).copy_(kv.keys);
+    fresh.v.narrow(1, 0, n).copy_(kv.values);
+    fresh.length = n;
+    layers_[layer] = std::move(fresh);
+}
+
+KVCache::Snapshot KVCache::snapshot() const {
+    Snapshot s;
+    s.lengths.reserve(layers_.size());
+    for (const Layer& l : layers_) s.lengths.push_back(l.length);
+    s.next_position = next_position_;
+    return s;
+}
+
+void KVCache::restore(const Snapshot& s) {
+    if (s.lengths.size() != layers_.size())
+        throw Error("KVCache::restore: snapshot has " + std::to_string(s.lengths.size()) +
+                    " layers, cache has " + std::to_string(layers_.size()));
+    // Only truncation is exact: entries past a layer's current length may have been overwritten or dropped.
+    for (size_t i = 0; i < layers_.size(); ++i)
+        if (s.lengths[i] < 0 || s.lengths[i] > layers_[i].length)
+            throw Error("KVCache::restore: layer " + std::to_string(i) + " holds " +
+                        std::to_string(layers_[i].length) + " entries, the snapshot needs " +
+                        std::to_string(s.lengths[i]) + " (was the layer replaced after the snapshot?)");
+    for (size_t i = 0; i < layers_.size(); ++i) layers_[i].length = s.lengths[i];
+    next_position_ = s.next_position;
+}
+
+void KVCache::clear() {
+    for (Layer& l : layers_) l.length = 0;
+    next_position_ = 0;
+}
+
+int64_t KVCache::used_bytes() const {
+    const int64_t element =
+        static_cast<int64_t>(c10::elementSize(c10::typeMetaToScalarType(options_.dtype())));
+    int64_t total = 0;
+    for (const Layer& l : layers_) total += 2 * n_kv_heads_ * l.length * head_dim_ * element;
+    return total;
+}
+
+}  // namespace varrate

@@ -1,0 +1,345 @@
+#include "models/llama_model.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+
+#include "core/error.h"
+#include "models/attention.h"
+#include "models/rope.h"
+#include "models/safetensors.h"
+
+namespace varrate {
+
+namespace {
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+    std::string s = "[";
+    for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+    return s + "]";
+}
+
+// One decoder layer, with q/k/v and gate/up fused into single matmuls (concatenated once at load).
+struct LayerWeights {
+    at::Tensor input_norm;      // [hidden]
+    at::Tensor post_attn_norm;  // [hidden]
+    at::Tensor qkv;             // [(n_head + 2 n_kv_head) head_dim, hidden]
+    at::Tensor qkv_bias;        // [(n_head + 2 n_kv_head) head_dim] or undefined
+    at::Tensor o;               // [hidden, n_head head_dim]
+    at::Tensor o_bias;          // [hidden] or undefined
+    at::Tensor gate_up;         // [2 intermediate, hidden]
+    at::Tensor gate_up_bias;    // [2 intermediate] or undefined
+    at::Tensor down;            // [hidden, intermediate]
+    at::Tensor down_bias;       // [hidden] or undefined
+};
+
+// HF LlamaRMSNorm: normalise in fp32, cast back, then scale by the weight in the runtime dtype.
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+    const at::Tensor xf = x.to(at::kFloat);
+    const at::Tensor normed = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true).add_(eps));
+    return weight * normed.to(x.scalar_type());
+}
+
+void check_cancel(const std::atomic<bool>* cancel) {
+    if (cancel && cancel->load(std::memory_order_relaxed)) throw Cancelled();
+}
+
+// Chunk boundaries [begin, end) of a prefill of n tokens. With an observer, a short last chunk is merged into
+// the previous one until it holds at least `min_last` tokens (the observer's query window).
+std::vector<std::pair<int64_t, int64_t>> plan_chunks(int64_t n, int64_t chunk, int64_t min_last) {
+    std::vector<std::pair<int64_t, int64_t>> chunks;
+    for (int64_t b = 0; b < n; b += chunk) chunks.emplace_back(b, std::min(n, b + chunk));
+    while (chunks.size() > 1 && chunks.back().second - chunks.back().first < min_last) {
+        const int64_t end = chunks.back().second;
+        chunks.pop_back();
+        chunks.back().second = end;
+    }
+    return chunks;
+}
+
+}  // namespace
+
+struct LlamaModel::Weights {
+    at::Tensor embed;    // [vocab, hidden]
+    at::Tensor norm;     // [hidden]
+    at::Tensor lm_head;  // [vocab, hidden], the embedding itself when tied
+    std::vector<LayerWeights> layers;
+
+    static std::unique_ptr<Weights> load(const ModelConfig& config, const SafetensorsArchive& archive,
+                                         const RuntimeOptions& options, const ProgressFn& progress);
+};
+
+std::unique_ptr<LlamaModel::Weights> LlamaModel::Weights::load(const ModelConfig& c,
+                                                               const SafetensorsArchive& archive,
+                                                               const RuntimeOptions& options,
+                                                               const ProgressFn& progress) {
+    // Where the weights come from, for error messages about missing tensors.
+    std::set<std::string> files;
+    for (const std::string& name : archive.names()) files.insert(archive.info(name).file.string());
+    std::string where;
+    for (const std::string& f : files) where += (where.empty() ? "" : ", ") + f;
+    if (where.empty()) where = "an empty checkpoint";
+
+    std::map<std::string, std::vector<int64_t>> expected;
+    for (const auto& [name, shape] : c.expected_tensors()) {
+        if (!archive.contains(name))
+            throw Error("model weights: tensor '" + name + "' is missing from " + where);
+        const TensorInfo& info = archive.info(name);
+        if (info.shape != shape)
+            throw Error("model weights: tensor '" + name + "' in " + info.file.string() + " has shape " +
+                        shape_string(info.shape) + ", the config expects " + shape_string(shape));
+        expected[name] = shape;
+    }
+    // A CPU tensor in the runtime dtype; device transfer happens once, after fusing.
+    auto get = [&](const std::string& name, std::vector<int64_t> shape) {
+        if (!archive.contains(name))
+            throw Error("model weights: tensor '" + name + "' is missing from " + where);
+        const TensorInfo& info = archive.info(name);
+        if (info.shape != shape)
+            throw Error("model weights: tensor '" + name + "' in " + info.file.string() + " has shape " +
+                        shape_string(info.shape) + ", expected " + shape_string(shape));
+        return archive.tensor(name).to(options.dtype);
+    };
+    // Owned, contiguous, on the runtime device (never aliasing the read-only mapping).
+    auto place = [&](const at::Tensor& t) {
+        return t
+            .to(at::TensorOptions().device(options.device).dtype(options.dtype), /*non_blocking=*/false,
+                /*copy=*/true)
+            .contiguous();
+    };
+    auto fuse = [&](std::vector<at::Tensor> parts) { return place(at::cat(parts, 0)); };
+
+    const int64_t h = c.hidden_size, hd = c.head_dim, q_dim = c.num_heads * hd, kv_dim = c.num_kv_heads * hd;
+    const int64_t inter = c.intermediate_size;
+    auto w = std::make_unique<Weights>();
+    w->embed = place(get("model.embed_tokens.weight", {c.vocab_size, h}));
+    w->norm = place(get("model.norm.weight", {h}));
+    w->lm_head = c.tie_word_embeddings ? w->embed : place(get("lm_head.weight", {c.vocab_size, h}));
+    for (int64_t i = 0; i < c.num_layers; ++i) {
+        const std::string p = "model.layers." + std::to_string(i) + ".";
+        LayerWeights l;
+        l.input_norm = place(get(p + "input_layernorm.weight", {h}));
+        l.post_attn_norm = place(get(p + "post_attention_layernorm.weight", {h}));
+        l.qkv = fuse({get(p + "self_attn.q_proj.weight", {q_dim, h}),
+                      get(p + "self_attn.k_proj.weight", {kv_dim, h}),
+                      get(p + "self_attn.v_proj.weight", {kv_dim, h})});
+        if (c.attention_bias)
+            l.qkv_bias =
+                fuse({get(p + "self_attn.q_proj.bias", {q_dim}), get(p + "self_attn.k_proj.bias", {kv_dim}),
+                      get(p + "self_attn.v_proj.bias", {kv_dim})});
+        l.o = place(get(p + "self_attn.o_proj.weight", {h, q_dim}));
+        if (c.o_proj_bias) l.o_bias = place(get(p + "self_attn.o_proj.bias", {h}));
+        l.gate_up =
+            fuse({get(p + "mlp.gate_proj.weight", {inter, h}), get(p + "mlp.up_proj.weight", {inter, h})});
+        l.down = place(get(p + "mlp.down_proj.weight", {h, inter}));
+        if (c.mlp_bias) {
+            l.gate_up_bias =
+                fuse({get(p + "mlp.gate_proj.bias", {inter}), get(p + "mlp.up_proj.bias", {inter})});
+            l.down_bias = place(get(p + "mlp.down_proj.bias", {h}));
+        }
+        w->layers.push_back(std::move(l));
+        if (progress) progress("load", i + 1, c.num_layers);
+    }
+    return w;
+}
+
+namespace {
+
+void validate_setup(const ModelConfig& c, const RuntimeOptions& o) {
+    if (c.num_layers <= 0 || c.hidden_size <= 0 || c.num_heads <= 0 || c.num_kv_heads <= 0 ||
+        c.head_dim <= 0 || c.vocab_size <= 0 || c.intermediate_size <= 0)
+        throw Error("model config: sizes must be positive (" + c.architecture + ")");
+    if (c.num_heads % c.num_kv_heads != 0)
+        throw Error("model config: num_attention_heads (" + std::to_string(c.num_heads) +
+                    ") is not a multiple of num_key_value_heads (" + std::to_string(c.num_kv_heads) + ")");
+    if (o.dtype != at::kFloat && o.dtype != at::kBFloat16 && o.dtype != at::kHalf)
+        throw Error(std::string("runtime dtype must be fp32, bf16 or fp16, got ") + c10::toString(o.dtype));
+    if (o.dtype == at::kHalf && o.device.is_cpu())
+        throw Error("runtime dtype fp16 needs a CUDA device (the CPU has no fp16 matmul); use bf16 or fp32");
+}
+
+}  // namespace
+
+std::unique_ptr<LlamaModel> LlamaModel::load(const std::filesystem::path& model_dir,
+                                             const RuntimeOptions& options, const ProgressFn& progress) {
+    const ModelConfig config = ModelConfig::load(model_dir);
+    const SafetensorsArchive archive = SafetensorsArchive::open(model_dir);
+    validate_setup(config, options);
+    std::unique_ptr<LlamaModel> m(new LlamaModel());
+    m->config_ = config;
+    m->options_ = options;
+    m->w_ = Weights::load(config, archive, options, progress);
+    m->inv_freq_ = rope_inv_freq(config).to(options.device);
+    return m;
+}
+
+std::unique_ptr<LlamaModel> LlamaModel::from_archive(const ModelConfig& config,
+                                                     const SafetensorsArchive& archive,
+                                                     const RuntimeOptions& options) {
+    validate_setup(config, options);
+    std::unique_ptr<LlamaModel> m(new LlamaModel());
+    m->config_ = config;
+    m->options_ = options;
+    m->w_ = Weights::load(config, archive, options, {});
+    m->inv_freq_ = rope_inv_freq(config).to(options.device);
+    return m;
+}
+
+LlamaModel::~LlamaModel() = default;
+
+KVCache LlamaModel::new_cache() const {
+    return KVCache(config_.num_layers, config_.num_kv_heads, config_.head_dim,
+                   at::TensorOptions().device(options_.device).dtype(options_.dtype));
+}
+
+std::pair<at::Tensor, at::Tensor> LlamaModel::rope_tables(int64_t begin, int64_t end) const {
+    if (begin < 0 || end < begin)
+        throw Error("rope_tables: bad position range [" + std::to_string(begin) + ", " + std::to_string(end) +
+                    ")");
+    return rope_cos_sin(inv_freq_, begin, end, options_.dtype);
+}
+
+namespace {
+
+// State of an observed (end-of-context) prefill: per-layer pre-RoPE keys of every context token.
+struct ObservedPrefill {
+    std::vector<at::Tensor> keys_pre_rope;  // per layer [n_kv_head, L, head_dim], freed after its capture
+    at::Tensor cos, sin;                    // [L, head_dim], positions 0..L-1
+};
+
+}  // namespace
+
+at::Tensor LlamaModel::forward(const std::vector<int64_t>& ids, KVCache& cache,
+                               const ForwardOptions& opt) const {
+    const ModelConfig& c = config_;
+    const int64_t n = static_cast<int64_t>(ids.size());
+    if (n == 0) throw Error("forward: no input tokens");
+    if (opt.chunk_size <= 0) throw Error("forward: chunk_size must be positive");
+    for (int64_t id : ids)
+        if (id < 0 || id >= c.vocab_size)
+            throw Error("forward: token id " + std::to_string(id) + " outside the vocabulary [0, " +
+                        std::to_string(c.vocab_size) + ")");
+    if (cache.n_layers() != c.num_layers)
+        throw Error("forward: the KV cache has " + std::to_string(cache.n_layers()) + " layers, the model " +
+                    std::to_string(c.num_layers) + " (use LlamaModel::new_cache)");
+
+    const int64_t n_head = c.num_heads, n_kv = c.num_kv_heads, hd = c.head_dim, group = n_head / n_kv;
+    const int64_t q_dim = n_head * hd, kv_dim = n_kv * hd, inter = c.intermediate_size;
+    const int64_t start = cache.next_position();
+    const auto dev = at::TensorOptions().device(options_.device);
+
+    const int64_t w_obs = opt.observer ? std::max<int64_t>(1, opt.observer_window) : 0;
+    const auto chunks = plan_chunks(n, opt.chunk_size, w_obs);
+    const int64_t n_chunks = static_cast<int64_t>(chunks.size());
+
+    ObservedPrefill observed;
+    if (opt.observer) {
+        // Pre-RoPE keys of cache entries from earlier calls can only be recovered if nothing was evicted.
+        const int64_t L = start + n;
+        observed.keys_pre_rope.resize(static_cast<size_t>(c.num_layers));
+        std::tie(observed.cos, observed.sin) = rope_tables(0, L);
+        for (int64_t l = 0; l < c.num_layers; ++l) {
+            if (cache.length(l) != start)
+                throw Error("forward: an observed prefill needs an uncompressed cache (layer " +
+                            std::to_string(l) + " holds " + std::to_string(cache.length(l)) +
+                            " entries at position " + std::to_string(start) + ")");
+            at::Tensor buf = at::empty({n_kv, L, hd}, dev.dtype(options_.dtype));  // [n_kv_head, L, head_dim]
+            if (start > 0)
+                buf.narrow(1, 0, start)
+                    .copy_(unapply_rope(cache.keys(l), observed.cos.narrow(0, 0, start),
+                                        observed.sin.narrow(0, 0, start)));
+            observed.keys_pre_rope[l] = std::move(buf);
+        }
+    }
+    const auto [cos_all, sin_all] =
+        opt.observer ? std::make_pair(observed.cos.narrow(0, start, n), observed.sin.narrow(0, start, n))
+                     : rope_tables(start, start + n);                         // [n, head_dim]
+    const at::Tensor ids_t = at::tensor(ids, at::kLong).to(options_.device);  // [n]
+
+    const KVCache::Snapshot before = cache.snapshot();
+    bool replaced = false;
+    std::vector<at::Tensor> logits;
+    try {
+        for (int64_t ci = 0; ci < n_chunks; ++ci) {
+            check_cancel(opt.cancel);
+            const auto [b, e] = chunks[ci];
+            const int64_t m = e - b;
+            const bool last_chunk = ci + 1 == n_chunks;
+            const at::Tensor cos = cos_all.narrow(0, b, m), sin = sin_all.narrow(0, b, m);  // [m, head_dim]
+            at::Tensor x = at::embedding(w_->embed, ids_t.narrow(0, b, m));                 // [m, hidden]
+            for (int64_t l = 0; l < c.num_layers; ++l) {
+                check_cancel(opt.cancel);
+                const LayerWeights& lw = w_->layers[l];
+                // Attention: one fused q/k/v matmul, RoPE, append to the cache, GQA against the whole cache.
+                const at::Tensor h = rms_norm(x, lw.input_norm, c.rms_norm_eps);
+                const at::Tensor qkv = lw.qkv_bias.defined()
+                                           ? at::linear(h, lw.qkv, lw.qkv_bias)
+                                           : at::linear(h, lw.qkv);  // [m, q_dim + 2 kv_dim]
+                const at::Tensor q =
+                    qkv.narrow(1, 0, q_dim).view({m, n_head, hd}).transpose(0, 1);  // [n_head, m, hd]
+                const at::Tensor k =
+                    qkv.narrow(1, q_dim, kv_dim).view({m, n_kv, hd}).transpose(0, 1);  // [n_kv, m, hd]
+                const at::Tensor v =
+                    qkv.narrow(1, q_dim + kv_dim, kv_dim).view({m, n_kv, hd}).transpose(0, 1);
+                const at::Tensor q_rot = apply_rope(q.contiguous(), cos, sin);  // [n_head, m, head_dim]
+                cache.append(l, apply_rope(k, cos, sin), v);
+                if (opt.observer) observed.keys_pre_rope[l].narrow(1, start + b, m).copy_(k);
+
+                const at::Tensor attn = gqa_causal_attention(q_rot.view({n_kv, group * m, hd}), cache.keys(l),
+                                                             cache.values(l), m);  // [n_kv, group m, hd]
+                const at::Tensor attn_rows =
+                    attn.reshape({n_head, m, hd}).transpose(0, 1).reshape({m, q_dim});
+
+                if (opt.observer && last_chunk) {
+                    const int64_t w = std::min(w_obs, m);
+                    LayerCapture cap;
+                    cap.layer = l;
+                    cap.keys_pre_rope = observed.keys_pre_rope[l];
+                    cap.keys = cache.keys(l);
+                    cap.values = cache.values(l);
+                    cap.window_queries = q_rot.narrow(1, m - w, w).contiguous();  // [n_head, w, head_dim]
+                    cap.rope_cos = observed.cos;
+                    cap.rope_sin = observed.sin;
+                    std::optional<LayerKV> replacement = opt.observer(cap);
+                    observed.keys_pre_rope[l] = at::Tensor();  // this layer's capture is done
+                    if (replacement) {
+                        cache.replace(l, *replacement);
+                        replaced = true;
+                    }
+                }
+                x.add_(lw.o_bias.defined() ? at::linear(attn_rows, lw.o, lw.o_bias)
+                                           : at::linear(attn_rows, lw.o));
+
+                // SwiGLU MLP with gate and up in one matmul.
+                const at::Tensor h2 = rms_norm(x, lw.post_attn_norm, c.rms_norm_eps);
+                const at::Tensor gu = lw.gate_up_bias.defined() ? at::linear(h2, lw.gate_up, lw.gate_up_bias)
+                                                                : at::linear(h2, lw.gate_up);  // [m, 2 inter]
+                const at::Tensor act = at::silu(gu.narrow(1, 0, inter)).mul_(gu.narrow(1, inter, inter));
+                x.add_(lw.down_bias.defined() ? at::linear(act, lw.down, lw.down_bias)
+                                              : at::linear(act, lw.down));
+                if (opt.progress) opt.progress("prefill", ci * c.num_layers + l + 1, n_chunks * c.num_layers);
+            }
+            // The lm_head only where logits are asked for: on a long prefill it would dominate otherwise.
+            if (opt.all_logits || last_chunk) {
+                const at::Tensor rows = opt.all_logits ? x : x.narrow(0, m - 1, 1);
+                logits.push_back(at::linear(rms_norm(rows, w_->norm, c.rms_norm_eps), w_->lm_head)
+                                     .to(at::kFloat)
+                                     .to(at::kCPU));
+            }
+        }
+    } catch (...) {
+        // Leave the cache as it was; a layer already replaced by the observer cannot be rolled back.
+        if (replaced)
+            cache.clear();
+        else
+            cache.restore(before);
+        throw;
+    }
+    cache.set_next_position(start + n);
+    return logits.size() == 1 ? logits.front() : at::cat(logits, 0);  // [n or 1, vocab] fp32 CPU
+}
+
+}  // namespace varrate

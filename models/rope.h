@@ -1,0 +1,22 @@
+#pragma once
+// Rotary position embedding tables as Hugging Face computes them: inv_freq = 1/theta^(2j/d) in fp32, with
+// "linear" or "llama3" scaling applied, angles = position * inv_freq, tables = cat(angles, angles).
+// apply_rope/unapply_rope themselves are declared in models/llama_model.h.
+#include <cstdint>
+#include <utility>
+
+#include <ATen/core/Tensor.h>
+
+#include "models/model_config.h"
+
+namespace varrate {
+
+// inv_freq with the config's rope scaling: [head_dim/2] fp32 on the CPU.
+at::Tensor rope_inv_freq(const ModelConfig& config);
+
+// cos/sin for positions [begin, end), computed in fp32 from `inv_freq` (on its device), then cast to `dtype`:
+// each [end-begin, head_dim].
+std::pair<at::Tensor, at::Tensor> rope_cos_sin(const at::Tensor& inv_freq, int64_t begin, int64_t end,
+                                               c10::ScalarType dtype);
+
+}  // namespace varrate
