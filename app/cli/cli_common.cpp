@@ -1,7 +1,10 @@
 #include "app/cli/cli_common.h"
 
 #include <chrono>
+#include <cstdio>
 #include <sstream>
+
+#include <unistd.h>
 
 #include <spdlog/spdlog.h>
 
@@ -34,6 +37,34 @@ std::unique_ptr<LlamaModel> load_model_for_cli(const std::filesystem::path& dir,
     spdlog::info("loaded {} ({} layers) on {} as {} in {:.0f} ms, {} threads", dir.string(),
                  model->config().num_layers, o.device.str(), dtype_name(o.dtype), ms, o.threads);
     return model;
+}
+
+void add_codec_options(CLI::App& sub, CodecSettings& s) {
+    sub.add_option("--budget", s.budget, "kappa: fraction of the KV cache kept, in (0, 1]")
+        ->capture_default_str();
+    sub.add_option("--rmin", s.r_min, "rank floor of every coded token")->capture_default_str();
+    sub.add_option("--rank", s.rank, "R: basis rank and per-token rank cap (clamped to D)")
+        ->capture_default_str();
+    sub.add_option("--stride", s.stride, "anchor stride Delta")->capture_default_str();
+    sub.add_option("--anchors", s.anchors, "c: nearest anchors per coded token")->capture_default_str();
+    sub.add_option("--window", s.window, "w: recent tokens kept exactly")->capture_default_str();
+    sub.add_option("--obs-window", s.obs_window, "w_obs: observation window queries for salience")
+        ->capture_default_str();
+    sub.add_flag("--paper-accounting", s.paper_accounting,
+                 "do not charge anchor indices to the budget (the paper's accounting; footprint slightly "
+                 "above kappa)");
+}
+
+JobControl terminal_job() {
+    JobControl job;
+    if (!isatty(fileno(stderr))) return job;
+    job.progress = [](const std::string& stage, int64_t done, int64_t total) {
+        std::fprintf(stderr, "\r\033[K%s %lld/%lld", stage.c_str(), static_cast<long long>(done),
+                     static_cast<long long>(total));
+        if (stage == "done") std::fprintf(stderr, "\r\033[K");
+        std::fflush(stderr);
+    };
+    return job;
 }
 
 std::vector<int64_t> parse_id_list(const std::string& text, const std::string& what) {

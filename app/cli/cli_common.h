@@ -7,6 +7,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "codec/method.h"
+#include "core/session.h"
 #include "models/llama_model.h"
 
 namespace varrate::cli {
@@ -22,6 +24,10 @@ void add_runtime_options(CLI::App& sub, RuntimeArgs& args);
 // Parses the runtime args, sets threads, and loads the model (with load progress logged).
 std::unique_ptr<LlamaModel> load_model_for_cli(const std::filesystem::path& dir, const RuntimeArgs& args);
 RuntimeOptions runtime_options(const RuntimeArgs& args);
+// --budget, --rmin, --rank, --stride, --anchors, --window, --obs-window, --paper-accounting.
+void add_codec_options(CLI::App& sub, CodecSettings& s);
+// Progress of long jobs on stderr (one line, rewritten in place) when stderr is a terminal.
+JobControl terminal_job();
 // "1,2,3" -> {1,2,3}; throws Error naming `what` on a bad entry.
 std::vector<int64_t> parse_id_list(const std::string& text, const std::string& what);
 

@@ -1,0 +1,74 @@
+// varrate calibrate: a per-layer residual basis from unlabeled texts (paper section 3.1).
+#include <iostream>
+
+#include <fmt/format.h>
+
+#include "app/cli/cli_common.h"
+#include "app/cli/commands.h"
+#include "core/error.h"
+#include "core/file_io.h"
+#include "core/session.h"
+
+namespace varrate::cli {
+
+namespace {
+
+struct CalibrateArgs {
+    std::string model;
+    std::vector<std::string> text_files;
+    std::string out;
+    int64_t rank = 1024;
+    CodecSettings settings;
+    RuntimeArgs runtime;
+    int64_t max_tokens = 4096;
+};
+
+int run_calibrate(const CalibrateArgs& a) {
+    auto session = Session::open(a.model, runtime_options(a.runtime));
+    std::vector<std::vector<int64_t>> texts;
+    for (const auto& f : a.text_files) {
+        std::vector<int64_t> ids = session->tokenizer().encode(read_text_file(f), true);
+        if (static_cast<int64_t>(ids.size()) > a.max_tokens) ids.resize(a.max_tokens);
+        if (static_cast<int64_t>(ids.size()) < a.settings.window + 2 * a.settings.stride)
+            throw Error(fmt::format(
+                "{}: only {} tokens; calibration needs more than the window ({}) plus two strides", f,
+                ids.size(), a.settings.window));
+        texts.push_back(std::move(ids));
+    }
+    const Basis basis = session->calibrate(texts, a.settings, a.rank, false, terminal_job());
+    basis.save(a.out);
+    const BasisInfo& info = basis.info();
+    std::cout << fmt::format(
+        "wrote {}: {} layers, D {}, R {}, stride {}, anchors {}, {} residual tokens per layer\n", a.out,
+        basis.n_layers(), info.dim, info.rank, info.stride, info.anchors, info.calibration_tokens);
+    std::cout << "layer  directions for 90% / 99% of the residual energy\n";
+    for (int64_t l = 0; l < basis.n_layers(); ++l)
+        std::cout << fmt::format("{:>5}  {:>5} / {:>5}\n", l, basis.directions_for_energy(l, 0.90),
+                                 basis.directions_for_energy(l, 0.99));
+    return 0;
+}
+
+}  // namespace
+
+Command add_calibrate(CLI::App& root) {
+    auto a = std::make_shared<CalibrateArgs>();
+    CLI::App* sub =
+        root.add_subcommand("calibrate", "Calibrate the codec's per-layer residual basis on texts");
+    sub->add_option("--model", a->model, "Hugging Face model directory")
+        ->required()
+        ->check(CLI::ExistingDirectory);
+    sub->add_option("--text-file", a->text_files, "unlabeled calibration text (repeatable)")
+        ->required()
+        ->check(CLI::ExistingFile);
+    sub->add_option("--out", a->out, "basis file to write (.safetensors)")->required();
+    sub->add_option("--rank", a->rank, "R: rows kept per layer (clamped to D)")->capture_default_str();
+    sub->add_option("--stride", a->settings.stride, "anchor stride")->capture_default_str();
+    sub->add_option("--anchors", a->settings.anchors, "nearest anchors per token")->capture_default_str();
+    sub->add_option("--window", a->settings.window, "recent tokens kept exactly (not residuals)")
+        ->capture_default_str();
+    sub->add_option("--max-tokens", a->max_tokens, "tokens used from each text")->capture_default_str();
+    add_runtime_options(*sub, a->runtime);
+    return {sub, [a] { return run_calibrate(*a); }};
+}
+
+}  // namespace varrate::cli

@@ -1,0 +1,336 @@
+#include "core/compare.h"
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <sstream>
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "codec/registry.h"
+#include "core/error.h"
+#include "core/prompt.h"
+
+namespace varrate {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+std::vector<int64_t> stop_ids(const Session& s) {
+    std::vector<int64_t> ids = s.model().config().eos_token_ids;
+    if (auto e = s.tokenizer().eos_id()) ids.push_back(*e);
+    return ids;
+}
+
+// Greedy continuation from the logits of the last forward (argmax, ties -> lowest id).
+std::vector<int64_t> greedy_from(const Session& s, KVCache& cache, at::Tensor logits, int64_t max_new,
+                                 const JobControl& job) {
+    const std::vector<int64_t> stops = stop_ids(s);
+    std::vector<int64_t> out;
+    for (int64_t i = 0; i < max_new; ++i) {
+        check_cancel(job);
+        const int64_t next = logits.select(0, logits.size(0) - 1).argmax().item<int64_t>();
+        out.push_back(next);
+        if (std::find(stops.begin(), stops.end(), next) != stops.end() || i + 1 == max_new) break;
+        logits = s.model().forward({next}, cache);
+    }
+    return out;
+}
+
+// Compresses through the method while the prefill runs; collects diagnostics and codec time.
+struct CompressingPrefill {
+    CompressionMethod* method = nullptr;
+    std::vector<LayerDiagnostics> layers;
+    double compress_ms = 0, prefill_ms = 0;
+
+    at::Tensor run(const Session& s, const std::vector<int64_t>& ids, KVCache& cache,
+                   const CodecSettings& settings, const JobControl& job) {
+        layers.clear();
+        compress_ms = 0;
+        ForwardOptions fo;
+        fo.cancel = job.cancel;
+        fo.observer_window = settings.obs_window;
+        fo.progress = job.progress;
+        fo.observer = [this](const LayerCapture& cap) -> std::optional<LayerKV> {
+            const auto t0 = Clock::now();
+            LayerResult r = method->compress(cap);
+            compress_ms += ms_since(t0);
+            layers.push_back(std::move(r.diagnostics));
+            return std::move(r.kv);
+        };
+        const auto t0 = Clock::now();
+        at::Tensor logits = s.model().forward(ids, cache, fo);
+        prefill_ms = ms_since(t0) - compress_ms;
+        return logits;
+    }
+};
+
+void add_footprint(MethodRun& run) {
+    run.stored_bytes = run.full_bytes = 0;
+    for (const auto& d : run.layers) {
+        run.stored_bytes += d.stored_bytes;
+        run.full_bytes += d.full_bytes;
+    }
+    run.footprint_fraction = run.full_bytes > 0
+                                 ? static_cast<double>(run.stored_bytes) / static_cast<double>(run.full_bytes)
+                                 : 1.0;
+}
+
+std::string escape_csv_text(const std::string& text) {
+    std::string e;
+    for (char c : text) {
+        switch (c) {
+            case '\\':
+                e += "\\\\";
+                break;
+            case '\n':
+                e += "\\n";
+                break;
+            case '\r':
+                e += "\\r";
+                break;
+            case '\t':
+                e += "\\t";
+                break;
+            case '"':
+                e += "\"\"";
+                break;
+            default:
+                e += c;
+        }
+    }
+    return "\"" + e + "\"";
+}
+
+std::string lower_trim(const std::string& s) {
+    const auto b = s.find_first_not_of(" \t\r\n");
+    if (b == std::string::npos) return "";
+    const auto e = s.find_last_not_of(" \t\r\n");
+    std::string out = s.substr(b, e - b + 1);
+    std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::tolower(c); });
+    return out;
+}
+
+}  // namespace
+
+std::string to_string(CompressionMode m) {
+    return m == CompressionMode::QueryAware ? "query-aware" : "query-agnostic";
+}
+
+CompressionMode parse_mode(const std::string& s) {
+    if (s == "query-aware") return CompressionMode::QueryAware;
+    if (s == "query-agnostic") return CompressionMode::QueryAgnostic;
+    throw Error("unknown mode '" + s + "' (use query-aware or query-agnostic)");
+}
+
+bool answer_matches(const std::string& response, const std::string& expected) {
+    const std::string want = lower_trim(expected);
+    return !want.empty() && lower_trim(response).find(want) != std::string::npos;
+}
+
+CompareResult run_compare(const Session& s, const CompareRequest& req, const JobControl& job) {
+    if (req.methods.empty()) throw Error("no methods to compare");
+    if (!req.answers.empty() && req.answers.size() != req.questions.size())
+        throw Error(fmt::format("{} expected answers for {} questions: give one --answer per --question",
+                                req.answers.size(), req.questions.size()));
+    if (req.max_new_tokens < 1) throw Error("--max-new-tokens must be at least 1");
+    const Tokenizer& tok = s.tokenizer();
+
+    // Token ids: the context part is shared by all questions; each question adds its own part.
+    std::vector<std::string> questions = req.questions;
+    if (questions.empty()) questions.emplace_back();  // compress only, diagnostics without answers
+    std::vector<PromptParts> parts;
+    for (const auto& q : questions) parts.push_back(build_prompt(tok, req.context, q, req.chat));
+    const std::vector<int64_t>& context_ids = parts[0].context_ids;
+
+    std::shared_ptr<const Basis> basis;
+    CompareResult result;
+    for (const auto& name : req.methods) {
+        if (method_needs_basis(name) && !basis) basis = s.basis_for(context_ids, req.settings, job);
+    }
+    result.basis_source = basis ? (basis->info().self_calibrated ? "self-calibrated" : s.basis_source()) : "";
+
+    const int64_t n_methods = static_cast<int64_t>(req.methods.size());
+    for (int64_t mi = 0; mi < n_methods; ++mi) {
+        const std::string& name = req.methods[mi];
+        check_cancel(job);
+        if (job.progress) job.progress("compress " + name, mi, n_methods);
+        auto method = make_method(name, req.settings, method_needs_basis(name) ? basis : nullptr);
+        CompressingPrefill prefill;
+        prefill.method = method.get();
+        MethodRun run;
+        run.method = name;
+        run.budget = name == "full" ? 1.0 : req.settings.budget;
+        run.self_calibrated = method_needs_basis(name) && basis->info().self_calibrated;
+
+        if (req.mode == CompressionMode::QueryAgnostic) {
+            // Compress the context once; every question decodes after it and the cache is restored in
+            // between.
+            KVCache cache = s.model().new_cache();
+            prefill.run(s, context_ids, cache, req.settings, job);
+            run.prefill_ms += prefill.prefill_ms;
+            run.compress_ms += prefill.compress_ms;
+            run.context_ids = context_ids;
+            run.layers = prefill.layers;
+            const KVCache::Snapshot compressed = cache.snapshot();
+            for (size_t qi = 0; qi < req.questions.size(); ++qi) {
+                if (parts[qi].question_ids.empty())
+                    throw Error("question " + std::to_string(qi + 1) + " is empty");
+                at::Tensor logits = s.model().forward(parts[qi].question_ids, cache);
+                run.answer_ids.push_back(greedy_from(s, cache, logits, req.max_new_tokens, job));
+                cache.restore(compressed);
+            }
+        } else {
+            // The question is inside the compressed context: one compression per question.
+            for (size_t qi = 0; qi < questions.size(); ++qi) {
+                std::vector<int64_t> ids = parts[qi].context_ids;
+                ids.insert(ids.end(), parts[qi].question_ids.begin(), parts[qi].question_ids.end());
+                KVCache cache = s.model().new_cache();
+                at::Tensor logits = prefill.run(s, ids, cache, req.settings, job);
+                run.prefill_ms += prefill.prefill_ms;
+                run.compress_ms += prefill.compress_ms;
+                if (qi == 0) {
+                    run.context_ids = ids;
+                    run.layers = prefill.layers;
+                }
+                if (!req.questions.empty())
+                    run.answer_ids.push_back(greedy_from(s, cache, logits, req.max_new_tokens, job));
+            }
+        }
+        for (size_t qi = 0; qi < run.answer_ids.size(); ++qi) {
+            run.answers.push_back(tok.decode(run.answer_ids[qi], true));
+            if (!req.answers.empty())
+                run.correct.push_back(answer_matches(run.answers.back(), req.answers[qi]) ? 1 : 0);
+        }
+        add_footprint(run);
+        result.runs.push_back(std::move(run));
+    }
+    if (job.progress) job.progress("done", n_methods, n_methods);
+    return result;
+}
+
+nlohmann::json to_json(const CompareResult& r, const CompareRequest& req) {
+    nlohmann::json methods = nlohmann::json::array();
+    for (const MethodRun& run : r.runs) {
+        nlohmann::json m;
+        m["method"] = run.method;
+        m["budget"] = run.budget;
+        m["footprint_fraction"] = run.footprint_fraction;
+        m["stored_bytes"] = run.stored_bytes;
+        m["full_bytes"] = run.full_bytes;
+        m["answers"] = run.answers;
+        if (!run.correct.empty()) {
+            m["correct"] = nlohmann::json::array();
+            for (int c : run.correct) m["correct"].push_back(c != 0);
+        }
+        m["prefill_ms"] = run.prefill_ms;
+        m["compress_ms"] = run.compress_ms;
+        m["self_calibrated"] = run.self_calibrated;
+        m["context_tokens"] = static_cast<int64_t>(run.context_ids.size());
+        m["layers"] = nlohmann::json::array();
+        for (const auto& d : run.layers) m["layers"].push_back(to_json(d));
+        methods.push_back(std::move(m));
+    }
+    nlohmann::json j;
+    j["mode"] = to_string(req.mode);
+    j["questions"] = req.questions;
+    j["expected_answers"] = req.answers;
+    j["settings"] = {{"budget", req.settings.budget},
+                     {"r_min", req.settings.r_min},
+                     {"rank", req.settings.rank},
+                     {"stride", req.settings.stride},
+                     {"anchors", req.settings.anchors},
+                     {"window", req.settings.window},
+                     {"obs_window", req.settings.obs_window},
+                     {"paper_accounting", req.settings.paper_accounting}};
+    j["basis"] = r.basis_source;
+    j["methods"] = std::move(methods);
+    return j;
+}
+
+std::string rank_log_csv(const CompareResult& r, const Tokenizer& tok) {
+    std::ostringstream out;
+    out << "method,layer,position,token_id,token_text,salience,rank,exact,rel_error\n";
+    for (const MethodRun& run : r.runs) {
+        std::vector<std::string> texts;
+        texts.reserve(run.context_ids.size());
+        for (int64_t id : run.context_ids) texts.push_back(escape_csv_text(tok.decode({id}, false)));
+        for (const LayerDiagnostics& d : run.layers) {
+            const int64_t n = d.n_tokens;
+            auto column = [&](const at::Tensor& t, at::ScalarType type) {
+                return t.defined() ? t.to(at::kCPU, type).contiguous()
+                                   : at::zeros({n}, at::TensorOptions(type));
+            };
+            const at::Tensor sal = column(d.salience, at::kFloat), rank = column(d.rank, at::kLong),
+                             exact = column(d.exact, at::kBool), err = column(d.rel_error, at::kFloat);
+            const float* ps = sal.data_ptr<float>();
+            const int64_t* pr = rank.data_ptr<int64_t>();
+            const bool* pe = exact.data_ptr<bool>();
+            const float* pq = err.data_ptr<float>();
+            for (int64_t t = 0; t < n && t < static_cast<int64_t>(texts.size()); ++t) {
+                out << run.method << ',' << d.layer << ',' << t << ',' << run.context_ids[t] << ','
+                    << texts[t] << ',' << fmt::format("{:.6g}", ps[t]) << ',' << pr[t] << ','
+                    << (pe[t] ? 1 : 0) << ',' << fmt::format("{:.6g}", pq[t]) << '\n';
+            }
+        }
+    }
+    return out.str();
+}
+
+std::vector<PplRun> run_perplexity(const Session& s, const PplRequest& req, const JobControl& job) {
+    const int64_t n = static_cast<int64_t>(req.ids.size());
+    if (req.prefix_tokens < 1 || req.prefix_tokens >= n)
+        throw Error(fmt::format("--prefix-tokens {} must be between 1 and the text length minus one ({})",
+                                req.prefix_tokens, n - 1));
+    const std::vector<int64_t> prefix(req.ids.begin(), req.ids.begin() + req.prefix_tokens);
+    const std::vector<int64_t> rest(req.ids.begin() + req.prefix_tokens, req.ids.end() - 1);
+    const at::Tensor targets =
+        at::tensor(std::vector<int64_t>(req.ids.begin() + req.prefix_tokens, req.ids.end()));
+
+    std::shared_ptr<const Basis> basis;
+    for (const auto& name : req.methods)
+        if (method_needs_basis(name) && !basis) basis = s.basis_for(prefix, req.settings, job);
+
+    std::vector<PplRun> runs;
+    for (size_t mi = 0; mi < req.methods.size(); ++mi) {
+        const std::string& name = req.methods[mi];
+        check_cancel(job);
+        if (job.progress)
+            job.progress("ppl " + name, static_cast<int64_t>(mi), static_cast<int64_t>(req.methods.size()));
+        auto method = make_method(name, req.settings, method_needs_basis(name) ? basis : nullptr);
+        CompressingPrefill prefill;
+        prefill.method = method.get();
+        KVCache cache = s.model().new_cache();
+        at::Tensor first = prefill.run(s, prefix, cache, req.settings, job);  // [1, vocab]
+        at::Tensor logits = first;
+        if (!rest.empty()) {
+            ForwardOptions fo;
+            fo.all_logits = true;
+            fo.cancel = job.cancel;
+            logits = at::cat({first, s.model().forward(rest, cache, fo)}, 0);  // [n - prefix, vocab]
+        }
+        const at::Tensor logp = at::log_softmax(logits.to(at::kDouble), -1);
+        const double nll = -logp.gather(1, targets.unsqueeze(1)).mean().item<double>();
+        PplRun run;
+        run.method = name;
+        run.nll = nll;
+        run.ppl = std::exp(nll);
+        run.scored_tokens = targets.size(0);
+        run.self_calibrated = method_needs_basis(name) && basis->info().self_calibrated;
+        MethodRun tmp;
+        tmp.layers = prefill.layers;
+        add_footprint(tmp);
+        run.footprint_fraction = tmp.footprint_fraction;
+        runs.push_back(run);
+    }
+    return runs;
+}
+
+}  // namespace varrate

@@ -1,0 +1,79 @@
+#pragma once
+// Side-by-side runs of compression methods on one document: answers, footprints, timings and
+// per-layer/per-token diagnostics (query-aware and query-agnostic, kvpress's conventions), and perplexity
+// over a compressed prefix.
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "codec/method.h"
+#include "core/session.h"
+
+namespace varrate {
+
+enum class CompressionMode { QueryAware, QueryAgnostic };
+std::string to_string(CompressionMode m);
+CompressionMode parse_mode(const std::string& s);  // "query-aware" | "query-agnostic"
+
+struct CompareRequest {
+    std::string context;
+    std::vector<std::string> questions;
+    std::vector<std::string> answers;  // expected answers (optional; same count as questions when given)
+    std::vector<std::string> methods = {"full", "varrate", "flat", "snapkv"};
+    CodecSettings settings;
+    CompressionMode mode = CompressionMode::QueryAware;
+    int64_t max_new_tokens = 32;
+    bool chat = false;
+};
+
+struct MethodRun {
+    std::string method;
+    double budget = 0;
+    double footprint_fraction = 0;  // stored bytes / full-cache bytes, over all layers
+    int64_t stored_bytes = 0, full_bytes = 0;
+    std::vector<std::string> answers;
+    std::vector<std::vector<int64_t>> answer_ids;
+    std::vector<int> correct;  // 1/0 per question when answers were given
+    double prefill_ms = 0;     // model time of the compressed prefill(s), codec excluded
+    double compress_ms = 0;    // time inside the codec
+    bool self_calibrated = false;
+    std::vector<int64_t> context_ids;      // what the (first) compression saw
+    std::vector<LayerDiagnostics> layers;  // of the (first) compression
+};
+
+struct CompareResult {
+    std::vector<MethodRun> runs;
+    std::string basis_source;  // file, or "self-calibrated"
+};
+
+CompareResult run_compare(const Session& session, const CompareRequest& req, const JobControl& job = {});
+
+// One object per method with the fields of `varrate compare --json`.
+nlohmann::json to_json(const CompareResult& r, const CompareRequest& req);
+// CSV: method, layer, position, token_id, token_text, salience, rank, exact, rel_error (one row per method,
+// layer, position of the first compression).
+std::string rank_log_csv(const CompareResult& r, const Tokenizer& tokenizer);
+
+struct PplRequest {
+    std::vector<int64_t> ids;   // the whole scored text
+    int64_t prefix_tokens = 0;  // compressed part
+    std::vector<std::string> methods = {"full", "varrate", "flat", "snapkv"};
+    CodecSettings settings;
+};
+
+struct PplRun {
+    std::string method;
+    double ppl = 0, nll = 0;  // over tokens prefix_tokens..end
+    int64_t scored_tokens = 0;
+    double footprint_fraction = 0;
+    bool self_calibrated = false;
+};
+
+// Compresses the first prefix_tokens' cache, then scores the rest with teacher forcing over it (paper A.1).
+std::vector<PplRun> run_perplexity(const Session& session, const PplRequest& req, const JobControl& job = {});
+
+// Containment match: the expected answer (trimmed, case-insensitive) occurs in the response.
+bool answer_matches(const std::string& response, const std::string& expected);
+
+}  // namespace varrate

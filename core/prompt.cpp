@@ -1,0 +1,34 @@
+#include "core/prompt.h"
+
+#include "core/error.h"
+#include "models/chat_template.h"
+#include "models/tokenizer.h"
+
+namespace varrate {
+
+namespace {
+// Never produced by a tokenizer's text; marks where the context ends inside the rendered chat prompt.
+const std::string kSplitMark = "\x01\x02varrate-split\x02\x01";
+}  // namespace
+
+PromptParts build_prompt(const Tokenizer& tokenizer, const std::string& context, const std::string& question,
+                         bool chat) {
+    if (context.empty()) throw Error("the context document is empty");
+    PromptParts parts;
+    if (!chat) {
+        parts.context_ids = tokenizer.encode(context, true);
+        if (!question.empty())
+            parts.question_ids = tokenizer.encode("\n\nQuestion: " + question + "\nAnswer:", false);
+        return parts;
+    }
+    const std::string rendered =
+        render_chat(tokenizer, {{"user", context + kSplitMark + "\n\n" + question}}, true);
+    const size_t at = rendered.find(kSplitMark);
+    if (at == std::string::npos)
+        throw Error("chat template dropped the message content; cannot split the prompt");
+    parts.context_ids = tokenizer.encode(rendered.substr(0, at), false);
+    parts.question_ids = tokenizer.encode(rendered.substr(at + kSplitMark.size()), false);
+    return parts;
+}
+
+}  // namespace varrate

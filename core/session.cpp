@@ -1,0 +1,139 @@
+#include "core/session.h"
+
+#include <cstring>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "models/safetensors.h"
+
+namespace varrate {
+
+namespace {
+
+uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    for (size_t i = 0; i < n; ++i) {
+        h ^= p[i];
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+// Cheap to compute for any size: config, every tensor's name/dtype/shape and its first bytes. Two checkpoints
+// of the same architecture with different weights differ in those bytes.
+std::string compute_fingerprint(const ModelConfig& cfg, const std::filesystem::path& dir) {
+    uint64_t h = 1469598103934665603ull;
+    const std::string c = cfg.to_json().dump();
+    h = fnv1a(h, c.data(), c.size());
+    const SafetensorsArchive archive = SafetensorsArchive::open(dir);
+    for (const std::string& name : archive.names()) {
+        const TensorInfo& info = archive.info(name);
+        h = fnv1a(h, name.data(), name.size());
+        h = fnv1a(h, info.dtype.data(), info.dtype.size());
+        h = fnv1a(h, info.shape.data(), info.shape.size() * sizeof(int64_t));
+        const at::Tensor t = archive.tensor(name);
+        const size_t n = std::min<size_t>(64, static_cast<size_t>(t.numel() * t.element_size()));
+        h = fnv1a(h, t.data_ptr(), n);
+    }
+    return fmt::format("{}-{}x{}-{:016x}", cfg.model_type, cfg.num_layers, cfg.hidden_size, h);
+}
+
+}  // namespace
+
+void check_cancel(const JobControl& job) {
+    if (job.cancel && job.cancel->load()) throw Cancelled();
+}
+
+std::unique_ptr<Session> Session::open(const std::filesystem::path& model_dir, const RuntimeOptions& runtime,
+                                       const std::filesystem::path& basis_file, const JobControl& job) {
+    std::unique_ptr<Session> s(new Session());
+    s->model_dir_ = model_dir;
+    if (job.progress) job.progress("load", 0, 3);
+    s->model_ = LlamaModel::load(model_dir, runtime);
+    check_cancel(job);
+    if (job.progress) job.progress("load", 1, 3);
+    if (!std::filesystem::exists(model_dir / "tokenizer.json"))
+        throw Error(model_dir.string() + ": no tokenizer.json in the model directory");
+    s->tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::load(model_dir));
+    if (job.progress) job.progress("load", 2, 3);
+    s->fingerprint_ = compute_fingerprint(s->model_->config(), model_dir);
+    std::filesystem::path bf = basis_file;
+    if (bf.empty() && std::filesystem::exists(model_dir / "varrate-basis.safetensors"))
+        bf = model_dir / "varrate-basis.safetensors";
+    if (!bf.empty()) {
+        BasisRequirements req;
+        req.model_fingerprint = s->fingerprint_;
+        req.dim = s->joint_dim();
+        s->basis_ = std::make_shared<Basis>(Basis::load(bf, req));
+        s->basis_source_ = bf.string();
+        if (s->basis_->n_layers() != s->model_->config().num_layers)
+            throw Error(fmt::format("{}: basis has {} layers, the model has {}", bf.string(),
+                                    s->basis_->n_layers(), s->model_->config().num_layers));
+    }
+    if (job.progress) job.progress("load", 3, 3);
+    return s;
+}
+
+void Session::set_basis(std::shared_ptr<const Basis> basis, const std::string& source) {
+    basis_ = std::move(basis);
+    basis_source_ = source;
+}
+
+int64_t Session::joint_dim() const {
+    const ModelConfig& c = model_->config();
+    return 2 * c.num_kv_heads * c.head_dim;
+}
+
+void Session::check_basis(const Basis& basis, const CodecSettings& settings, const std::string& where) const {
+    BasisRequirements req;
+    req.model_fingerprint = fingerprint_;
+    req.dim = joint_dim();
+    req.stride = settings.stride;
+    req.anchors = settings.anchors;
+    basis.check(req, where);
+    const int64_t want = std::min(settings.rank, joint_dim());
+    if (basis.info().rank < want)
+        throw Error(
+            fmt::format("{}: basis has {} rows per layer but --rank {} needs {}; lower --rank or recalibrate",
+                        where, basis.info().rank, settings.rank, want));
+}
+
+Basis Session::calibrate(const std::vector<std::vector<int64_t>>& texts, const CodecSettings& settings,
+                         int64_t rank, bool self_calibrated, const JobControl& job) const {
+    if (texts.empty()) throw Error("calibration needs at least one text");
+    BasisCalibrator calibrator(settings, model_->config().num_layers);
+    for (size_t i = 0; i < texts.size(); ++i) {
+        check_cancel(job);
+        if (job.progress)
+            job.progress("calibrate", static_cast<int64_t>(i), static_cast<int64_t>(texts.size()));
+        KVCache cache = model_->new_cache();
+        ForwardOptions fo;
+        fo.cancel = job.cancel;
+        fo.observer_window = settings.obs_window;
+        fo.observer = [&](const LayerCapture& cap) -> std::optional<LayerKV> {
+            calibrator.add(cap);
+            return std::nullopt;
+        };
+        model_->forward(texts[i], cache, fo);
+    }
+    if (job.progress)
+        job.progress("calibrate", static_cast<int64_t>(texts.size()), static_cast<int64_t>(texts.size()));
+    return calibrator.finish(rank, fingerprint_, self_calibrated);
+}
+
+std::shared_ptr<const Basis> Session::basis_for(const std::vector<int64_t>& context_ids,
+                                                const CodecSettings& settings, const JobControl& job) const {
+    if (basis_) {
+        check_basis(*basis_, settings, basis_source_);
+        return basis_;
+    }
+    spdlog::info(
+        "no basis given or found beside the model: calibrating on the context itself (self-calibrated)");
+    return std::make_shared<Basis>(
+        calibrate({context_ids}, settings, std::min(settings.rank, joint_dim()), true, job));
+}
+
+}  // namespace varrate

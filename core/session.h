@@ -1,0 +1,70 @@
+#pragma once
+// The one API the CLI and the desktop app share: a loaded model (+ tokenizer and codec basis) and the long
+// jobs run on it — method comparison, perplexity, basis calibration. Every job takes progress and cancel
+// callbacks and throws varrate::Error (bad input) or varrate::Cancelled; callers catch them once.
+#include <atomic>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "codec/basis.h"
+#include "codec/method.h"
+#include "models/llama_model.h"
+#include "models/tokenizer.h"
+
+namespace varrate {
+
+struct JobControl {
+    ProgressFn progress;                        // (stage, done, total)
+    const std::atomic<bool>* cancel = nullptr;  // raised by the caller; jobs throw Cancelled promptly
+};
+
+class Session {
+  public:
+    // Loads DIR's config, weights and tokenizer. `basis_file` empty: use DIR/varrate-basis.safetensors when
+    // it exists, else calibrate on each context (results are then marked self-calibrated).
+    static std::unique_ptr<Session> open(const std::filesystem::path& model_dir,
+                                         const RuntimeOptions& runtime,
+                                         const std::filesystem::path& basis_file = {},
+                                         const JobControl& job = {});
+
+    const LlamaModel& model() const { return *model_; }
+    const Tokenizer& tokenizer() const { return *tokenizer_; }
+    const std::filesystem::path& model_dir() const { return model_dir_; }
+    // Identity of the weights a basis belongs to (config + tensor names, shapes and leading bytes).
+    const std::string& fingerprint() const { return fingerprint_; }
+    // The basis given or found beside the model; null when every run self-calibrates.
+    std::shared_ptr<const Basis> basis() const { return basis_; }
+    std::string basis_source() const { return basis_source_; }
+    void set_basis(std::shared_ptr<const Basis> basis, const std::string& source);
+
+    // D = 2 * n_kv_head * head_dim.
+    int64_t joint_dim() const;
+    // Checks a basis against this model and the codec settings (stride, anchors, D, rank rows).
+    void check_basis(const Basis& basis, const CodecSettings& settings, const std::string& where) const;
+
+    // Prefills each text (already tokenized) and accumulates anchor residuals of every layer into a basis.
+    Basis calibrate(const std::vector<std::vector<int64_t>>& texts, const CodecSettings& settings,
+                    int64_t rank, bool self_calibrated, const JobControl& job = {}) const;
+
+    // The basis a run with `settings` should use for `context_ids`: the session's (checked), or one
+    // calibrated on the context itself (marked self-calibrated).
+    std::shared_ptr<const Basis> basis_for(const std::vector<int64_t>& context_ids,
+                                           const CodecSettings& settings, const JobControl& job = {}) const;
+
+  private:
+    Session() = default;
+    std::filesystem::path model_dir_;
+    std::unique_ptr<LlamaModel> model_;
+    std::unique_ptr<Tokenizer> tokenizer_;
+    std::string fingerprint_;
+    std::shared_ptr<const Basis> basis_;
+    std::string basis_source_;
+};
+
+// Raises Cancelled when the flag is set (between steps of a job).
+void check_cancel(const JobControl& job);
+
+}  // namespace varrate
