@@ -61,45 +61,39 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& where) : wher
     vocab_.reserve(vocab_it->size());
     int64_t max_id = -1;
     for (auto it = vocab_it->begin(); it != vocab_it->end(); ++it) {
-        if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 ||
-            it.value().get<int64_t>() >= (int64_t{1} << 26))
+        const auto& v = it.value();
+        const int64_t id = v.is_number_integer() ? v.get<int64_t>() : -1;
+        if (id < 0 || id >= (int64_t{1} << 26))
             throw Error(ctx + ": vocab entry '" + it.key() +
                         "' must map to a non-negative integer id below 2^26");
-        const auto id = it.value().get<int64_t>();
-        vocab_[it.key()] = static_cast<int32_t>(id);
+        vocab_.emplace(it.key(), static_cast<int32_t>(id));
         max_id = std::max(max_id, id);
     }
-    id_to_token_.resize(static_cast<size_t>(max_id + 1));
-    has_id_.assign(static_cast<size_t>(max_id + 1), false);
-    for (const auto& [piece, id] : vocab_) {
-        id_to_token_[id] = piece;
-        has_id_[id] = true;
-    }
-
     merges_.reserve(merges_it->size());
-    std::string left, right;
+    std::string left, right, merged;
     int32_t rank = 0;
+    auto merge_ctx = [&] { return ctx + ": merges[" + std::to_string(rank) + "]"; };  // built only on error
     for (const auto& m : *merges_it) {
-        const std::string mctx = ctx + ": merges[" + std::to_string(rank) + "]";
         if (m.is_string()) {
             const auto& s = m.get_ref<const std::string&>();
             const size_t space = s.find(' ');
             if (space == std::string::npos || space == 0 || space + 1 >= s.size())
-                throw Error(mctx + " '" + s + "' must be two pieces separated by one space");
+                throw Error(merge_ctx() + " '" + s + "' must be two pieces separated by one space");
             left.assign(s, 0, space);
             right.assign(s, space + 1, std::string::npos);
         } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
-            left = m[0].get<std::string>();
-            right = m[1].get<std::string>();
+            left = m[0].get_ref<const std::string&>();
+            right = m[1].get_ref<const std::string&>();
         } else {
-            throw Error(mctx + " must be a \"left right\" string or a [\"left\", \"right\"] array, got " +
-                        m.dump());
+            throw Error(merge_ctx() +
+                        " must be a \"left right\" string or a [\"left\", \"right\"] array, got " + m.dump());
         }
-        const auto a = vocab_.find(left), b = vocab_.find(right), c = vocab_.find(left + right);
-        if (a == vocab_.end()) throw Error(mctx + ": piece '" + left + "' is not in the vocab");
-        if (b == vocab_.end()) throw Error(mctx + ": piece '" + right + "' is not in the vocab");
+        merged.assign(left).append(right);
+        const auto a = vocab_.find(left), b = vocab_.find(right), c = vocab_.find(merged);
+        if (a == vocab_.end()) throw Error(merge_ctx() + ": piece '" + left + "' is not in the vocab");
+        if (b == vocab_.end()) throw Error(merge_ctx() + ": piece '" + right + "' is not in the vocab");
         if (c == vocab_.end())
-            throw Error(mctx + ": merged piece '" + left + right + "' is not in the vocab");
+            throw Error(merge_ctx() + ": merged piece '" + merged + "' is not in the vocab");
         merges_[pair_key(a->second, b->second)] = Merge{rank, c->second};  // a later duplicate wins
         ++rank;
     }
