@@ -69,6 +69,13 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& where) : wher
         vocab_.emplace(it.key(), static_cast<int32_t>(id));
         max_id = std::max(max_id, id);
     }
+    id_to_token_.resize(static_cast<size_t>(max_id + 1));
+    has_id_.assign(static_cast<size_t>(max_id + 1), false);
+    for (const auto& [piece, id] : vocab_) {
+        id_to_token_[id] = piece;
+        has_id_[id] = true;
+    }
+
     merges_.reserve(merges_it->size());
     std::string left, right, merged;
     int32_t rank = 0;
