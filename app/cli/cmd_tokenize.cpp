@@ -24,7 +24,8 @@ struct TokenizeOptions {
 };
 
 // Non-UTF-8 bytes cannot come from the tokenizer, but a dump must never throw on output.
-std::string dump_line(const nlohmann::json& j) {
+// Ordered, so the fields print as text, ids, tokens.
+std::string dump_line(const nlohmann::ordered_json& j) {
     return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
@@ -36,7 +37,7 @@ int run_tokenize(const TokenizeOptions& opt) {
 
     if (has_text) {
         const auto ids = tok.encode(opt.text, add_special);
-        nlohmann::json tokens = nlohmann::json::array();
+        nlohmann::ordered_json tokens = nlohmann::ordered_json::array();
         for (int64_t id : ids) tokens.push_back(tok.token_string(id));
         std::cout << dump_line({{"text", opt.text}, {"ids", ids}, {"tokens", tokens}}) << "\n";
         return 0;
