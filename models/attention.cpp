@@ -11,9 +11,6 @@ namespace varrate {
 
 namespace {
 
-// Upper bound for one block's fp32 scores [n_kv_head, rows, T]; the chunk size bounds it too.
-constexpr int64_t kScoreBudgetBytes = int64_t(256) << 20;
-
 // mask: [rows, T] bool, true where the query may attend; undefined when every key is visible.
 at::Tensor attend_block(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                         const at::Tensor& mask) {
@@ -33,22 +30,26 @@ at::Tensor attend_block(const at::Tensor& q, const at::Tensor& k, const at::Tens
 
 }  // namespace
 
-at::Tensor gqa_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                int64_t n_new) {
+at::Tensor gqa_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t n_new,
+                                int64_t sliding_window, int64_t score_budget_bytes) {
     const int64_t n_kv = q.size(0), n_rows = q.size(1), n_keys = k.size(1);
     const int64_t prior = n_keys - n_new;  // cache entries every new token sees
     const int64_t block_rows =
-        std::clamp<int64_t>(kScoreBudgetBytes / std::max<int64_t>(1, n_kv * n_keys * 4), 1, n_rows);
+        std::clamp<int64_t>(score_budget_bytes / std::max<int64_t>(1, n_kv * n_keys * 4), 1, n_rows);
+    const bool windowed = sliding_window > 0 && n_keys > sliding_window;
     const at::Tensor key_index =
-        n_new > 1 ? at::arange(n_keys, q.options().dtype(at::kLong)) : at::Tensor();  // [T]
+        n_new > 1 || windowed ? at::arange(n_keys, q.options().dtype(at::kLong)) : at::Tensor();  // [T]
 
     auto block = [&](int64_t r0, int64_t rows) {
         at::Tensor mask;
-        if (n_new > 1) {
+        if (key_index.defined()) {
             // Row r is new token r % n_new at cache index prior + r % n_new.
-            const at::Tensor query_index =
-                at::arange(r0, r0 + rows, q.options().dtype(at::kLong)).remainder(n_new).add_(prior);
-            mask = key_index.unsqueeze(0) <= query_index.unsqueeze(1);  // [rows, T]
+            const at::Tensor query_index = at::arange(r0, r0 + rows, q.options().dtype(at::kLong))
+                                               .remainder(n_new)
+                                               .add_(prior)
+                                               .unsqueeze(1);
+            mask = key_index.unsqueeze(0) <= query_index;  // [rows, T]
+            if (windowed) mask.logical_and_(key_index.unsqueeze(0) > query_index - sliding_window);
         }
         return attend_block(q.narrow(1, r0, rows), k, v, mask);
     };

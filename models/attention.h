@@ -11,7 +11,13 @@ namespace varrate {
 // q: [n_kv_head, group*n_new, head_dim], rows ordered (g, i) = query head kv*group+g, new token i.
 // k, v: [n_kv_head, T, head_dim]: the cache, whose last n_new entries are the new tokens (new token i sees
 // cache entries 0..T-n_new+i). Returns [n_kv_head, group*n_new, head_dim] in q's dtype.
-// The fp32 score tensor is bounded (blocks of query rows), so long contexts do not allocate T x T.
-at::Tensor gqa_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t n_new);
+// sliding_window > 0 limits each query to its last sliding_window cache entries (Mistral), counted in cache
+// entries, which are positions as long as nothing was evicted.
+// The fp32 scores of one block of query rows stay under score_budget_bytes, so long contexts never allocate
+// a T x T score tensor for all heads.
+constexpr int64_t kDefaultScoreBudgetBytes = int64_t(256) << 20;
+at::Tensor gqa_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t n_new,
+                                int64_t sliding_window = 0,
+                                int64_t score_budget_bytes = kDefaultScoreBudgetBytes);
 
 }  // namespace varrate

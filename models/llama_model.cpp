@@ -229,6 +229,7 @@ at::Tensor LlamaModel::forward(const std::vector<int64_t>& ids, KVCache& cache,
     const int64_t n_head = c.num_heads, n_kv = c.num_kv_heads, hd = c.head_dim, group = n_head / n_kv;
     const int64_t q_dim = n_head * hd, kv_dim = n_kv * hd, inter = c.intermediate_size;
     const int64_t start = cache.next_position();
+    const int64_t window = c.sliding_window.value_or(0);
     const auto dev = at::TensorOptions().device(options_.device);
 
     const int64_t w_obs = opt.observer ? std::max<int64_t>(1, opt.observer_window) : 0;
@@ -288,8 +289,9 @@ at::Tensor LlamaModel::forward(const std::vector<int64_t>& ids, KVCache& cache,
                 cache.append(l, apply_rope(k, cos, sin), v);
                 if (opt.observer) observed.keys_pre_rope[l].narrow(1, start + b, m).copy_(k);
 
-                const at::Tensor attn = gqa_causal_attention(q_rot.view({n_kv, group * m, hd}), cache.keys(l),
-                                                             cache.values(l), m);  // [n_kv, group m, hd]
+                const at::Tensor attn =
+                    gqa_causal_attention(q_rot.view({n_kv, group * m, hd}), cache.keys(l), cache.values(l), m,
+                                         window);  // [n_kv, group m, hd]
                 const at::Tensor attn_rows =
                     attn.reshape({n_head, m, hd}).transpose(0, 1).reshape({m, q_dim});
 
