@@ -2,6 +2,8 @@
 
 #include <chrono>
 #include <fstream>
+#include <random>
+#include <thread>
 
 #include "core/error.h"
 #include "core/file_io.h"
@@ -28,6 +30,9 @@ namespace {
 
 std::string show(const std::vector<int64_t>& ids) {
     return json(ids).dump();
+}
+QString q(const std::string& s) {
+    return QString::fromStdString(s);
 }
 
 struct VectorResult {
@@ -87,6 +92,26 @@ void expect_vectors(const std::filesystem::path& tokenizer, const std::filesyste
     QCOMPARE(r.encode_plain_ok, r.rows);
     QCOMPARE(r.tokens_ok, r.rows);
     QCOMPARE(r.decode_ok, r.rows);
+}
+
+// Random text from a pool of characters that no normaliser changes (no combining marks, no "▁", no ">", so no
+// special-token literal can appear): ASCII, accented Latin, Greek, Cyrillic, CJK, Hangul, emoji, whitespace
+// variety and control characters.
+std::vector<std::string> random_texts(int count, unsigned seed) {
+    static const char* const pool[] = {"a",    "b",  "e",   "s",  "t",         "T",      "'",      "0",
+                                       "7",    "12", " ",   "  ", "\t",        "\n",     "\r\n",   ".",
+                                       ",",    "!",  "<",   "{",  "é",         "ß",      "Ω",      "ж",
+                                       "中",   "文", "한",  "😀",  "👍🏽",  "\u00a0", "\u3000", "\u200b",
+                                       "\x01", "'S", "'ll", "€",  "\U0001F1EB"};
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<size_t> pick(0, std::size(pool) - 1), len(0, 40);
+    std::vector<std::string> out;
+    for (int i = 0; i < count; ++i) {
+        std::string t;
+        for (size_t n = len(rng); n > 0; --n) t += pool[pick(rng)];
+        out.push_back(t);
+    }
+    return out;
 }
 
 void write(const std::filesystem::path& p, const std::string& text) {
@@ -233,6 +258,53 @@ class TestTokenizer : public QObject {
         QVERIFY(!tok.is_special(151667));  // <think> is added but not special
         QCOMPARE(show(tok.encode("hi", true)), show(tok.encode("hi", false)));
         QCOMPARE(QString::fromStdString(tok.decode({151644, 151667, 151645}, true)), QString("<think>"));
+    }
+
+    // decode(encode(text)) gives the text back for every tokenizer (byte-level and byte_fallback are
+    // lossless), and add_special_tokens only adds the BOS.
+    void round_trip_random_text_data() {
+        QTest::addColumn<QString>("rel");
+        QTest::newRow("llama3") << "tokenizers/llama3";
+        QTest::newRow("qwen3") << "tokenizers/qwen3";
+        QTest::newRow("mistral-like") << "tokenizers/mistral-like-32k";
+        QTest::newRow("stories260k") << "stories260k";
+    }
+    void round_trip_random_text() {
+        QFETCH(QString, rel);
+        VARRATE_REQUIRE_FIXTURE(dir, rel.toStdString());
+        const Tokenizer tok = Tokenizer::load(dir);
+        std::vector<int64_t> prefix;
+        if (auto bos = tok.bos_id(); bos && rel != "tokenizers/qwen3") prefix.push_back(*bos);
+        int checked = 0;
+        for (const std::string& text : random_texts(300, 1234)) {
+            const auto ids = tok.encode(text, false);
+            QCOMPARE(q(tok.decode(ids)), q(text));
+            auto with_bos = prefix;
+            with_bos.insert(with_bos.end(), ids.begin(), ids.end());
+            QCOMPARE(show(tok.encode(text, true)), show(with_bos));
+            ++checked;
+        }
+        QCOMPARE(checked, 300);
+    }
+
+    // encode is const and keeps no state, so threads may share one tokenizer.
+    void concurrent_encode() {
+        VARRATE_REQUIRE_FIXTURE(dir, "tokenizers/qwen3");
+        const Tokenizer tok = Tokenizer::load(dir);
+        const auto texts = random_texts(200, 99);
+        std::vector<std::vector<int64_t>> expected;
+        for (const auto& t : texts) expected.push_back(tok.encode(t));
+        std::vector<int> mismatches(4, 0);
+        std::vector<std::thread> threads;
+        for (int k = 0; k < 4; ++k) {
+            threads.emplace_back([&, k] {
+                for (int rep = 0; rep < 5; ++rep)
+                    for (size_t i = 0; i < texts.size(); ++i)
+                        mismatches[k] += tok.encode(texts[i]) != expected[i];
+            });
+        }
+        for (auto& t : threads) t.join();
+        QCOMPARE(mismatches, std::vector<int>(4, 0));
     }
 
     void byte_level_unit() {
