@@ -55,6 +55,9 @@ const at::Tensor& VarRateMethod::basis_on(int64_t layer, int64_t rank, const at:
 LayerResult VarRateMethod::compress(const LayerCapture& capture) {
     auto t = Clock::now();
     const CaptureShape shape = check_capture(capture, name(), /*needs_pre_rope=*/true);
+    // Settings errors first (they name the smallest feasible kappa), before any work.
+    plan_codec_budget(settings_, shape.n_tokens, 2 * shape.n_kv_head * shape.head_dim,
+                      element_size(capture.keys.scalar_type()), name());
     if (allocation_ == RankAllocation::Uniform) {
         // Flat: a constant signal, which the shared path turns into exactly uniform ranks.
         return compress_with_salience(capture,

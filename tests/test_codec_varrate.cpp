@@ -1,0 +1,281 @@
+#include "tests/test_support.h"
+
+#include <cmath>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <fmt/format.h>
+
+#include "codec/anchors.h"
+#include "codec/footprint.h"
+#include "codec/registry.h"
+#include "codec/synthetic.h"
+#include "codec/varrate_method.h"
+#include "core/error.h"
+
+using namespace varrate;
+
+namespace {
+
+SyntheticShape small_shape(int64_t n_tokens = 512) {
+    SyntheticShape s;
+    s.n_kv_head = 2;
+    s.n_head = 4;
+    s.head_dim = 16;  // D = 64
+    s.n_tokens = n_tokens;
+    return s;
+}
+
+CodecSettings small_settings(double kappa = 0.3) {
+    CodecSettings s;
+    s.budget = kappa;
+    s.r_min = 4;
+    s.rank = 64;
+    s.precise_timing = false;
+    return s;
+}
+
+std::string error_of(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "";
+}
+
+// The smallest feasible kappa, computed independently of the codec: exact tokens at D scalars, coded
+// tokens at r_min, plus c int16 indices per coded token (charged), over L*D scalars, rounded up to 1e-4.
+double expected_min_kappa(int64_t L, int64_t D, int64_t stride, int64_t window, int64_t c, int64_t r_min,
+                          int64_t elem) {
+    int64_t n_exact = 0;
+    for (int64_t t = 0; t < L; ++t) n_exact += (t % stride == 0 || t >= L - window) ? 1 : 0;
+    const int64_t n_coded = L - n_exact;
+    const int64_t index_scalars = (n_coded * c * 2 + elem - 1) / elem;
+    const int64_t need = n_exact * D + r_min * n_coded + index_scalars;
+    return std::ceil(static_cast<double>(need) / static_cast<double>(L * D) * 1e4) / 1e4;
+}
+
+}  // namespace
+
+class TestCodecVarRate : public QObject {
+    Q_OBJECT
+  private Q_SLOTS:
+    void initTestCase() { at::set_num_threads(2); }
+
+    void ranksSumToBudgetWithinBounds() {
+        auto basis = random_basis(3, 64, 64, 16, 4, 1);
+        for (double kappa : {0.3, 0.4, 0.6, 0.8}) {
+            auto m = make_method("varrate", small_settings(kappa), basis);
+            for (int64_t layer = 0; layer < 3; ++layer) {
+                LayerResult r = m->compress(synthetic_capture(small_shape(), 100 + layer, layer));
+                const LayerDiagnostics& d = r.diagnostics;
+                QCOMPARE(d.sum_ranks, d.budget_B);
+                const at::Tensor coded_ranks = d.rank.masked_select(d.exact.logical_not());
+                QCOMPARE(coded_ranks.numel(), d.n_coded);
+                QCOMPARE(coded_ranks.sum().item<int64_t>(), d.budget_B);
+                QVERIFY(d.min_rank >= 4 && coded_ranks.min().item<int64_t>() >= 4);
+                QVERIFY(d.max_rank <= 64);
+                QVERIFY(at::equal(d.rank.masked_select(d.exact),
+                                  at::full({d.n_exact}, int64_t{64}, d.rank.options())));
+                QCOMPARE(d.n_exact + d.n_coded, int64_t{512});
+                QVERIFY(r.kv.keys.sizes().vec() == std::vector<int64_t>({2, 512, 16}));
+            }
+        }
+    }
+
+    void constantSalienceIsBitIdenticalToFlat() {
+        auto basis = random_basis(1, 64, 64, 16, 4, 2);
+        for (auto dtype : {at::kFloat, at::kBFloat16}) {
+            const LayerCapture cap = synthetic_capture(small_shape(), 5, 0, dtype);
+            VarRateMethod varrate(small_settings(0.3), basis, RankAllocation::Salience);
+            auto flat = make_method("flat", small_settings(0.3), basis);
+            LayerResult a = varrate.compress_with_salience(cap, at::full({512}, 0.37f));
+            LayerResult b = flat->compress(cap);
+            QVERIFY(at::equal(a.kv.keys, b.kv.keys));
+            QVERIFY(at::equal(a.kv.values, b.kv.values));
+            QVERIFY(at::equal(a.diagnostics.rank, b.diagnostics.rank));
+            QVERIFY(b.diagnostics.max_rank - b.diagnostics.min_rank <= 1);
+            // And real salience does change the allocation.
+            LayerResult c = varrate.compress(cap);
+            QVERIFY(!at::equal(c.diagnostics.rank, b.diagnostics.rank));
+            QCOMPARE(c.diagnostics.sum_ranks, b.diagnostics.sum_ranks);
+        }
+    }
+
+    void exactTokensAreBitIdentical() {
+        auto basis = random_basis(1, 64, 64, 16, 4, 3);
+        for (auto dtype : {at::kFloat, at::kBFloat16}) {
+            const LayerCapture cap = synthetic_capture(small_shape(300), 9, 0, dtype);
+            LayerResult r = make_method("varrate", small_settings(0.45), basis)->compress(cap);
+            QCOMPARE(r.kv.keys.scalar_type(), dtype);
+            const at::Tensor exact = make_anchor_layout(300, 16, 64).exact_pos;
+            QVERIFY(at::equal(r.kv.keys.index_select(1, exact), cap.keys.index_select(1, exact)));
+            QVERIFY(at::equal(r.kv.values.index_select(1, exact), cap.values.index_select(1, exact)));
+            QVERIFY(at::equal(r.diagnostics.exact, make_anchor_layout(300, 16, 64).exact_mask));
+            // Coded tokens did change.
+            const at::Tensor coded = make_anchor_layout(300, 16, 64).coded_pos;
+            QVERIFY(!at::equal(r.kv.values.index_select(1, coded), cap.values.index_select(1, coded)));
+        }
+    }
+
+    void largerBudgetNeverIncreasesError() {
+        auto basis = random_basis(1, 64, 64, 16, 4, 4);
+        const LayerCapture cap = synthetic_capture(small_shape(), 21);
+        for (const char* name : {"varrate", "flat"}) {
+            double previous = 1e9;
+            for (double kappa : {0.3, 0.4, 0.5, 0.6, 0.8, 0.95}) {
+                const double err =
+                    make_method(name, small_settings(kappa), basis)->compress(cap).diagnostics.mean_rel_error;
+                QVERIFY2(
+                    err <= previous + 1e-7,
+                    qPrintable(QString("%1 kappa %2: %3 > %4").arg(name).arg(kappa).arg(err).arg(previous)));
+                previous = err;
+            }
+        }
+    }
+
+    void fullRankReconstructsAndReRotates() {
+        // kappa = 1 with indices outside B and R = D: every coded token at full rank.
+        auto basis = random_basis(1, 64, 64, 16, 4, 5);
+        CodecSettings s = small_settings(1.0);
+        s.paper_accounting = true;
+        const LayerCapture cap = synthetic_capture(small_shape(), 31);
+        LayerResult r = make_method("varrate", s, basis)->compress(cap);
+        QCOMPARE(r.diagnostics.min_rank, int64_t{64});
+        QVERIFY(r.diagnostics.mean_rel_error < 1e-5);
+        QVERIFY(at::allclose(r.kv.values, cap.values, 1e-5, 1e-5));
+        // Reconstructed pre-RoPE keys, re-rotated with the capture's tables, match the input post-RoPE keys.
+        QVERIFY(at::allclose(r.kv.keys, cap.keys, 1e-5, 1e-5));
+        QVERIFY(at::equal(r.kv.keys.index_select(1, make_anchor_layout(512, 16, 64).exact_pos),
+                          cap.keys.index_select(1, make_anchor_layout(512, 16, 64).exact_pos)));
+        // Re-rotation is not a no-op: the pre-RoPE keys differ from the post-RoPE ones away from position 0.
+        QVERIFY(!at::allclose(cap.keys_pre_rope, cap.keys, 1e-3, 1e-3));
+    }
+
+    void anchorSearchMatchesBruteForce() {
+        const LayerCapture cap = synthetic_capture(small_shape(200), 41);
+        const at::Tensor z = joint_vectors(cap.keys_pre_rope, cap.values);
+        const AnchorLayout layout = make_anchor_layout(200, 16, 64);
+        const AnchorResiduals res = anchor_residuals(z, layout, 4, /*chunk=*/7);
+        const at::Tensor zd = z.to(at::kDouble), anchors = zd.index_select(0, layout.anchor_pos);
+        for (int64_t i = 0; i < layout.n_coded(); ++i) {
+            const at::Tensor zt = zd[layout.coded_pos[i].item<int64_t>()];
+            const at::Tensor dist = (anchors - zt).pow(2).sum(1);
+            const at::Tensor best = std::get<1>(at::sort(dist, true, 0, false)).narrow(0, 0, 4);
+            QVERIFY(at::equal(res.nearest[i], best));
+            const at::Tensor mean = anchors.index_select(0, best).mean(0);
+            QVERIFY(at::allclose(res.mean[i].to(at::kDouble), mean, 1e-5, 1e-5));
+            QVERIFY(at::allclose(res.residual[i].to(at::kDouble), zt - mean, 1e-5, 1e-5));
+        }
+    }
+
+    void infeasibleSettingsNameTheSmallestKappa() {
+        auto basis = random_basis(1, 64, 64, 16, 4, 6);
+        const LayerCapture cap = synthetic_capture(small_shape(512), 51);
+        const std::string want = fmt::format("{:.4f}", expected_min_kappa(512, 64, 16, 64, 4, 4, 4));
+        for (double kappa : {0.05, 0.0, 1.5}) {
+            const std::string msg =
+                error_of([&] { make_method("varrate", small_settings(kappa), basis)->compress(cap); });
+            QVERIFY2(msg.find("smallest feasible kappa") != std::string::npos, msg.c_str());
+            QVERIFY2(msg.find(want) != std::string::npos, (msg + " / expected " + want).c_str());
+        }
+        // The smallest feasible kappa itself works, and its budget sits at the floor or just above.
+        CodecSettings ok = small_settings(std::stod(want));
+        QVERIFY(make_method("flat", ok, basis)->compress(cap).diagnostics.min_rank >= 4);
+        // Too short for anchors + window.
+        const std::string shortmsg = error_of([&] {
+            make_method("varrate", small_settings(0.5), basis)
+                ->compress(synthetic_capture(small_shape(60), 1));
+        });
+        QVERIFY2(shortmsg.find("too short") != std::string::npos, shortmsg.c_str());
+        // A basis with fewer rows than R.
+        auto thin = random_basis(1, 64, 32, 16, 4, 7);
+        const std::string thinmsg =
+            error_of([&] { make_method("varrate", small_settings(0.3), thin)->compress(cap); });
+        QVERIFY2(thinmsg.find("32 rows") != std::string::npos, thinmsg.c_str());
+        // R above D is clamped, not an error.
+        CodecSettings wide = small_settings(0.3);
+        wide.rank = 4096;
+        QCOMPARE(make_method("varrate", wide, basis)->compress(cap).diagnostics.max_rank <= 64, true);
+    }
+
+    void footprintMatchesKappa() {
+        struct Case {
+            int64_t n_kv, hd, L;
+        };
+        for (const Case& c : {Case{2, 16, 1200}, Case{4, 128, 1024}}) {  // D = 64 and D = 1024
+            SyntheticShape shape;
+            shape.n_kv_head = c.n_kv;
+            shape.n_head = 2 * c.n_kv;
+            shape.head_dim = c.hd;
+            shape.n_tokens = c.L;
+            const int64_t D = 2 * c.n_kv * c.hd;
+            auto basis = random_basis(1, D, std::min<int64_t>(D, 512), 16, 4, 8);
+            for (auto dtype : {at::kFloat, at::kBFloat16}) {
+                const LayerCapture cap = synthetic_capture(shape, 61, 0, dtype);
+                for (double kappa : {D == 64 ? 0.3 : 0.25, 0.4}) {
+                    for (const char* name : {"varrate", "flat"}) {
+                        CodecSettings s = small_settings(kappa);
+                        s.rank = 512;
+                        s.r_min = 4;
+                        const LayerDiagnostics d = make_method(name, s, basis)->compress(cap).diagnostics;
+                        QVERIFY2(std::abs(d.footprint - kappa) < 1e-3 && d.footprint <= kappa + 1e-12,
+                                 qPrintable(QString("%1 D=%2 kappa %3: %4")
+                                                .arg(name)
+                                                .arg(D)
+                                                .arg(kappa)
+                                                .arg(d.footprint)));
+                        QCOMPARE(d.full_bytes, c.L * D * (dtype == at::kFloat ? 4 : 2));
+                        QCOMPARE(d.index_bytes, int64_t{2});
+                        QCOMPARE(d.stored_bytes,
+                                 (d.n_exact * D + d.sum_ranks) * (dtype == at::kFloat ? 4 : 2) +
+                                     d.n_coded * 4 * 2);
+                        s.paper_accounting = true;  // indices outside B: slightly above kappa
+                        const LayerDiagnostics p = make_method(name, s, basis)->compress(cap).diagnostics;
+                        const double index_share = static_cast<double>(p.n_coded * 4 * 2) / p.full_bytes;
+                        QVERIFY(p.footprint > kappa);
+                        QVERIFY(std::abs(p.footprint - (kappa + index_share)) < 1e-3);
+                    }
+                }
+            }
+        }
+        CodecSettings s;
+        s.stride = 2;
+        s.budget = 0.8;
+        s.window = 0;
+        QCOMPARE(plan_codec_budget(s, 70000, 64, 2).index_bytes, int64_t{4});  // >= 32768 anchors: int32
+    }
+
+    void registryAndJson() {
+        QVERIFY(method_names() == (std::vector<std::string>{"full", "varrate", "flat", "snapkv"}));
+        QVERIFY(method_needs_basis("varrate") && method_needs_basis("flat"));
+        QVERIFY(!method_needs_basis("full") && !method_needs_basis("snapkv"));
+        QVERIFY(error_of([] { make_method("nope", CodecSettings{}); }).find("full, varrate, flat, snapkv") !=
+                std::string::npos);
+        QVERIFY(error_of([] { make_method("varrate", CodecSettings{}); }).find("basis") != std::string::npos);
+
+        const LayerCapture cap = synthetic_capture(small_shape(), 71);
+        LayerResult full = make_method("full", CodecSettings{})->compress(cap);
+        QVERIFY(at::equal(full.kv.keys, cap.keys) && at::equal(full.kv.values, cap.values));
+        QCOMPARE(full.diagnostics.footprint, 1.0);
+
+        auto basis = random_basis(1, 64, 64, 16, 4, 9);
+        LayerResult r = make_method("varrate", small_settings(0.3), basis)->compress(cap);
+        const nlohmann::json j = to_json(r.diagnostics, true);
+        for (const char* k :
+             {"layer", "budget_B", "sum_ranks", "n_exact", "n_coded", "min_rank", "max_rank", "mean_rank",
+              "floor_share", "mean_rel_error", "stored_bytes", "full_bytes", "timing_ms"})
+            QVERIFY2(j.contains(k), k);
+        QCOMPARE(j["sum_ranks"].get<int64_t>(), r.diagnostics.budget_B);
+        for (const char* k : {"anchor_search", "salience", "water_filling", "projection", "reconstruction"})
+            QVERIFY2(j["timing_ms"].contains(k), k);
+        QCOMPARE(j["rank"].size(), size_t{512});
+        QVERIFY(r.diagnostics.salience.defined() && r.diagnostics.salience.size(0) == 512);
+        const double mean_err = r.diagnostics.rel_error.mean().item<double>();
+        QVERIFY(std::abs(mean_err - r.diagnostics.mean_rel_error) < 1e-6);
+    }
+};
+
+QTEST_APPLESS_MAIN(TestCodecVarRate)
+#include "test_codec_varrate.moc"
