@@ -291,10 +291,17 @@ DemoDocument make_document(uint64_t seed, int64_t target_tokens, int n_distracto
         tokens += demo_token_count(filler.back());
     }
     // Slots are the boundaries between filler sentences: 0 = before the first, filler.size() = after the
-    // last.
+    // last. The target's slot is the one whose share of the filler tokens before it is closest to
+    // depth_percent.
     const size_t n_slots = filler.size() + 1;
-    const auto target_slot =
-        static_cast<size_t>(std::llround(depth_percent / 100.0 * static_cast<double>(n_slots - 1)));
+    std::vector<int64_t> before(n_slots, 0);
+    for (size_t i = 0; i < filler.size(); ++i) before[i + 1] = before[i] + demo_token_count(filler[i]) + 1;
+    const double wanted = depth_percent / 100.0 * static_cast<double>(before.back());
+    size_t target_slot = 0;
+    for (size_t i = 1; i < n_slots; ++i)
+        if (std::abs(static_cast<double>(before[i]) - wanted) <
+            std::abs(static_cast<double>(before[target_slot]) - wanted))
+            target_slot = i;
     std::vector<std::vector<const Needle*>> at_slot(n_slots);
     for (const auto& d : doc.distractors) at_slot[gen.below(n_slots)].push_back(&d);
     // The target goes first in its slot when at depth 0, last otherwise, so that 0 and 100 are the extremes.
@@ -321,6 +328,30 @@ DemoDocument make_document(uint64_t seed, int64_t target_tokens, int n_distracto
     doc.answer = doc.needle.sentence();
     doc.n_tokens = demo_token_count(doc.text);
     return doc;
+}
+
+TrainedTokenizer train_demo_tokenizer(uint64_t seed, int n_documents) {
+    std::vector<std::string> texts;
+    // Every vocabulary word on its own, with its leading space: each becomes one piece of the training text.
+    for (const auto* list :
+         {&DemoTextGenerator::lexicon(), &DemoTextGenerator::keys(), &DemoTextGenerator::template_words()})
+        for (const auto& w : *list) texts.push_back(" " + w);
+    for (const auto& w : DemoTextGenerator::line_start_words()) texts.push_back(w);
+    for (char d = '0'; d <= '9'; ++d) {
+        texts.push_back(std::string(1, d));
+        texts.push_back(std::string(" ") + d);
+    }
+    // Real documents give the pieces their corpus frequencies (and the punctuation and line breaks).
+    DemoTextGenerator gen(seed);
+    for (int i = 0; i < n_documents; ++i) {
+        const int64_t length = 64 + static_cast<int64_t>(gen.below(512));
+        const DemoDocument doc = make_document(gen.rng()(), length, static_cast<int>(gen.below(4)),
+                                               static_cast<double>(gen.below(101)));
+        texts.push_back(doc.prompt() + doc.answer);
+    }
+    BpeTrainerOptions options;
+    options.model_max_length = 8192;
+    return train_byte_level_bpe(texts, options);
 }
 
 }  // namespace varrate

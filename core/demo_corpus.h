@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "models/bpe_trainer.h"
+
 namespace varrate {
 
 struct Needle {
@@ -64,5 +66,10 @@ DemoDocument make_document(uint64_t seed, int64_t target_tokens, int n_distracto
 // space, one punctuation character, a run of whitespace). With the demo tokenizer each piece of corpus text
 // is one token, so this is the token count of corpus text (without BOS).
 int64_t demo_token_count(const std::string& text);
+
+// The demo model's tokenizer: byte-level BPE trained on `n_documents` corpus documents (prompt + answer) plus
+// every lexicon word, key, template word and digit, so that each of them (with its leading space, and the
+// capitalised line-start words also without) is one token. Deterministic per seed.
+TrainedTokenizer train_demo_tokenizer(uint64_t seed = 20240601, int n_documents = 64);
 
 }  // namespace varrate
