@@ -22,5 +22,6 @@ Command add_bench(CLI::App& root);
 Command add_compare(CLI::App& root);
 Command add_ppl(CLI::App& root);
 Command add_calibrate(CLI::App& root);
+Command add_niah(CLI::App& root);
 
 }  // namespace varrate::cli

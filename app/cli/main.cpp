@@ -20,7 +20,7 @@ int main(int argc, char** argv) {
 
     std::vector<cli::Command> commands = {cli::add_generate(app), cli::add_tokenize(app),
                                           cli::add_inspect(app), cli::add_make_model(app),
-                                          cli::add_bench(app)};
+                                          cli::add_bench(app), cli::add_niah(app)};
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {

@@ -1,0 +1,265 @@
+// varrate niah: a resumable needle-in-a-haystack sweep over methods x context lengths x depths x samples,
+// with one JSON record per cell, an accuracy summary (JSON, CSV) and a heatmap.
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "app/cli/cli_common.h"
+#include "app/cli/commands.h"
+#include "app/cli/niah_heatmap.h"
+#include "codec/registry.h"
+#include "core/error.h"
+#include "core/file_io.h"
+#include "core/niah.h"
+
+namespace varrate::cli {
+
+namespace {
+
+std::atomic<bool> g_interrupted{false};
+
+extern "C" void on_sigint(int) {
+    g_interrupted.store(true);  // lock-free: safe in a signal handler
+}
+
+// Ctrl-C raises the cancel flag once (the sweep stops after the current step, finished records stay); the
+// handler resets itself, so a second Ctrl-C ends the process at once.
+class SigintGuard {
+  public:
+    SigintGuard() {
+        g_interrupted.store(false);
+        struct sigaction sa {};
+        sa.sa_handler = on_sigint;
+        sigemptyset(&sa.sa_mask);
+        sa.sa_flags = SA_RESETHAND;
+        sigaction(SIGINT, &sa, &old_);
+    }
+    ~SigintGuard() { sigaction(SIGINT, &old_, nullptr); }
+    SigintGuard(const SigintGuard&) = delete;
+    SigintGuard& operator=(const SigintGuard&) = delete;
+
+  private:
+    struct sigaction old_ {};
+};
+
+std::vector<std::string> split_list(const std::string& text) {
+    std::vector<std::string> out;
+    std::stringstream ss(text);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+        const auto b = item.find_first_not_of(" \t");
+        const auto e = item.find_last_not_of(" \t");
+        if (b != std::string::npos) out.push_back(item.substr(b, e - b + 1));
+    }
+    return out;
+}
+
+std::vector<double> parse_depths(const std::string& text) {
+    std::vector<double> out;
+    for (const std::string& item : split_list(text)) {
+        size_t used = 0;
+        double v = -1;
+        try {
+            v = std::stod(item, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        if (used != item.size() || !(v >= 0 && v <= 100))
+            throw Error("--depths: '" + item + "' is not a percent between 0 and 100");
+        out.push_back(v);
+    }
+    if (out.empty()) throw Error("--depths: no depth given");
+    return out;
+}
+
+std::string format_duration(double s) {
+    if (s < 0) return "?";
+    const long long t = static_cast<long long>(s + 0.5);
+    if (t >= 3600) return fmt::format("{}h{:02}m", t / 3600, (t / 60) % 60);
+    if (t >= 60) return fmt::format("{}m{:02}s", t / 60, t % 60);
+    return fmt::format("{}s", t);
+}
+
+// One line on stderr rewritten in place when it is a terminal; otherwise a log line per document.
+NiahProgressFn progress_printer() {
+    const bool tty = isatty(fileno(stderr));
+    auto last = std::make_shared<std::chrono::steady_clock::time_point>();
+    auto last_done = std::make_shared<int64_t>(-1);
+    return [tty, last, last_done](const NiahProgress& p) {
+        const std::string head = fmt::format("niah {}/{} records ({} reused)", p.done, p.total, p.skipped);
+        const std::string eta =
+            fmt::format("{} elapsed, ETA {}", format_duration(p.elapsed_s), format_duration(p.eta_s));
+        if (!tty) {
+            if (p.done != *last_done && p.stage.empty()) spdlog::info("{} | {}", head, eta);
+            *last_done = p.done;
+            return;
+        }
+        const auto now = std::chrono::steady_clock::now();
+        if (!p.stage.empty() && now - *last < std::chrono::milliseconds(100)) return;
+        *last = now;
+        std::string line = head;
+        if (!p.cell.empty()) line += " | " + p.cell;
+        if (!p.stage.empty())
+            line += p.stage_total > 0 ? fmt::format(" | {} {}/{}", p.stage, p.stage_done, p.stage_total)
+                                      : " | " + p.stage;
+        line += " | " + eta;
+        std::fprintf(stderr, "\r\033[K%s", line.c_str());
+        std::fflush(stderr);
+    };
+}
+
+void clear_progress_line() {
+    if (isatty(fileno(stderr))) {
+        std::fprintf(stderr, "\r\033[K");
+        std::fflush(stderr);
+    }
+}
+
+struct NiahArgs {
+    std::string model, basis, haystack_file, out;
+    RuntimeArgs runtime;
+    std::string methods = "full,varrate,flat,snapkv";
+    std::string lengths, depths = "0,25,50,75,100";
+    std::string mode = "query-agnostic";
+    CodecSettings settings;
+    int64_t samples = 1, distractors = 0, max_new_tokens = 32;
+    uint64_t seed = 42;
+    bool chat = false;
+};
+
+// summary.json, summary.csv and heatmap.png from the records on disk.
+NiahSummary write_outputs(const NiahSweepOptions& o) {
+    const NiahSummary summary = summarize_niah(o);
+    write_niah_summary(summary, o.out_dir);
+    std::string why_not;
+    if (!write_niah_heatmap(summary, o.out_dir / "heatmap.png", why_not))
+        spdlog::warn("heatmap.png skipped: {}", why_not);
+    return summary;
+}
+
+void print_summary(const NiahSummary& s) {
+    for (size_t m = 0; m < s.methods.size(); ++m) {
+        int64_t n = 0, correct = 0;
+        for (const NiahCell& c : s.cells)
+            if (c.method == s.methods[m]) {
+                n += c.n;
+                correct += c.correct;
+            }
+        std::cout << fmt::format("{}: {} of {} correct{}\n", s.methods[m], correct, n,
+                                 n > 0 ? fmt::format(" ({:.1f}%)", 100.0 * correct / n) : "");
+        std::string row = fmt::format("  {:>7}", "depth");
+        for (int64_t l : s.lengths) row += fmt::format(" {:>7}", l);
+        std::cout << row << "\n";
+        for (size_t d = 0; d < s.depths.size(); ++d) {
+            row = fmt::format("  {:>6}%", fmt::format("{:g}", s.depths[d]));
+            for (size_t l = 0; l < s.lengths.size(); ++l) {
+                const NiahCell& c = s.cell(m, d, l);
+                row += c.n > 0 ? fmt::format(" {:>6.0f}%", 100.0 * c.accuracy()) : fmt::format(" {:>7}", "-");
+            }
+            std::cout << row << "\n";
+        }
+    }
+}
+
+int run_niah_cmd(const NiahArgs& a) {
+    NiahSweepOptions o;
+    for (int64_t l : parse_id_list(a.lengths, "--lengths")) {
+        if (l < 1) throw Error("--lengths: context lengths must be positive");
+        o.lengths.push_back(l);
+    }
+    o.depths = parse_depths(a.depths);
+    o.samples = a.samples;
+    o.methods = split_list(a.methods);
+    if (o.methods.empty()) throw Error("--methods: no method named");
+    for (const auto& m : o.methods) method_needs_basis(m);  // throws for an unknown name
+    o.settings = a.settings;
+    o.mode = parse_mode(a.mode);
+    o.doc.seed = a.seed;
+    o.doc.distractors = a.distractors;
+    o.doc.chat = a.chat;
+    if (!a.haystack_file.empty()) {
+        o.doc.haystack_text = read_text_file(a.haystack_file);
+        if (o.doc.haystack_text.find_first_not_of(" \t\r\n") == std::string::npos)
+            throw Error(a.haystack_file + ": the haystack file is empty");
+        o.haystack_name = std::filesystem::path(a.haystack_file).filename().string();
+    }
+    o.max_new_tokens = a.max_new_tokens;
+    o.out_dir = a.out;
+    std::error_code ec;
+    std::filesystem::create_directories(o.out_dir, ec);
+    if (ec || !std::filesystem::is_directory(o.out_dir))
+        throw Error(a.out + ": cannot create the output directory");
+
+    SigintGuard sigint;
+    JobControl job;
+    job.cancel = &g_interrupted;
+    auto session = Session::open(a.model, runtime_options(a.runtime), a.basis, job);
+    NiahSweepStats stats;
+    try {
+        stats = run_niah_sweep(*session, o, job, progress_printer());
+    } catch (const Cancelled&) {
+        clear_progress_line();
+        write_outputs(o);
+        std::fprintf(stderr,
+                     "varrate niah: interrupted; finished records are kept in %s, run the same command again "
+                     "to resume\n",
+                     a.out.c_str());
+        throw;
+    }
+    clear_progress_line();
+    const NiahSummary summary = write_outputs(o);
+    print_summary(summary);
+    std::cout << fmt::format("{} records: {} computed, {} reused ({} documents); wrote {}\n", stats.total,
+                             stats.computed, stats.skipped, stats.documents,
+                             (o.out_dir / "summary.json").string());
+    return 0;
+}
+
+}  // namespace
+
+Command add_niah(CLI::App& root) {
+    auto a = std::make_shared<NiahArgs>();
+    CLI::App* sub = root.add_subcommand(
+        "niah", "Needle-in-a-haystack sweep: methods x context lengths x depths, resumable, with a heatmap");
+    sub->add_option("--model", a->model, "Hugging Face model directory")
+        ->required()
+        ->check(CLI::ExistingDirectory);
+    sub->add_option("--basis", a->basis,
+                    "codec basis file (default: beside the model, else self-calibrated)");
+    sub->add_option("--haystack-file", a->haystack_file,
+                    "haystack text (repeated as needed; default: the procedural filler)")
+        ->check(CLI::ExistingFile);
+    sub->add_option("--lengths", a->lengths, "context lengths in the model's tokens, e.g. 512,1024,2048")
+        ->required();
+    sub->add_option("--depths", a->depths, "needle depths in percent")->capture_default_str();
+    sub->add_option("--samples", a->samples, "documents per (length, depth)")
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+    sub->add_option("--seed", a->seed, "seed of the needles and the filler")->capture_default_str();
+    sub->add_option("--methods", a->methods,
+                    "comma-separated methods (" + fmt::format("{}", fmt::join(method_names(), ", ")) + ")")
+        ->capture_default_str();
+    sub->add_option("--mode", a->mode, "query-aware or query-agnostic")->capture_default_str();
+    add_codec_options(*sub, a->settings);
+    sub->add_option("--distractors", a->distractors, "extra needles with other keys")
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t{0}, int64_t{1000}));
+    sub->add_flag("--chat", a->chat, "wrap context and question in the model's chat template");
+    sub->add_option("--max-new-tokens", a->max_new_tokens, "tokens per answer")
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
+    sub->add_option("--out", a->out, "output directory (records/, summary.json, summary.csv, heatmap.png)")
+        ->required();
+    add_runtime_options(*sub, a->runtime);
+    return {sub, [a] { return run_niah_cmd(*a); }};
+}
+
+}  // namespace varrate::cli
