@@ -1,6 +1,7 @@
 #include "models/attention.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <torch/version.h>
 
 #include <algorithm>
@@ -11,9 +12,11 @@ namespace varrate {
 
 namespace {
 
+constexpr float kMasked = -std::numeric_limits<float>::infinity();
+
 // mask: [rows, T] bool, true where the query may attend; undefined when every key is visible.
-at::Tensor attend_block(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                        const at::Tensor& mask) {
+at::Tensor attend_rows(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                       const at::Tensor& mask) {
 #if TORCH_VERSION_MAJOR >= 2
     // Fused kernels (flash / memory-efficient / CPU flash) where the device and dtype allow.
     return at::scaled_dot_product_attention(
@@ -22,16 +25,58 @@ at::Tensor attend_block(const at::Tensor& q, const at::Tensor& k, const at::Tens
     const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
     // As HF's eager attention: scores in the runtime dtype, scaled and soft-maxed in fp32.
     at::Tensor scores = at::bmm(q, k.transpose(1, 2)).to(at::kFloat).mul_(scale);  // [n_kv_head, rows, T]
-    if (mask.defined()) scores.masked_fill_(mask.logical_not(), -std::numeric_limits<float>::infinity());
+    if (mask.defined()) scores.masked_fill_(mask.logical_not(), kMasked);
     const at::Tensor probs = at::softmax(scores, -1).to(q.scalar_type());
     return at::bmm(probs, v);  // [n_kv_head, rows, head_dim]
 #endif
 }
 
+#if TORCH_VERSION_MAJOR < 2
+// CPU: one task per (kv head, block of new tokens) holds the group's query rows for those tokens and only
+// the keys they can see; its scores fit in cache and its ops run single-threaded inside parallel_for.
+at::Tensor attention_cpu_tiled(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t n_new,
+                               int64_t sliding_window, int64_t score_budget_bytes) {
+    const int64_t n_kv = q.size(0), hd = q.size(2), n_keys = k.size(1), group = q.size(1) / n_new;
+    const int64_t prior = n_keys - n_new;
+    const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+    // ~256 query rows per tile, fewer if the scores would exceed the budget.
+    const int64_t tile_tokens = std::clamp<int64_t>(
+        std::min<int64_t>(256 / group, score_budget_bytes / std::max<int64_t>(1, group * n_keys * 4)), 1,
+        n_new);
+    const int64_t n_tiles = (n_new + tile_tokens - 1) / tile_tokens;
+    const at::Tensor qg = q.reshape({n_kv, group, n_new, hd});
+    at::Tensor out = at::empty({n_kv, group, n_new, hd}, q.options());
+    at::parallel_for(0, n_kv * n_tiles, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t t = begin; t < end; ++t) {
+            const int64_t h = t / n_tiles, i0 = (t % n_tiles) * tile_tokens;
+            const int64_t rows = std::min(tile_tokens, n_new - i0);
+            const int64_t key_end = prior + i0 + rows;  // keys the last token of the tile sees
+            const int64_t key_begin =
+                sliding_window > 0 ? std::max<int64_t>(0, prior + i0 - sliding_window + 1) : 0;
+            const int64_t n_vis = key_end - key_begin;
+            const at::Tensor kt = k[h].narrow(0, key_begin, n_vis), vt = v[h].narrow(0, key_begin, n_vis);
+            const at::Tensor qt = qg[h].narrow(1, i0, rows).reshape({group * rows, hd});
+            at::Tensor scores = at::mm(qt, kt.t()).to(at::kFloat).mul_(scale);  // [group rows, n_vis]
+            if (rows > 1) {  // a single token sees exactly [key_begin, key_end)
+                const at::Tensor query_index =
+                    at::arange(prior + i0, prior + i0 + rows, at::kLong).unsqueeze(1);
+                const at::Tensor key_index = at::arange(key_begin, key_end, at::kLong).unsqueeze(0);
+                at::Tensor hidden = key_index > query_index;  // [rows, n_vis]
+                if (sliding_window > 0) hidden.logical_or_(key_index <= query_index - sliding_window);
+                scores.view({group, rows, n_vis}).masked_fill_(hidden, kMasked);
+            }
+            const at::Tensor probs = at::softmax(scores, -1).to(q.scalar_type());
+            out[h].narrow(1, i0, rows).copy_(at::mm(probs, vt).view({group, rows, hd}));
+        }
+    });
+    return out.view({n_kv, group * n_new, hd});
+}
+#endif
+
 }  // namespace
 
-at::Tensor gqa_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t n_new,
-                                int64_t sliding_window, int64_t score_budget_bytes) {
+at::Tensor gqa_causal_attention_batched(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                        int64_t n_new, int64_t sliding_window, int64_t score_budget_bytes) {
     const int64_t n_kv = q.size(0), n_rows = q.size(1), n_keys = k.size(1);
     const int64_t prior = n_keys - n_new;  // cache entries every new token sees
     const int64_t block_rows =
@@ -51,7 +96,7 @@ at::Tensor gqa_causal_attention(const at::Tensor& q, const at::Tensor& k, const 
             mask = key_index.unsqueeze(0) <= query_index;  // [rows, T]
             if (windowed) mask.logical_and_(key_index.unsqueeze(0) > query_index - sliding_window);
         }
-        return attend_block(q.narrow(1, r0, rows), k, v, mask);
+        return attend_rows(q.narrow(1, r0, rows), k, v, mask);
     };
     if (block_rows == n_rows) return block(0, n_rows);
     at::Tensor out = at::empty(q.sizes(), q.options());  // [n_kv_head, group*n_new, head_dim]
@@ -60,6 +105,14 @@ at::Tensor gqa_causal_attention(const at::Tensor& q, const at::Tensor& k, const 
         out.narrow(1, r0, rows).copy_(block(r0, rows));
     }
     return out;
+}
+
+at::Tensor gqa_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t n_new,
+                                int64_t sliding_window, int64_t score_budget_bytes) {
+#if TORCH_VERSION_MAJOR < 2
+    if (q.device().is_cpu()) return attention_cpu_tiled(q, k, v, n_new, sliding_window, score_budget_bytes);
+#endif
+    return gqa_causal_attention_batched(q, k, v, n_new, sliding_window, score_budget_bytes);
 }
 
 }  // namespace varrate

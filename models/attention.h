@@ -1,7 +1,6 @@
 #pragma once
 // Causal grouped-query attention of a block of new queries against the KV cache, without repeating K/V:
-// the query heads that share a kv head are stacked as rows, so one batched matmul per kv head serves them
-// all.
+// the query heads that share a kv head are stacked as rows, so one matmul per kv head serves them all.
 #include <cstdint>
 
 #include <ATen/core/Tensor.h>
@@ -19,5 +18,12 @@ constexpr int64_t kDefaultScoreBudgetBytes = int64_t(256) << 20;
 at::Tensor gqa_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t n_new,
                                 int64_t sliding_window = 0,
                                 int64_t score_budget_bytes = kDefaultScoreBudgetBytes);
+
+// The batched formulation (fused scaled_dot_product_attention on LibTorch >= 2, else bmm + fp32 softmax) that
+// gqa_causal_attention uses off the CPU; same contract. On LibTorch 1.x CPUs gqa_causal_attention instead
+// runs cache-sized tiles in parallel, which avoids several passes over the whole score tensor.
+at::Tensor gqa_causal_attention_batched(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                        int64_t n_new, int64_t sliding_window = 0,
+                                        int64_t score_budget_bytes = kDefaultScoreBudgetBytes);
 
 }  // namespace varrate

@@ -273,18 +273,24 @@ class TestRuntimeEquivalence : public QObject {
         }
     }
 
-    // Attention memory is bounded by design: a tiny score budget (many row blocks) gives the same result.
+    // Attention memory is bounded by design: tiny score budgets (many row blocks / tiles) give the same
+    // result, and the CPU tiles agree with the batched formulation, with and without a sliding window.
     void bounded_attention_blocks_match() {
         at::manual_seed(3);
-        const at::Tensor q = at::randn({2, 4 * 50, 16}), k = at::randn({2, 300, 16}),
-                         v = at::randn({2, 300, 16});
-        const at::Tensor whole = gqa_causal_attention(q, k, v, 50);
-        const at::Tensor blocked =
-            gqa_causal_attention(q, k, v, 50, 0, /*score_budget_bytes=*/2 * 300 * 4 * 7);
-        QVERIFY(rel_diff(blocked, whole) < 1e-6);
-        const at::Tensor windowed = gqa_causal_attention(q, k, v, 50, 20);
-        QVERIFY(rel_diff(gqa_causal_attention(q, k, v, 50, 20, 4000), windowed) < 1e-6);
-        QVERIFY(rel_diff(windowed, whole) > 1e-3);  // the window does change the result
+        for (int64_t n_new : {50, 1}) {
+            const at::Tensor q = at::randn({2, 4 * n_new, 16}), k = at::randn({2, 300, 16}),
+                             v = at::randn({2, 300, 16});
+            for (int64_t window : {0, 20}) {
+                const at::Tensor whole = gqa_causal_attention_batched(q, k, v, n_new, window);
+                QVERIFY(rel_diff(gqa_causal_attention_batched(q, k, v, n_new, window, 2 * 300 * 4 * 7),
+                                 whole) < 1e-6);
+                QVERIFY(rel_diff(gqa_causal_attention(q, k, v, n_new, window), whole) < 1e-6);
+                QVERIFY(rel_diff(gqa_causal_attention(q, k, v, n_new, window, 4 * 300 * 4 * 3), whole) <
+                        1e-6);
+            }
+            QVERIFY(rel_diff(gqa_causal_attention(q, k, v, n_new, 20), gqa_causal_attention(q, k, v, n_new)) >
+                    1e-3);
+        }
     }
 
     // (c) an observer returning an identical copy changes nothing; (d) what it sees is right.
