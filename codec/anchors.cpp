@@ -1,5 +1,7 @@
 #include "codec/anchors.h"
 
+#include <vector>
+
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
@@ -39,37 +41,66 @@ std::pair<at::Tensor, at::Tensor> split_joint(const at::Tensor& z, int64_t n_kv_
     return {unflat(z.narrow(1, 0, half)), unflat(z.narrow(1, half, half))};
 }
 
+namespace {
+
+// Exact (distance, ordinal) keys in one int64 each, so a plain top-k picks the c smallest distances with
+// ties to the lower ordinal on every device, as a stable sort would, without sorting whole rows. The fp32
+// bits become an int32 ordered like the float (negative values, possible after cancellation, flip their
+// magnitude bits), in the high half; the ordinal fills the low half.
+at::Tensor packed_distance_keys(const at::Tensor& dist) {  // [n, n_a] fp32 -> [n, n_a] int64
+    const at::Tensor bits = (dist + 0.0).view(at::kInt);   // + 0.0 turns -0.0 into +0.0
+    const at::Tensor ordered = at::where(bits < 0, bits.bitwise_xor(0x7FFFFFFF), bits).to(at::kLong);
+    const at::Tensor ordinal = at::arange(dist.size(1), ordered.options());
+    return ordered.mul(int64_t{1} << 32).add_(ordinal.unsqueeze(0));
+}
+
+}  // namespace
+
 AnchorResiduals anchor_residuals(const at::Tensor& z, const AnchorLayout& layout, int64_t c, int64_t chunk) {
     if (c <= 0) throw Error(fmt::format("anchor search: number of anchors c must be positive, got {}", c));
     if (layout.n_anchors() < c)
         throw Error(fmt::format("anchor search: only {} anchors for c={} nearest", layout.n_anchors(), c));
+    if (chunk <= 0) throw Error(fmt::format("anchor search: chunk must be positive, got {}", chunk));
     const auto dev = z.device();
     const at::Tensor zf = z.to(at::kFloat);
     const at::Tensor anchors = zf.index_select(0, layout.anchor_pos.to(dev));  // [n_a, D]
     const at::Tensor centre = anchors.mean(0, /*keepdim=*/true);               // [1, D]
     const at::Tensor a_c = anchors - centre;
-    const at::Tensor a_sq = a_c.pow(2).sum(1);  // [n_a]
+    const at::Tensor a_c_t = a_c.t().contiguous();  // [D, n_a]
+    const at::Tensor a_sq = a_c.pow(2).sum(1);      // [n_a]
     const at::Tensor coded = layout.coded_pos.to(dev);
     const int64_t n_coded = coded.size(0), dim = zf.size(1);
 
     AnchorResiduals r;
-    r.nearest = at::empty({n_coded, c}, z.options().dtype(at::kLong));
-    r.mean = at::empty({n_coded, dim}, zf.options());
-    r.residual = at::empty({n_coded, dim}, zf.options());
+    std::vector<at::Tensor> nearest, mean, residual;
     for (int64_t begin = 0; begin < n_coded; begin += chunk) {
         const int64_t n = std::min(chunk, n_coded - begin);
-        at::Tensor zt = zf.index_select(0, coded.narrow(0, begin, n));  // [n, D]
-        at::Tensor zt_c = zt - centre;
-        at::Tensor dist = zt_c.pow(2).sum(1, true) + a_sq.unsqueeze(0) - 2.0 * zt_c.mm(a_c.t());  // [n, n_a]
-        at::Tensor order = std::get<1>(at::sort(dist, /*stable=*/true, /*dim=*/1, /*descending=*/false));
-        at::Tensor nearest = order.narrow(1, 0, c).contiguous();  // [n, c]
-        at::Tensor sum = anchors.index_select(0, nearest.select(1, 0));
-        for (int64_t j = 1; j < c; ++j) sum = sum + anchors.index_select(0, nearest.select(1, j));
-        at::Tensor mean = sum / static_cast<double>(c);
-        r.nearest.narrow(0, begin, n).copy_(nearest);
-        r.mean.narrow(0, begin, n).copy_(mean);
-        r.residual.narrow(0, begin, n).copy_(zt - mean);
+        const at::Tensor zt = zf.index_select(0, coded.narrow(0, begin, n));  // [n, D]
+        const at::Tensor zt_c = zt - centre;
+        // |z|^2 + |a|^2 - 2 z.a, all fp32: one GEMM per chunk.
+        const at::Tensor dist = at::addmm(zt_c.pow(2).sum(1, true) + a_sq.unsqueeze(0), zt_c, a_c_t,
+                                          /*beta=*/1.0, /*alpha=*/-2.0);  // [n, n_a]
+        const at::Tensor best = std::get<1>(
+            at::topk(packed_distance_keys(dist), c, 1, /*largest=*/false, /*sorted=*/true));  // [n, c]
+        // Mean of the c anchors: one gather of [n * c, D] rows, summed per token.
+        const at::Tensor m =
+            anchors.index_select(0, best.reshape({-1})).view({n, c, dim}).sum(1).div_(static_cast<double>(c));
+        nearest.push_back(best);
+        residual.push_back(zt - m);
+        mean.push_back(m);
     }
+    auto join = [](std::vector<at::Tensor>& parts) {
+        return parts.size() == 1 ? parts[0] : at::cat(parts, 0);
+    };
+    if (n_coded == 0) {
+        r.nearest = at::empty({0, c}, z.options().dtype(at::kLong));
+        r.mean = at::empty({0, dim}, zf.options());
+        r.residual = at::empty({0, dim}, zf.options());
+        return r;
+    }
+    r.nearest = join(nearest);    // [n_coded, c]
+    r.mean = join(mean);          // [n_coded, D]
+    r.residual = join(residual);  // [n_coded, D]
     return r;
 }
 

@@ -1,6 +1,7 @@
 #include "codec/salience.h"
 
 #include <cmath>
+#include <limits>
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -34,17 +35,12 @@ at::Tensor window_attention(const LayerCapture& capture, int64_t obs_window) {
     const at::Tensor future =
         at::arange(n_tok, lopts).unsqueeze(0) > (at::arange(w, lopts) + (n_tok - w)).unsqueeze(1);  // [w, L]
     const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-    std::vector<at::Tensor> per_group;
-    per_group.reserve(n_kv);
-    for (int64_t g = 0; g < n_kv;
-         ++g) {  // one KV head's query group at a time bounds memory to [n_rep, w, L]
-        at::Tensor qg = q.narrow(0, g * n_rep, n_rep);                      // [n_rep, w, hd]
-        at::Tensor logits = at::matmul(qg, k[g].t().unsqueeze(0)) * scale;  // [n_rep, w, L]
-        logits.masked_fill_(future.unsqueeze(0), -std::numeric_limits<float>::infinity());
-        at::Tensor att = at::softmax(logits, -1);
-        per_group.push_back(att.narrow(2, 0, n_tok - w).mean(1));  // [n_rep, L - w]
-    }
-    return at::cat(per_group, 0);  // [H, L - w]
+    // All heads in one batched GEMM: each KV head's n_rep query heads stacked as n_rep * w rows.
+    const at::Tensor q_grouped = q.reshape({n_kv, n_rep * w, hd});                       // [G, n_rep w, hd]
+    at::Tensor logits = at::bmm(q_grouped, k.transpose(1, 2)).view({n_head, w, n_tok});  // [H, w, L]
+    logits.mul_(scale).masked_fill_(future.unsqueeze(0), -std::numeric_limits<float>::infinity());
+    const at::Tensor att = at::softmax(logits, -1);  // [H, w, L]
+    return att.narrow(2, 0, n_tok - w).mean(1);      // [H, L - w]
 }
 
 at::Tensor pool_scores(const at::Tensor& scores, int64_t kernel) {

@@ -121,7 +121,7 @@ LayerResult VarRateMethod::compress_with_salience(const LayerCapture& capture, c
     d.timing.projection = ms_since(t);
 
     // 12-14: z^ = z-bar + V^T (m . c); exact tokens are copied untouched; keys re-rotated to post-RoPE.
-    const at::Tensor z_hat = res.mean + coeff.mm(V);  // [n_coded, D] fp32
+    const at::Tensor z_hat = at::addmm(res.mean, coeff, V);  // [n_coded, D] fp32
     auto [k_pre, v_hat] = split_joint(z_hat, shape.n_kv_head, shape.head_dim);
     const at::Tensor cos = capture.rope_cos.index_select(0, coded).to(at::kFloat);
     const at::Tensor sin = capture.rope_sin.index_select(0, coded).to(at::kFloat);
