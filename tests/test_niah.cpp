@@ -1,0 +1,478 @@
+// Needle in a haystack: the generator (exact token length, needle at the previous sentence end of its depth,
+// determinism, distractors, file haystacks, chat prompts) and the sweep (records, summary, resumability,
+// cancellation), through the library and through `varrate niah`.
+#include "tests/test_support.h"
+
+#include <QProcess>
+
+#include <atomic>
+#include <cmath>
+#include <csignal>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <thread>
+
+#include <signal.h>
+
+#include "core/compare.h"
+#include "core/error.h"
+#include "core/file_io.h"
+#include "core/niah.h"
+#include "core/prompt.h"
+#include "core/session.h"
+#include "models/device.h"
+#include "models/tokenizer.h"
+
+namespace fs = std::filesystem;
+using namespace varrate;
+
+namespace {
+
+QString qs(const std::string& s) {
+    return QString::fromStdString(s);
+}
+
+bool is_space(char c) {
+    return c == ' ' || c == '\n' || c == '\t' || c == '\r';
+}
+
+int64_t count(const Tokenizer& tok, const std::string& text) {
+    return static_cast<int64_t>(tok.encode(text, false).size());
+}
+
+// The generator's contract for one document without distractors: exact length as build_prompt tokenizes
+// it, the needle right after a sentence end (or at the very start), and that sentence end is the last one
+// whose prefix holds at most depth% of the haystack's tokens.
+void check_document(const Tokenizer& tok, const NiahDocument& doc, int64_t length, double depth, bool chat) {
+    const std::string where = "L=" + std::to_string(length) + " depth=" + std::to_string(depth);
+    QVERIFY2(
+        static_cast<int64_t>(build_prompt(tok, doc.context, doc.question, chat).context_ids.size()) == length,
+        qPrintable(qs(where + ": context is not of the requested token length")));
+    QCOMPARE(doc.context_tokens, length);
+    QCOMPARE(doc.context.substr(doc.needle_char_offset, doc.needle.size()), doc.needle);
+    QVERIFY(doc.needle.find("The special magic number for ") == 0);
+    QVERIFY(doc.needle.find(doc.expected + ".") != std::string::npos);
+    QVERIFY(doc.question.find("What is the special magic number for ") == 0);
+
+    const size_t off = doc.needle_char_offset;
+    std::string hay;
+    size_t p = 0;  // where the needle sits in the haystack
+    if (off == 0) {
+        QCOMPARE(doc.context.substr(doc.needle.size(), 1), std::string(" "));
+        hay = doc.context.substr(doc.needle.size() + 1);
+    } else {
+        QVERIFY2(off >= 2 && doc.context[off - 1] == ' ' && doc.context[off - 2] == '.',
+                 qPrintable(qs(where + ": needle not after a sentence end: ..." +
+                               doc.context.substr(off >= 20 ? off - 20 : 0, 40))));
+        hay = doc.context.substr(0, off - 1) + doc.context.substr(off + doc.needle.size());
+        p = off - 1;
+    }
+    const int64_t n_h = count(tok, hay);
+    QCOMPARE(doc.haystack_tokens, n_h);
+    const int64_t limit = static_cast<int64_t>(std::floor(static_cast<double>(n_h) * depth / 100.0 + 1e-9));
+    if (p > 0) {
+        QVERIFY2(count(tok, hay.substr(0, p)) <= limit, qPrintable(qs(where + ": needle after its depth")));
+        QVERIFY(p < hay.size() ? is_space(hay[p]) : true);
+    }
+    // The next sentence end is beyond the depth: the needle was stepped back to the previous one only.
+    for (size_t q = p + 1; q < hay.size(); ++q) {
+        if (hay[q - 1] == '.' && is_space(hay[q])) {
+            QVERIFY2(count(tok, hay.substr(0, q)) > limit,
+                     qPrintable(qs(where + ": a later sentence end also fits the depth")));
+            break;
+        }
+    }
+}
+
+std::unique_ptr<Session> open_stories(const fs::path& dir) {
+    RuntimeOptions o;
+    o.threads = configure_threads(2);
+    return Session::open(dir, o);
+}
+
+NiahSweepOptions tiny_sweep(const fs::path& out) {
+    NiahSweepOptions o;
+    o.lengths = {200};
+    o.depths = {0, 100};
+    o.samples = 1;
+    o.methods = {"full", "snapkv"};
+    o.settings.window = 16;
+    o.settings.obs_window = 16;
+    o.max_new_tokens = 12;
+    o.out_dir = out;
+    return o;
+}
+
+std::map<std::string, std::string> read_records(const fs::path& out) {
+    std::map<std::string, std::string> files;
+    if (!fs::exists(out / "records")) return files;
+    for (const auto& e : fs::recursive_directory_iterator(out / "records"))
+        if (e.is_regular_file()) files[fs::relative(e.path(), out).string()] = read_text_file(e.path());
+    return files;
+}
+
+struct CliResult {
+    int exit_code = -1;
+    QString out, err;
+};
+
+QString varrate_binary() {
+    return QString::fromStdString((varrate::test::bin_dir() / "varrate").string());
+}
+
+CliResult run_varrate(const QStringList& args) {
+    QProcess p;
+    p.start(varrate_binary(), args);
+    p.waitForFinished(600000);
+    CliResult r;
+    r.exit_code = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
+    r.out = QString::fromUtf8(p.readAllStandardOutput());
+    r.err = QString::fromUtf8(p.readAllStandardError());
+    return r;
+}
+
+const char* kHaystackText =
+    "The lighthouse keeper counted the waves every evening. Boats came and went, and the gulls followed "
+    "them.\nIn winter the café by the harbour closed early; its owner painted the shutters blue.\n\nNobody "
+    "remembered when the old bell was last rung. Children still dared each other to climb the tower.";
+
+}  // namespace
+
+class TestNiah : public QObject {
+    Q_OBJECT
+  private Q_SLOTS:
+    void procedural_exact_length_and_sentence_end() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        const Tokenizer tok = Tokenizer::load(dir);
+        NiahGenerator gen(tok, NiahDocOptions{});
+        for (int64_t length : {48, 97, 128, 200, 311, 450})
+            for (double depth : {0.0, 10.0, 33.0, 50.0, 90.0, 100.0}) {
+                const NiahDocument doc = gen.generate(length, depth, 0);
+                check_document(tok, doc, length, depth, false);
+                if (QTest::currentTestFailed()) return;
+            }
+        // Depth 0 puts the needle first; deep needles sit deep.
+        QCOMPARE(gen.generate(300, 0, 0).needle_char_offset, size_t{0});
+        const NiahDocument deep = gen.generate(300, 100, 0);
+        QVERIFY(deep.needle_token_offset > deep.haystack_tokens * 8 / 10);
+        const NiahDocument mid = gen.generate(300, 50, 0);
+        QVERIFY(mid.needle_token_offset > mid.haystack_tokens / 4 &&
+                mid.needle_token_offset <= mid.haystack_tokens / 2);
+    }
+
+    void byte_level_tokenizers_and_chat() {
+        VARRATE_REQUIRE_FIXTURE(llama3, "tokenizers/llama3");
+        VARRATE_REQUIRE_FIXTURE(qwen3, "tokenizers/qwen3");
+        for (const fs::path& dir : {llama3, qwen3}) {
+            const Tokenizer tok = Tokenizer::load(dir);
+            for (bool chat : {false, true}) {
+                NiahDocOptions opt;
+                opt.chat = chat;
+                opt.seed = 7;
+                NiahGenerator gen(tok, opt);
+                for (int64_t length : {90, 257, 1000})
+                    for (double depth : {0.0, 25.0, 75.0, 100.0}) {
+                        check_document(tok, gen.generate(length, depth, 1), length, depth, chat);
+                        if (QTest::currentTestFailed()) return;
+                    }
+            }
+        }
+    }
+
+    void file_haystack() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        const Tokenizer tok = Tokenizer::load(dir);
+        NiahDocOptions opt;
+        opt.haystack_text = std::string("\n  ") + kHaystackText + "\n";
+        NiahGenerator gen(tok, opt);
+        for (int64_t length : {60, 150, 400})
+            for (double depth : {0.0, 40.0, 100.0}) {
+                const NiahDocument doc = gen.generate(length, depth, 0);
+                check_document(tok, doc, length, depth, false);
+                if (QTest::currentTestFailed()) return;
+            }
+        // A short file is repeated (separated by a blank line), starting at its first (trimmed) character.
+        const NiahDocument doc = gen.generate(400, 100, 0);
+        QVERIFY(doc.context.rfind("The lighthouse keeper counted", 0) == 0);
+        QVERIFY(doc.context.find(std::string("tower.\n\nThe lighthouse")) != std::string::npos);
+        QVERIFY(doc.context.find("café") != std::string::npos);
+    }
+
+    void deterministic_per_seed_and_sample() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        const Tokenizer tok = Tokenizer::load(dir);
+        NiahDocOptions opt;
+        opt.seed = 1234;
+        NiahGenerator a(tok, opt), b(tok, opt);
+        const NiahDocument a0 = a.generate(250, 40, 0);
+        b.generate(400, 10, 3);  // other calls first must not change what b produces next
+        const NiahDocument b0 = b.generate(250, 40, 0);
+        QCOMPARE(a0.context, b0.context);
+        QCOMPARE(a0.question, b0.question);
+        QCOMPARE(a0.expected, b0.expected);
+        // The same needle at every length and depth of a sample; another sample or seed differs.
+        QCOMPARE(a.generate(120, 90, 0).needle, a0.needle);
+        const NiahDocument a1 = a.generate(250, 40, 1);
+        QVERIFY(a1.needle != a0.needle);
+        QVERIFY(a1.context != a0.context);
+        opt.seed = 1235;
+        NiahGenerator c(tok, opt);
+        QVERIFY(c.generate(250, 40, 0).context != a0.context);
+        // A sample's shorter haystack is a prefix of its longer one.
+        const std::string short_ctx = a.generate(150, 0, 0).context, long_ctx = a.generate(400, 0, 0).context;
+        const size_t common = short_ctx.size() - 20;
+        QCOMPARE(short_ctx.substr(0, common), long_ctx.substr(0, common));
+    }
+
+    void distractors() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        const Tokenizer tok = Tokenizer::load(dir);
+        NiahDocOptions opt;
+        opt.distractors = 3;
+        NiahGenerator gen(tok, opt);
+        for (double depth : {0.0, 50.0, 100.0}) {
+            const NiahDocument doc = gen.generate(400, depth, 2);
+            QCOMPARE(
+                static_cast<int64_t>(build_prompt(tok, doc.context, doc.question, false).context_ids.size()),
+                int64_t{400});
+            QCOMPARE(doc.distractor_needles.size(), size_t{3});
+            QCOMPARE(doc.context.substr(doc.needle_char_offset, doc.needle.size()), doc.needle);
+            std::vector<std::string> all = doc.distractor_needles;
+            all.push_back(doc.needle);
+            std::set<std::string> keys;
+            for (const std::string& s : all) {
+                const size_t at = doc.context.find(s);
+                QVERIFY2(at != std::string::npos, qPrintable(qs("missing needle: " + s)));
+                QCOMPARE(doc.context.find(s, at + 1), std::string::npos);
+                QVERIFY(at == 0 || doc.context.substr(at - 2, 2) == ". ");
+                const std::string prefix = "The special magic number for ";
+                keys.insert(s.substr(prefix.size(), s.find(" is ") - prefix.size()));
+            }
+            QCOMPARE(keys.size(), size_t{4});
+            // The question asks about the main needle only.
+            const std::string main_key = doc.needle.substr(29, doc.needle.find(" is ") - 29);
+            QVERIFY(doc.question.find(main_key + "?") != std::string::npos);
+        }
+    }
+
+    void bad_requests() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        const Tokenizer tok = Tokenizer::load(dir);
+        NiahGenerator gen(tok, NiahDocOptions{});
+        QVERIFY_THROWS_EXCEPTION(Error, gen.generate(8, 50, 0));  // shorter than the needle itself
+        QVERIFY_THROWS_EXCEPTION(Error, gen.generate(200, 101, 0));
+        QVERIFY_THROWS_EXCEPTION(Error, gen.generate(200, -1, 0));
+        NiahDocOptions many;
+        many.distractors = 100000;
+        NiahGenerator g2(tok, many);
+        QVERIFY_THROWS_EXCEPTION(Error, g2.generate(200, 50, 0));
+    }
+
+    void sweep_records_summary_and_resume() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        const auto session = open_stories(dir);
+        const fs::path out = varrate::test::temp_dir("niah-sweep");
+        const NiahSweepOptions o = tiny_sweep(out);
+        int64_t model_stages = 0;
+        auto on_progress = [&](const NiahProgress& p) {
+            if (!p.stage.empty()) ++model_stages;
+            QVERIFY(p.done <= p.total && p.total == 4);
+        };
+        const NiahSweepStats first = run_niah_sweep(*session, o, {}, on_progress);
+        QCOMPARE(first.total, int64_t{4});
+        QCOMPARE(first.computed, int64_t{4});
+        QCOMPARE(first.skipped, int64_t{0});
+        QCOMPARE(first.documents, int64_t{2});  // one run_compare per document, both methods in it
+        QVERIFY(model_stages > 0);
+
+        const auto records = read_records(out);
+        QCOMPARE(records.size(), size_t{4});
+        const std::regex iso(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)");
+        std::map<double, std::string> needle_at_depth;
+        for (const std::string& m : o.methods)
+            for (double depth : o.depths) {
+                const fs::path path = niah_record_path(out, m, 200, depth, 0);
+                QVERIFY2(fs::exists(path), qPrintable(qs(path.string())));
+                const nlohmann::json r = read_json_file(path);
+                QCOMPARE(r["model"].get<std::string>(), std::string("stories260k"));
+                QCOMPARE(r["method"].get<std::string>(), m);
+                QCOMPARE(r["budget"].get<double>(), m == "full" ? 1.0 : o.settings.budget);
+                QCOMPARE(r["mode"].get<std::string>(), std::string("query-agnostic"));
+                QCOMPARE(r["context_length"].get<int64_t>(), int64_t{200});
+                QCOMPARE(r["context_tokens"].get<int64_t>(), int64_t{200});
+                QCOMPARE(r["depth_percent"].get<double>(), depth);
+                const std::string response = r["response"].get<std::string>();
+                const std::string expected = r["expected"].get<std::string>();
+                QCOMPARE(r["correct"].get<bool>(), answer_matches(response, expected));
+                QVERIFY(r["needle"].get<std::string>().find(expected) != std::string::npos);
+                QVERIFY(r["durations"]["prefill_ms"].get<double>() > 0);
+                QVERIFY(std::regex_match(r["timestamp"].get<std::string>(), iso));
+                // Both methods saw the same document.
+                if (needle_at_depth.count(depth))
+                    QCOMPARE(r["needle"].get<std::string>(), needle_at_depth[depth]);
+                needle_at_depth[depth] = r["needle"].get<std::string>();
+                if (m == "snapkv") QVERIFY(r["footprint_fraction"].get<double>() < 0.9);
+            }
+
+        NiahSummary summary = summarize_niah(o);
+        QCOMPARE(summary.cells.size(), size_t{4});
+        for (const NiahCell& c : summary.cells) QCOMPARE(c.n, int64_t{1});
+        write_niah_summary(summary, out);
+        const nlohmann::json sj = read_json_file(out / "summary.json");
+        for (const std::string& m : o.methods)
+            for (const char* depth : {"0", "100"}) {
+                const bool correct =
+                    read_json_file(niah_record_path(out, m, 200, std::atof(depth), 0))["correct"];
+                QCOMPARE(sj["accuracy"][m]["200"][depth].get<double>(), correct ? 1.0 : 0.0);
+            }
+        const std::string csv = read_text_file(out / "summary.csv");
+        QVERIFY(csv.rfind("method,context_length,depth_percent,n,correct,accuracy\n", 0) == 0);
+        QCOMPARE(std::count(csv.begin(), csv.end(), '\n'), 5L);
+
+        // Re-running the finished sweep computes nothing and leaves every record as it was.
+        model_stages = 0;
+        const NiahSweepStats second = run_niah_sweep(*session, o, {}, on_progress);
+        QCOMPARE(second.computed, int64_t{0});
+        QCOMPARE(second.skipped, int64_t{4});
+        QCOMPARE(second.documents, int64_t{0});
+        QCOMPARE(model_stages, int64_t{0});
+        QVERIFY(read_records(out) == records);
+
+        // Extending the grid computes only the new cells.
+        NiahSweepOptions more = o;
+        more.depths = {0, 50, 100};
+        const NiahSweepStats third = run_niah_sweep(*session, more, {});
+        QCOMPARE(third.computed, int64_t{2});
+        QCOMPARE(third.skipped, int64_t{4});
+
+        // Records of another sweep (different budget) are never mixed in.
+        NiahSweepOptions other = o;
+        other.settings.budget = 0.5;
+        QVERIFY_THROWS_EXCEPTION(Error, run_niah_sweep(*session, other, {}));
+        fs::remove_all(out);
+    }
+
+    void cancel_keeps_finished_records() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        const auto session = open_stories(dir);
+        const fs::path out = varrate::test::temp_dir("niah-cancel");
+        NiahSweepOptions o = tiny_sweep(out);
+        o.methods = {"full"};
+        o.depths = {0, 50, 100};
+        std::atomic<bool> cancel{false};
+        JobControl job;
+        job.cancel = &cancel;
+        // Raise the flag while the second document is being prefilled.
+        auto on_progress = [&](const NiahProgress& p) {
+            if (p.computed == 1 && !p.stage.empty() && p.stage != "generate") cancel = true;
+        };
+        QVERIFY_THROWS_EXCEPTION(Cancelled, run_niah_sweep(*session, o, job, on_progress));
+        const auto kept = read_records(out);
+        QCOMPARE(kept.size(), size_t{1});
+        for (const auto& [name, text] : kept) QVERIFY(nlohmann::json::parse(text)["correct"].is_boolean());
+        cancel = false;
+        const NiahSweepStats resumed = run_niah_sweep(*session, o, job);
+        QCOMPARE(resumed.skipped, int64_t{1});
+        QCOMPARE(resumed.computed, int64_t{2});
+        fs::remove_all(out);
+    }
+
+    void cli_haystack_file_summary_heatmap_resume() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        if (!fs::exists(varrate::test::bin_dir() / "varrate")) QSKIP("the varrate executable is not built");
+        const fs::path out = varrate::test::temp_dir("niah-cli");
+        const fs::path hay = out / "haystack.txt";
+        std::ofstream(hay) << kHaystackText;
+        const QStringList args = {"niah",
+                                  "--model",
+                                  QString::fromStdString(dir.string()),
+                                  "--haystack-file",
+                                  QString::fromStdString(hay.string()),
+                                  "--lengths",
+                                  "200",
+                                  "--depths",
+                                  "0,100",
+                                  "--methods",
+                                  "full,snapkv",
+                                  "--window",
+                                  "16",
+                                  "--obs-window",
+                                  "16",
+                                  "--max-new-tokens",
+                                  "12",
+                                  "--threads",
+                                  "2",
+                                  "--out",
+                                  QString::fromStdString((out / "run").string())};
+        const CliResult r = run_varrate(args);
+        QVERIFY2(r.exit_code == 0, qPrintable(r.err));
+        QVERIFY2(r.out.contains("4 records: 4 computed, 0 reused"), qPrintable(r.out));
+        const auto records = read_records(out / "run");
+        QCOMPARE(records.size(), size_t{4});
+        for (const auto& [name, text] : records) {
+            const nlohmann::json j = nlohmann::json::parse(text);
+            QCOMPARE(j["sweep"]["haystack"].get<std::string>(), std::string("haystack.txt"));
+            QCOMPARE(j["context_tokens"].get<int64_t>(), int64_t{200});
+        }
+        const nlohmann::json sj = read_json_file(out / "run" / "summary.json");
+        QCOMPARE(sj["cells"].size(), size_t{4});
+        QCOMPARE(sj["methods"], nlohmann::json({"full", "snapkv"}));
+        QVERIFY(fs::exists(out / "run" / "summary.csv"));
+        // heatmap.png: a PNG of a plausible size (2 panels, 2 rows, 1 column).
+        const std::string png = read_text_file(out / "run" / "heatmap.png");
+        QVERIFY(png.size() > 1000);
+        QCOMPARE(png.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+        auto be32 = [&](size_t at) {
+            return (uint32_t(uint8_t(png[at])) << 24) | (uint32_t(uint8_t(png[at + 1])) << 16) |
+                   (uint32_t(uint8_t(png[at + 2])) << 8) | uint32_t(uint8_t(png[at + 3]));
+        };
+        QVERIFY(be32(16) > 200 && be32(16) < 2000);  // width
+        QVERIFY(be32(20) > 100 && be32(20) < 1000);  // height
+
+        const CliResult again = run_varrate(args);
+        QVERIFY2(again.exit_code == 0, qPrintable(again.err));
+        QVERIFY2(again.out.contains("4 records: 0 computed, 4 reused"), qPrintable(again.out));
+        QVERIFY(read_records(out / "run") == records);
+        fs::remove_all(out);
+    }
+
+    void cli_sigint_keeps_finished_records() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        if (!fs::exists(varrate::test::bin_dir() / "varrate")) QSKIP("the varrate executable is not built");
+        const fs::path out = varrate::test::temp_dir("niah-sigint");
+        QProcess p;
+        p.start(varrate_binary(),
+                {"niah", "--model", QString::fromStdString(dir.string()), "--lengths", "300,400", "--depths",
+                 "0,10,20,30,40,50,60,70,80,90,100", "--samples", "20", "--methods", "full",
+                 "--max-new-tokens", "24", "--threads", "1", "--out", QString::fromStdString(out.string())});
+        QVERIFY(p.waitForStarted());
+        // Wait for the first finished record, then interrupt as Ctrl-C would.
+        for (int i = 0; i < 3000 && read_records(out).empty(); ++i) {
+            if (p.state() == QProcess::NotRunning) break;
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        QVERIFY2(p.state() == QProcess::Running, "the sweep ended before it could be interrupted");
+        ::kill(static_cast<pid_t>(p.processId()), SIGINT);
+        QVERIFY(p.waitForFinished(60000));
+        QCOMPARE(p.exitStatus(), QProcess::NormalExit);
+        QCOMPARE(p.exitCode(), 130);
+        const QString err = QString::fromUtf8(p.readAllStandardError());
+        QVERIFY2(err.contains("interrupted"), qPrintable(err));
+        const auto kept = read_records(out);
+        QVERIFY(!kept.empty() && kept.size() < 2 * 11 * 20);
+        for (const auto& [name, text] : kept) {
+            QVERIFY2(name.find(".tmp") == std::string::npos, qPrintable(qs("temporary file left: " + name)));
+            QVERIFY(nlohmann::json::parse(text)["response"].is_string());
+        }
+        const nlohmann::json sj = read_json_file(out / "summary.json");
+        int64_t n = 0;
+        for (const auto& c : sj["cells"]) n += c["n"].get<int64_t>();
+        QCOMPARE(n, static_cast<int64_t>(kept.size()));
+        fs::remove_all(out);
+    }
+};
+
+QTEST_GUILESS_MAIN(TestNiah)
+#include "test_niah.moc"
