@@ -30,6 +30,17 @@ struct GenerateArgs {
     bool json = false;
 };
 
+// What the generation adds to the decoded prompt. Decoding the new ids alone would differ at the seam (a
+// SentencePiece decoder strips the leading space of the first piece it sees).
+std::string appended_text(const Tokenizer& tok, const std::vector<int64_t>& prompt,
+                          const std::vector<int64_t>& generated) {
+    std::vector<int64_t> all = prompt;
+    all.insert(all.end(), generated.begin(), generated.end());
+    const std::string full = tok.decode(all, true), head = tok.decode(prompt, true);
+    if (full.compare(0, head.size(), head) == 0) return full.substr(head.size());
+    return tok.decode(generated, true);
+}
+
 int run_generate(const GenerateArgs& a) {
     const std::filesystem::path dir(a.model);
     const bool have_tokenizer = std::filesystem::exists(dir / "tokenizer.json");
@@ -69,7 +80,7 @@ int run_generate(const GenerateArgs& a) {
     if (!a.json && tok) {
         opt.on_token = [&](int64_t id) {
             streamed.push_back(id);
-            std::string text = tok->decode(streamed, true);
+            std::string text = appended_text(*tok, prompt, streamed);
             // Print only what extends the text already shown (byte-fallback tokens can complete a character
             // later).
             if (text.size() > printed.size() && text.compare(0, printed.size(), printed) == 0) {
@@ -81,7 +92,7 @@ int run_generate(const GenerateArgs& a) {
     }
     KVCache cache = model->new_cache();
     GenerateResult r = generate_greedy(*model, cache, prompt, opt);
-    const std::string text = tok ? tok->decode(r.generated, true) : std::string();
+    const std::string text = tok ? appended_text(*tok, prompt, r.generated) : std::string();
 
     if (a.json) {
         nlohmann::json j;

@@ -1,6 +1,7 @@
 // varrate: the headless command line of VarRate Studio.
 #include <cstdio>
 #include <exception>
+#include <string>
 #include <vector>
 
 #include <c10/util/Exception.h>
@@ -19,8 +20,29 @@ int main(int argc, char** argv) {
         ->capture_default_str();
 
     std::vector<cli::Command> commands = {cli::add_generate(app), cli::add_tokenize(app),
-                                          cli::add_inspect(app), cli::add_make_model(app),
-                                          cli::add_bench(app), cli::add_niah(app)};
+                                          cli::add_inspect(app),  cli::add_make_model(app),
+                                          cli::add_bench(app),    cli::add_niah(app)};
+    // CLI11 reports an unknown command only as "a subcommand is required"; name it instead.
+    for (int i = 1; i < argc; ++i) {
+        const std::string arg = argv[i];
+        if (arg == "--log-level") {
+            ++i;
+            continue;
+        }
+        if (arg.rfind("-", 0) == 0) continue;
+        bool known = false;
+        std::string names;
+        for (const auto& c : commands) {
+            known = known || c.app->get_name() == arg;
+            names += (names.empty() ? "" : ", ") + c.app->get_name();
+        }
+        if (!known) {
+            std::fprintf(stderr, "varrate: error: unknown command '%s' (commands: %s)\n", arg.c_str(),
+                         names.c_str());
+            return 2;
+        }
+        break;
+    }
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
