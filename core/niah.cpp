@@ -514,7 +514,9 @@ NiahSweepStats run_niah_sweep(const Session& session, const NiahSweepOptions& o,
             r["response"] = run.answers.empty() ? "" : run.answers[0];
             r["correct"] = !run.correct.empty() && run.correct[0] != 0;
             r["distractor_needles"] = doc.distractor_needles;
-            r["context_tokens"] = static_cast<int64_t>(run.context_ids.size());
+            r["context_tokens"] = doc.context_tokens;
+            // What the method compressed: the context, plus the question in query-aware mode.
+            r["compressed_tokens"] = static_cast<int64_t>(run.context_ids.size());
             r["haystack_tokens"] = doc.haystack_tokens;
             r["needle_token_offset"] = doc.needle_token_offset;
             r["footprint_fraction"] = run.footprint_fraction;

@@ -302,6 +302,7 @@ class TestNiah : public QObject {
                 QCOMPARE(r["mode"].get<std::string>(), std::string("query-agnostic"));
                 QCOMPARE(r["context_length"].get<int64_t>(), int64_t{200});
                 QCOMPARE(r["context_tokens"].get<int64_t>(), int64_t{200});
+                QCOMPARE(r["compressed_tokens"].get<int64_t>(), int64_t{200});
                 QCOMPARE(r["depth_percent"].get<double>(), depth);
                 const std::string response = r["response"].get<std::string>();
                 const std::string expected = r["expected"].get<std::string>();
@@ -351,6 +352,30 @@ class TestNiah : public QObject {
         NiahSweepOptions other = o;
         other.settings.budget = 0.5;
         QVERIFY_THROWS_EXCEPTION(Error, run_niah_sweep(*session, other, {}));
+        fs::remove_all(out);
+    }
+
+    void query_aware_sweep() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        const auto session = open_stories(dir);
+        const fs::path out = varrate::test::temp_dir("niah-qa");
+        NiahSweepOptions o = tiny_sweep(out);
+        o.mode = CompressionMode::QueryAware;
+        o.depths = {50};
+        o.doc.distractors = 2;
+        const NiahSweepStats stats = run_niah_sweep(*session, o, {});
+        QCOMPARE(stats.computed, int64_t{2});
+        for (const std::string& m : o.methods) {
+            const nlohmann::json r = read_json_file(niah_record_path(out, m, 200, 50, 0));
+            QCOMPARE(r["mode"].get<std::string>(), std::string("query-aware"));
+            QCOMPARE(r["context_tokens"].get<int64_t>(), int64_t{200});
+            // The question is inside the compressed context.
+            const int64_t question_tokens = static_cast<int64_t>(
+                build_prompt(session->tokenizer(), "x", r["question"].get<std::string>(), false)
+                    .question_ids.size());
+            QCOMPARE(r["compressed_tokens"].get<int64_t>(), 200 + question_tokens);
+            QCOMPARE(r["distractor_needles"].size(), size_t{2});
+        }
         fs::remove_all(out);
     }
 
