@@ -109,6 +109,16 @@ std::string escape_csv_text(const std::string& text) {
     return "\"" + e + "\"";
 }
 
+// A token's text on its own. SentencePiece decoders strip the leading space of the first piece, which would
+// hide word boundaries in the rank log; put it back.
+std::string token_text(const Tokenizer& tok, int64_t id) {
+    std::string text = tok.decode({id}, false);
+    const std::string piece = tok.token_string(id);
+    static const std::string kMeta = "\xe2\x96\x81";  // U+2581, SentencePiece's space
+    if (piece.rfind(kMeta, 0) == 0 && text.rfind(" ", 0) != 0) text = " " + text;
+    return text;
+}
+
 std::string lower_trim(const std::string& s) {
     const auto b = s.find_first_not_of(" \t\r\n");
     if (b == std::string::npos) return "";
@@ -261,7 +271,7 @@ std::string rank_log_csv(const CompareResult& r, const Tokenizer& tok) {
     for (const MethodRun& run : r.runs) {
         std::vector<std::string> texts;
         texts.reserve(run.context_ids.size());
-        for (int64_t id : run.context_ids) texts.push_back(escape_csv_text(tok.decode({id}, false)));
+        for (int64_t id : run.context_ids) texts.push_back(escape_csv_text(token_text(tok, id)));
         for (const LayerDiagnostics& d : run.layers) {
             const int64_t n = d.n_tokens;
             auto column = [&](const at::Tensor& t, at::ScalarType type) {
