@@ -1,0 +1,79 @@
+#pragma once
+// The desktop app's data model: the results of one comparison run, exposed as per-token series for the views, and
+// the shared token-position axis (visible range + cursor) that links every view. Widgets never reach into core
+// results directly; they read series from here and react to its signals (PlotJuggler-style separation).
+#include <QObject>
+#include <QString>
+#include <QStringList>
+
+#include <optional>
+#include <vector>
+
+#include "core/compare.h"
+
+namespace varrate::viz {
+
+enum class TokenMetric { Salience, SalienceNorm, Rank, RelError };
+
+class RunModel : public QObject {
+    Q_OBJECT
+public:
+    explicit RunModel(QObject* parent = nullptr);
+
+    // token_texts: one display string per context token (same length as the runs' context_ids).
+    void set_result(const CompareResult& result, const CompareRequest& request, std::vector<QString> token_texts);
+    void clear();
+    bool has_result() const { return has_result_; }
+
+    const CompareResult& result() const { return result_; }
+    const CompareRequest& request() const { return request_; }
+    QStringList methods() const;
+    int n_tokens() const;
+    int n_layers() const;
+    const QString& token_text(int position) const;
+    // Character span of the needle in token positions [begin, end), when the document has one.
+    void set_needle_span(std::optional<std::pair<int, int>> span);
+    std::optional<std::pair<int, int>> needle_span() const { return needle_; }
+
+    // Per-token values of one method; layer -1 = mean over layers. Empty when the method has no such metric.
+    std::vector<float> series(const QString& method, TokenMetric metric, int layer) const;
+    std::vector<uint8_t> exact_mask(const QString& method, int layer) const;  // 1 = stored exactly / kept
+    const MethodRun* run(const QString& method) const;
+
+Q_SIGNALS:
+    void changed();
+
+private:
+    bool has_result_ = false;
+    CompareResult result_;
+    CompareRequest request_;
+    std::vector<QString> token_texts_;
+    std::optional<std::pair<int, int>> needle_;
+};
+
+// Visible token range [begin, end) and cursor, shared by every position-axis view.
+class PositionAxis : public QObject {
+    Q_OBJECT
+public:
+    explicit PositionAxis(QObject* parent = nullptr);
+    void set_length(int n_tokens);  // resets the view to everything
+    int length() const { return length_; }
+    double begin() const { return begin_; }
+    double end() const { return end_; }
+    int cursor() const { return cursor_; }
+    void set_range(double begin, double end);  // clamped to [0, length], minimum width 8 tokens
+    void zoom(double factor, double anchor);   // factor < 1 zooms in around anchor (a position)
+    void pan(double delta_tokens);
+    void set_cursor(int position);             // -1 = none
+
+Q_SIGNALS:
+    void range_changed(double begin, double end);
+    void cursor_changed(int position);
+
+private:
+    int length_ = 0;
+    double begin_ = 0, end_ = 0;
+    int cursor_ = -1;
+};
+
+}  // namespace varrate::viz
