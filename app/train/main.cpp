@@ -1,0 +1,88 @@
+// varrate-train: trains the embedded demo model (resources/models/varrate-demo) from the project's own
+// procedural corpus and exports it as a Hugging Face model directory.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <string>
+
+#include "app/train/trainer.h"
+#include "core/error.h"
+
+int main(int argc, char** argv) {
+    using varrate::train::TrainOptions;
+    TrainOptions o;
+    CLI::App app{
+        "Train the VarRate demo retrieval model (Llama architecture) on the procedural needle corpus"};
+    std::string out, checkpoint_dir, resume, dump_logits, attention = "bf16";
+    app.add_option("--out", out,
+                   "Directory for the exported model (config.json, model.safetensors, tokenizer)")
+        ->required();
+    app.add_option("--steps", o.steps, "Optimizer steps of the whole run")->capture_default_str();
+    app.add_option("--seed", o.seed, "Seed of the initial weights and of the training data")
+        ->capture_default_str();
+    app.add_option("--threads", o.threads, "CPU threads (the run is bit-reproducible for a fixed count)")
+        ->capture_default_str();
+    app.add_option("--resume", resume, "Continue from this checkpoint directory (step-NNNNNN)");
+    app.add_option("--checkpoint-dir", checkpoint_dir, "Write step-NNNNNN checkpoints here");
+    app.add_option("--checkpoint-every", o.checkpoint_every, "Steps between checkpoints (0 = none)")
+        ->capture_default_str();
+    app.add_option("--stop-at", o.stop_at, "Stop after this step with a checkpoint, as if interrupted");
+    app.add_option("--eval-every", o.eval_every, "Steps between evaluations (0 = none)")
+        ->capture_default_str();
+    app.add_option("--eval-samples", o.eval_samples, "Documents per (length, depth) in periodic evaluations")
+        ->capture_default_str();
+    app.add_option("--final-eval-samples", o.final_eval_samples,
+                   "Documents per (length, depth) in the final evaluation (0 = none)")
+        ->capture_default_str();
+    app.add_option("--eval-lengths", o.eval_lengths, "Document lengths (tokens) of the evaluation")
+        ->capture_default_str();
+    app.add_option("--tokens-per-step", o.tokens_per_step, "Document tokens per optimizer step")
+        ->capture_default_str();
+    app.add_option("--lr", o.lr, "Peak learning rate (AdamW)")->capture_default_str();
+    app.add_option("--warmup", o.warmup, "Linear warmup steps before the cosine decay")
+        ->capture_default_str();
+    app.add_option("--weight-decay", o.weight_decay, "AdamW weight decay of the matrices")
+        ->capture_default_str();
+    app.add_option("--grad-clip", o.grad_clip, "Gradient-norm clipping threshold")->capture_default_str();
+    app.add_option("--log-every", o.log_every, "Steps between progress lines")->capture_default_str();
+    app.add_option("--hidden", o.shape.hidden, "Model width")->capture_default_str();
+    app.add_option("--layers", o.shape.layers, "Decoder layers")->capture_default_str();
+    app.add_option("--heads", o.shape.heads, "Query heads")->capture_default_str();
+    app.add_option("--kv-heads", o.shape.kv_heads, "Key/value heads (grouped-query attention)")
+        ->capture_default_str();
+    app.add_option("--head-dim", o.shape.head_dim, "Head dimension")->capture_default_str();
+    app.add_option("--intermediate", o.shape.intermediate, "SwiGLU width")->capture_default_str();
+    app.add_option("--rope-theta", o.shape.rope_theta, "RoPE base")->capture_default_str();
+    app.add_option("--curriculum-lengths", o.curriculum.lengths,
+                   "Curriculum document lengths (tokens), shortest first")
+        ->capture_default_str();
+    app.add_option("--unlock-at", o.curriculum.unlock_at,
+                   "Fraction of the run at which each curriculum length becomes available")
+        ->capture_default_str();
+    app.add_option("--attention", attention, "dtype of the T x T attention work: bf16 or fp32")
+        ->check(CLI::IsMember({"bf16", "fp32"}))
+        ->capture_default_str();
+    app.add_flag("--fixed-batch", o.fixed_batch,
+                 "Train every step on the batch of step 0 (overfitting check)");
+    app.add_option("--dump-logits", dump_logits,
+                   "After training, save a fixed token sequence and the trainer's fp32 logits (safetensors)");
+    CLI11_PARSE(app, argc, argv);
+    o.out_dir = out;
+    o.checkpoint_dir = checkpoint_dir;
+    o.resume = resume;
+    o.dump_logits = dump_logits;
+    o.bf16_attention = attention == "bf16";
+    try {
+        varrate::train::run_training(o);
+    } catch (const varrate::Error& e) {
+        std::fprintf(stderr, "varrate-train: error: %s\n", e.what());
+        return 1;
+    } catch (const c10::Error& e) {
+        std::fprintf(stderr, "varrate-train: error: %s\n", e.what_without_backtrace());
+        return 1;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "varrate-train: error: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}

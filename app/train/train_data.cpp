@@ -1,0 +1,127 @@
+#include "app/train/train_data.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace varrate::train {
+
+uint64_t mix_seed(uint64_t a, uint64_t b) {
+    uint64_t x = a * 0x9E3779B97F4A7C15ull + b + 0x632BE59BD9B4E019ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+int64_t Curriculum::pick_length(uint64_t seed, int64_t step, int64_t total_steps) const {
+    const double progress =
+        total_steps > 0 ? static_cast<double>(step) / static_cast<double>(total_steps) : 1.0;
+    size_t unlocked = 0;
+    for (size_t i = 0; i < lengths.size(); ++i)
+        if (i < unlock_at.size() && progress >= unlock_at[i]) unlocked = i + 1;
+    if (unlocked == 0)
+        throw Error("curriculum: no document length is unlocked at step " + std::to_string(step));
+    DemoTextGenerator gen(mix_seed(seed, mix_seed(0x4C454E, static_cast<uint64_t>(step))));
+    // The newest length gets half of the steps, so that the model spends time at the longest distances.
+    if (unlocked > 1 && gen.below(2) == 0) return lengths[unlocked - 1];
+    return lengths[gen.below(unlocked)];
+}
+
+DemoData::DemoData(const Tokenizer& tok, int64_t pad_id) : tok_(tok), pad_id_(pad_id) {
+    if (!tok.bos_id() || !tok.eos_id()) throw Error("demo data: the tokenizer needs BOS and EOS tokens");
+}
+
+namespace {
+
+void append_scored(Sequence& s, const std::vector<int64_t>& ids) {
+    for (int64_t id : ids) {
+        s.score_pos.push_back(static_cast<int64_t>(s.ids.size()) - 1);
+        s.ids.push_back(id);
+    }
+}
+
+}  // namespace
+
+Sequence DemoData::training_sequence(uint64_t doc_seed, int64_t doc_tokens, int n_distractors, double depth,
+                                     int n_questions) const {
+    const DemoDocument doc = make_document(doc_seed, doc_tokens, n_distractors, depth);
+    Sequence s;
+    s.doc_tokens = doc.n_tokens;
+    s.n_distractors = n_distractors;
+    s.depth = depth;
+    // Questions: the target first, then other needles of the document in a seeded order.
+    std::vector<const Needle*> asked = {&doc.needle};
+    std::vector<const Needle*> others;
+    for (const auto& d : doc.distractors) others.push_back(&d);
+    DemoTextGenerator gen(mix_seed(doc_seed, 0x5155));
+    while (!others.empty() && static_cast<int>(asked.size()) < n_questions) {
+        const size_t i = gen.below(others.size());
+        asked.push_back(others[i]);
+        others.erase(others.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+    // Segments split at line breaks encode exactly as the joined text does (a line break is its own piece).
+    s.ids = tok_.encode(doc.text + "\n", true);
+    for (size_t q = 0; q < asked.size(); ++q) {
+        const auto question = tok_.encode(DemoTextGenerator::question(asked[q]->key) + "\n", false);
+        s.ids.insert(s.ids.end(), question.begin(), question.end());
+        append_scored(s, tok_.encode(asked[q]->sentence(), false));
+        if (q == 0) s.first_answer_end = static_cast<int64_t>(s.score_pos.size());
+        if (q + 1 < asked.size()) s.ids.push_back(tok_.encode("\n", false).at(0));
+    }
+    append_scored(s, {*tok_.eos_id()});
+    return s;
+}
+
+Sequence DemoData::eval_sequence(const DemoDocument& doc) const {
+    Sequence s;
+    s.doc_tokens = doc.n_tokens;
+    s.n_distractors = static_cast<int>(doc.distractors.size());
+    s.ids = tok_.encode(doc.prompt(), true);
+    append_scored(s, tok_.encode(doc.answer, false));
+    s.first_answer_end = static_cast<int64_t>(s.score_pos.size());
+    return s;
+}
+
+std::vector<Sequence> DemoData::training_step(uint64_t seed, int64_t step, int64_t total_steps,
+                                              int64_t tokens_per_step, const Curriculum& c) const {
+    const int64_t length = c.pick_length(seed, step, total_steps);
+    const int64_t n = std::max<int64_t>(1, tokens_per_step / length);
+    DemoTextGenerator gen(mix_seed(seed, static_cast<uint64_t>(step)));
+    std::vector<Sequence> out;
+    for (int64_t i = 0; i < n; ++i) {
+        const uint64_t doc_seed = gen.rng()() & ~kEvalSeedBit;
+        const int distractors = static_cast<int>(gen.below(static_cast<uint64_t>(c.max_distractors) + 1));
+        const double depth = static_cast<double>(gen.below(10001)) / 100.0;
+        out.push_back(training_sequence(doc_seed, length, distractors, depth, c.max_questions));
+    }
+    return out;
+}
+
+Batch DemoData::collate(const std::vector<Sequence>& seqs, bool first_answer_only) const {
+    if (seqs.empty()) throw Error("demo data: empty batch");
+    int64_t T = 0;
+    for (const auto& s : seqs) T = std::max<int64_t>(T, static_cast<int64_t>(s.ids.size()));
+    const int64_t B = static_cast<int64_t>(seqs.size());
+    Batch b;
+    b.ids = at::full({B, T}, pad_id_, at::kLong);
+    std::vector<int64_t> rows, targets;
+    auto ids = b.ids.accessor<int64_t, 2>();
+    for (int64_t i = 0; i < B; ++i) {
+        const Sequence& s = seqs[static_cast<size_t>(i)];
+        for (size_t p = 0; p < s.ids.size(); ++p) ids[i][static_cast<int64_t>(p)] = s.ids[p];
+        b.n_tokens += static_cast<int64_t>(s.ids.size());
+        const size_t n_scored =
+            first_answer_only ? static_cast<size_t>(s.first_answer_end) : s.score_pos.size();
+        for (size_t k = 0; k < n_scored; ++k) {
+            rows.push_back(i * T + s.score_pos[k]);
+            targets.push_back(s.ids[static_cast<size_t>(s.score_pos[k] + 1)]);
+        }
+    }
+    b.rows = at::tensor(rows, at::kLong);
+    b.targets = at::tensor(targets, at::kLong);
+    return b;
+}
+
+}  // namespace varrate::train

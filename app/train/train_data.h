@@ -1,0 +1,64 @@
+#pragma once
+// Training and evaluation sequences of the demo model: corpus documents tokenized with the demo tokenizer,
+// each followed by questions and answers, with the positions whose next token the loss (or the eval) scores.
+// Everything is a pure function of (seed, step) or of the eval grid, so a resumed run sees the same data.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "core/demo_corpus.h"
+#include "models/tokenizer.h"
+
+namespace varrate::train {
+
+// Document seeds of training are below 2^63; evaluation uses seeds at or above 2^63, never seen in training.
+constexpr uint64_t kEvalSeedBit = uint64_t(1) << 63;
+uint64_t mix_seed(uint64_t a, uint64_t b);  // splitmix64 of a combination, for derived seeds
+
+struct Sequence {
+    std::vector<int64_t> ids;        // BOS, document, then "\n" question "\n" answer pairs, EOS
+    std::vector<int64_t> score_pos;  // position p whose logits must predict ids[p + 1]
+    int64_t doc_tokens = 0;          // tokens of the document text
+    int n_distractors = 0;
+    double depth = 0;
+    int64_t first_answer_end = 0;  // score_pos entries of the first answer (the evaluated one) are [0, this)
+};
+
+struct Batch {
+    at::Tensor ids;        // [B, T] int64, right-padded with pad_id
+    at::Tensor rows;       // [N] int64 flat indices b*T + p of the scored positions
+    at::Tensor targets;    // [N] int64 next tokens
+    int64_t n_tokens = 0;  // non-pad tokens
+};
+
+// Training curriculum: document lengths grow with progress; distractors (0..max) from the first step.
+struct Curriculum {
+    std::vector<int64_t> lengths = {256, 512, 1024, 1536, 2048, 2304};   // document token buckets
+    std::vector<double> unlock_at = {0.0, 0.0, 0.08, 0.16, 0.25, 0.35};  // fraction of the run
+    int max_distractors = 3;
+    int max_questions = 4;  // questions per document (the target first, then other needles)
+    int64_t pick_length(uint64_t seed, int64_t step, int64_t total_steps) const;
+};
+
+class DemoData {
+  public:
+    DemoData(const Tokenizer& tok, int64_t pad_id);
+
+    // One training document: `n_distractors` distractors, several questions (all scored), EOS at the end.
+    Sequence training_sequence(uint64_t doc_seed, int64_t doc_tokens, int n_distractors, double depth,
+                               int n_questions) const;
+    // The evaluation format: document, one question, its answer; only the answer sentence is scored.
+    Sequence eval_sequence(const DemoDocument& doc) const;
+    // The batch of step `step`: tokens_per_step / length documents of the curriculum's length (at least one).
+    std::vector<Sequence> training_step(uint64_t seed, int64_t step, int64_t total_steps,
+                                        int64_t tokens_per_step, const Curriculum& curriculum) const;
+    Batch collate(const std::vector<Sequence>& seqs, bool first_answer_only = false) const;
+
+  private:
+    const Tokenizer& tok_;
+    int64_t pad_id_;
+};
+
+}  // namespace varrate::train

@@ -1,0 +1,355 @@
+#include "app/train/trainer.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/file_io.h"
+#include "models/bpe_trainer.h"
+#include "models/device.h"
+#include "models/safetensors.h"
+
+namespace varrate::train {
+
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+double learning_rate(const TrainOptions& o, int64_t step) {
+    if (step < o.warmup) return o.lr * static_cast<double>(step + 1) / static_cast<double>(o.warmup);
+    const double span = static_cast<double>(std::max<int64_t>(1, o.steps - o.warmup));
+    const double progress = std::min(1.0, static_cast<double>(step - o.warmup) / span);
+    const double min_lr = o.lr * o.min_lr_ratio;
+    return min_lr + 0.5 * (o.lr - min_lr) * (1.0 + std::cos(M_PI * progress));
+}
+
+json shape_json(const DemoModelShape& s) {
+    return {{"vocab_size", s.vocab_size},
+            {"hidden", s.hidden},
+            {"layers", s.layers},
+            {"heads", s.heads},
+            {"kv_heads", s.kv_heads},
+            {"head_dim", s.head_dim},
+            {"intermediate", s.intermediate},
+            {"rope_theta", s.rope_theta},
+            {"rms_norm_eps", s.rms_norm_eps},
+            {"max_position_embeddings", s.max_position_embeddings}};
+}
+
+// What must be equal for a resumed run to continue the original one exactly.
+json run_identity(const TrainOptions& o) {
+    return {{"steps", o.steps},
+            {"seed", o.seed},
+            {"tokens_per_step", o.tokens_per_step},
+            {"lr", o.lr},
+            {"min_lr_ratio", o.min_lr_ratio},
+            {"weight_decay", o.weight_decay},
+            {"betas", {o.beta1, o.beta2}},
+            {"grad_clip", o.grad_clip},
+            {"warmup", o.warmup},
+            {"fixed_batch", o.fixed_batch},
+            {"bf16_attention", o.bf16_attention},
+            {"threads", o.threads},
+            {"shape", shape_json(o.shape)}};
+}
+
+struct Run {
+    Run(const TrainOptions& options, TrainedTokenizer files, int64_t pad_id)
+        : o(options),
+          tok_files(std::move(files)),
+          tok(Tokenizer::from_json(tok_files.tokenizer, tok_files.tokenizer_config, "demo tokenizer")),
+          data(tok, pad_id),
+          model(options.shape) {}
+
+    const TrainOptions& o;
+    TrainedTokenizer tok_files;
+    Tokenizer tok;
+    DemoData data;
+    DemoLlama model;
+    std::unique_ptr<torch::optim::AdamW> optimizer;
+    std::ofstream log;
+
+    c10::ScalarType attn_dtype() const { return o.bf16_attention ? torch::kBFloat16 : torch::kFloat; }
+
+    // Mean next-token cross-entropy over the scored rows of a batch.
+    torch::Tensor loss(const Batch& b) {
+        const torch::Tensor hidden = model->hidden_states(b.ids, attn_dtype());  // [B, T, hidden]
+        const torch::Tensor rows = hidden.reshape({-1, hidden.size(-1)}).index_select(0, b.rows);
+        return torch::nn::functional::cross_entropy(model->logits(rows), b.targets);
+    }
+
+    void save_checkpoint(int64_t completed) {
+        if (o.checkpoint_dir.empty()) return;
+        char name[32];
+        std::snprintf(name, sizeof(name), "step-%06lld", static_cast<long long>(completed));
+        const auto dir = o.checkpoint_dir / name;
+        const auto tmp = o.checkpoint_dir / (std::string(".") + name + ".tmp");
+        std::error_code ec;
+        std::filesystem::remove_all(tmp, ec);
+        std::filesystem::create_directories(tmp, ec);
+        if (ec) throw Error(tmp.string() + ": cannot create checkpoint directory: " + ec.message());
+        torch::save(model, (tmp / "model.pt").string());
+        torch::save(*optimizer, (tmp / "optimizer.pt").string());
+        torch::save(at::detail::getDefaultCPUGenerator().get_state(), (tmp / "rng.pt").string());
+        json state = {{"step", completed}, {"run", run_identity(o)}};
+        write_file_atomic(tmp / "state.json", state.dump(2) + "\n");
+        std::filesystem::remove_all(dir, ec);
+        std::filesystem::rename(tmp, dir, ec);
+        if (ec) throw Error(dir.string() + ": cannot move the checkpoint into place: " + ec.message());
+        std::printf("checkpoint %s\n", dir.string().c_str());
+    }
+
+    int64_t load_checkpoint(const std::filesystem::path& dir) {
+        const json state = read_json_file(dir / "state.json");
+        const json expected = run_identity(o);
+        if (!state.contains("run") || state["run"] != expected)
+            throw Error(
+                (dir / "state.json").string() + ": the checkpoint was made with other settings (" +
+                (state.contains("run") ? state["run"].dump() : std::string("none")) +
+                "); resume with the same --steps, --seed, --tokens-per-step, --threads and model shape");
+        torch::load(model, (dir / "model.pt").string());
+        torch::load(*optimizer, (dir / "optimizer.pt").string());
+        torch::Tensor rng;
+        torch::load(rng, (dir / "rng.pt").string());
+        at::Generator gen = at::detail::getDefaultCPUGenerator();
+        gen.set_state(rng);
+        return state.at("step").get<int64_t>();
+    }
+
+    EvalResult evaluate(int samples_per_cell) {
+        torch::NoGradGuard no_grad;
+        std::map<int64_t, std::pair<int64_t, int64_t>> by_length;  // correct, total
+        std::map<int, std::pair<int64_t, int64_t>> by_distractors;
+        std::map<double, std::pair<int64_t, int64_t>> by_depth;
+        EvalResult r;
+        int64_t correct_all = 0;
+        for (int64_t length : o.eval_lengths) {
+            std::vector<Sequence> seqs;
+            std::vector<double> depths;
+            for (double depth : o.eval_depths)
+                for (int s = 0; s < samples_per_cell; ++s) {
+                    const uint64_t doc_seed =
+                        kEvalSeedBit |
+                        mix_seed(mix_seed(static_cast<uint64_t>(length), static_cast<uint64_t>(depth * 100)),
+                                 static_cast<uint64_t>(s));
+                    const int distractors = s % (o.curriculum.max_distractors + 1);
+                    seqs.push_back(data.eval_sequence(make_document(doc_seed, length, distractors, depth)));
+                    depths.push_back(depth);
+                }
+            const size_t per_batch = static_cast<size_t>(std::max<int64_t>(1, 8192 / (length + 64)));
+            for (size_t b0 = 0; b0 < seqs.size(); b0 += per_batch) {
+                const size_t b1 = std::min(seqs.size(), b0 + per_batch);
+                const std::vector<Sequence> part(seqs.begin() + static_cast<std::ptrdiff_t>(b0),
+                                                 seqs.begin() + static_cast<std::ptrdiff_t>(b1));
+                const Batch batch = data.collate(part);
+                const torch::Tensor hidden = model->hidden_states(batch.ids, attn_dtype());
+                const torch::Tensor rows = hidden.reshape({-1, hidden.size(-1)}).index_select(0, batch.rows);
+                const torch::Tensor hit = model->logits(rows).argmax(-1).eq(batch.targets).to(torch::kLong);
+                const auto hits = hit.accessor<int64_t, 1>();
+                int64_t k = 0;
+                for (size_t i = 0; i < part.size(); ++i) {
+                    bool all = true;  // greedy decoding reproduces the answer iff every forced step is argmax
+                    for (int64_t j = 0; j < part[i].first_answer_end; ++j) all = all && hits[k++] == 1;
+                    const int64_t c = all ? 1 : 0;
+                    by_length[length].first += c, ++by_length[length].second;
+                    by_distractors[part[i].n_distractors].first += c,
+                        ++by_distractors[part[i].n_distractors].second;
+                    by_depth[depths[b0 + i]].first += c, ++by_depth[depths[b0 + i]].second;
+                    correct_all += c;
+                    ++r.samples;
+                }
+            }
+        }
+        auto rate = [](const std::pair<int64_t, int64_t>& p) {
+            return p.second ? static_cast<double>(p.first) / static_cast<double>(p.second) : 0.0;
+        };
+        for (const auto& [k, v] : by_length) r.by_length.emplace_back(k, rate(v));
+        for (const auto& [k, v] : by_distractors) r.by_distractors.emplace_back(k, rate(v));
+        for (const auto& [k, v] : by_depth) r.by_depth.emplace_back(k, rate(v));
+        r.overall = r.samples ? static_cast<double>(correct_all) / static_cast<double>(r.samples) : 0.0;
+        return r;
+    }
+
+    void export_model() {
+        std::error_code ec;
+        std::filesystem::create_directories(o.out_dir, ec);
+        if (ec) throw Error(o.out_dir.string() + ": cannot create directory: " + ec.message());
+        const ModelConfig config = o.shape.to_model_config(*tok.bos_id(), *tok.eos_id());
+        write_file_atomic(o.out_dir / "config.json", config.to_json().dump(2) + "\n");
+        write_file_atomic(o.out_dir / "generation_config.json", json{{"bos_token_id", *tok.bos_id()},
+                                                                     {"eos_token_id", *tok.eos_id()},
+                                                                     {"pad_token_id", *tok.token_id("<pad>")},
+                                                                     {"do_sample", false}}
+                                                                        .dump(2) +
+                                                                    "\n");
+        std::vector<std::pair<std::string, at::Tensor>> tensors;
+        for (auto& [name, t] : model->hf_tensors()) tensors.emplace_back(name, t.contiguous());
+        write_safetensors(o.out_dir / "model.safetensors", tensors, {{"format", "pt"}});
+        write_tokenizer_files(tok_files, o.out_dir);
+    }
+
+    void dump_logits() {
+        torch::NoGradGuard no_grad;
+        const DemoDocument doc = make_document(kEvalSeedBit | 7, 160, 2, 50.0);
+        const Sequence s = data.eval_sequence(doc);
+        std::vector<int64_t> ids = s.ids;
+        ids.insert(ids.end(), s.ids.begin() + 1, s.ids.begin() + 1 + 20);  // answer continuation tokens too
+        const torch::Tensor ids_t = torch::tensor(ids, torch::kLong).unsqueeze(0);   // [1, T]
+        const torch::Tensor hidden = model->hidden_states(ids_t, torch::kFloat);     // fp32 reference path
+        const torch::Tensor logits = model->logits(hidden.squeeze(0)).contiguous();  // [T, vocab]
+        write_safetensors(o.dump_logits, {{"ids", ids_t.squeeze(0).contiguous()}, {"logits", logits}});
+    }
+
+    void log_json(const json& j) {
+        log << j.dump() << "\n";
+        log.flush();
+    }
+};
+
+json eval_json(const EvalResult& r) {
+    json by_length = json::object(), by_distractors = json::object(), by_depth = json::object();
+    for (const auto& [k, v] : r.by_length) by_length[std::to_string(k)] = v;
+    for (const auto& [k, v] : r.by_distractors) by_distractors[std::to_string(k)] = v;
+    for (const auto& [k, v] : r.by_depth) by_depth[std::to_string(static_cast<int>(k))] = v;
+    return {{"exact_match", r.overall},
+            {"samples", r.samples},
+            {"by_length", by_length},
+            {"by_distractors", by_distractors},
+            {"by_depth", by_depth}};
+}
+
+void print_eval(const char* what, int64_t step, const EvalResult& r) {
+    std::printf("%s step %lld: exact match %.3f over %lld |", what, static_cast<long long>(step), r.overall,
+                static_cast<long long>(r.samples));
+    for (const auto& [k, v] : r.by_length) std::printf(" len %lld: %.3f", static_cast<long long>(k), v);
+    std::printf(" |");
+    for (const auto& [k, v] : r.by_distractors) std::printf(" %d distr: %.3f", k, v);
+    std::printf("\n");
+    std::fflush(stdout);
+}
+
+}  // namespace
+
+EvalResult run_training(const TrainOptions& opt_in) {
+    TrainOptions o = opt_in;
+    if (o.out_dir.empty()) throw Error("training: --out is required");
+    if (o.steps <= 0) throw Error("training: --steps must be positive");
+    if (o.tokens_per_step <= 0) throw Error("training: --tokens-per-step must be positive");
+    if (o.warmup < 0) throw Error("training: --warmup must not be negative");
+    if (o.stop_at < 0 || o.stop_at > o.steps) throw Error("training: --stop-at must be within [0, --steps]");
+    configure_threads(o.threads);
+    torch::manual_seed(o.seed);
+
+    TrainedTokenizer tok_files = train_demo_tokenizer();
+    o.shape.vocab_size = tok_files.vocab_size;
+    o.shape.validate();
+    const auto pad = tok_files.tokenizer["model"]["vocab"].find("<pad>");
+    if (pad == tok_files.tokenizer["model"]["vocab"].end()) throw Error("demo tokenizer: no <pad> token");
+
+    Run run(o, std::move(tok_files), pad->get<int64_t>());
+    std::vector<torch::Tensor> decay, no_decay;
+    for (const auto& p : run.model->parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
+    auto group_options = [&](double wd) {
+        return std::make_unique<torch::optim::AdamWOptions>(
+            torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(1e-8).weight_decay(wd));
+    };
+    std::vector<torch::optim::OptimizerParamGroup> groups;
+    groups.emplace_back(decay, group_options(o.weight_decay));
+    groups.emplace_back(no_decay, group_options(0.0));
+    run.optimizer = std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(o.lr));
+
+    int64_t step = 0;
+    if (!o.resume.empty()) step = run.load_checkpoint(o.resume);
+    std::error_code ec;
+    std::filesystem::create_directories(o.out_dir, ec);
+    if (ec) throw Error(o.out_dir.string() + ": cannot create directory: " + ec.message());
+    run.log.open(o.out_dir / "train_log.jsonl", step > 0 ? std::ios::app : std::ios::trunc);
+    if (!run.log) throw Error((o.out_dir / "train_log.jsonl").string() + ": cannot open for writing");
+    int64_t n_params = 0;
+    for (const auto& p : run.model->parameters()) n_params += p.numel();
+    std::printf("demo model: %lld parameters, vocab %lld, %s attention, %d threads, steps %lld..%lld\n",
+                static_cast<long long>(n_params), static_cast<long long>(o.shape.vocab_size),
+                o.bf16_attention ? "bf16" : "fp32", o.threads, static_cast<long long>(step),
+                static_cast<long long>(o.steps));
+    if (step == 0) run.log_json({{"config", run_identity(o)}});
+
+    const auto t_start = Clock::now();
+    double loss_sum = 0;
+    int64_t loss_n = 0;
+    EvalResult last_eval;
+    const int64_t end = o.stop_at > 0 ? o.stop_at : o.steps;
+    while (step < end) {
+        const auto t0 = Clock::now();
+        const double lr = learning_rate(o, step);
+        for (auto& g : run.optimizer->param_groups())
+            static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
+        const auto seqs = run.data.training_step(o.seed, o.fixed_batch ? 0 : step, o.steps, o.tokens_per_step,
+                                                 o.curriculum);
+        const Batch batch = run.data.collate(seqs);
+        const double data_seconds = seconds_since(t0);
+        run.optimizer->zero_grad();
+        const torch::Tensor loss = run.loss(batch);
+        loss.backward();
+        const double grad_norm = torch::nn::utils::clip_grad_norm_(run.model->parameters(), o.grad_clip);
+        run.optimizer->step();
+        ++step;
+        const double loss_v = loss.item<double>();
+        loss_sum += loss_v;
+        ++loss_n;
+        run.log_json({{"step", step},
+                      {"loss", loss_v},
+                      {"lr", lr},
+                      {"grad_norm", grad_norm},
+                      {"batch", static_cast<int64_t>(seqs.size())},
+                      {"seq_len", batch.ids.size(1)},
+                      {"tokens", batch.n_tokens},
+                      {"data_seconds", data_seconds},
+                      {"seconds", seconds_since(t0)}});
+        if (o.log_every > 0 && (step % o.log_every == 0 || step == end)) {
+            const double elapsed = seconds_since(t_start);
+            std::printf("step %lld/%lld loss %.4f lr %.2e |g| %.2f len %lld x %lld  %.2f s/step, %.1f min\n",
+                        static_cast<long long>(step), static_cast<long long>(o.steps), loss_sum / loss_n, lr,
+                        grad_norm, static_cast<long long>(batch.ids.size(1)),
+                        static_cast<long long>(seqs.size()), seconds_since(t0), elapsed / 60.0);
+            std::fflush(stdout);
+            loss_sum = 0;
+            loss_n = 0;
+        }
+        if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0) run.save_checkpoint(step);
+        if (o.eval_every > 0 && step % o.eval_every == 0 && step < o.steps) {
+            last_eval = run.evaluate(o.eval_samples);
+            print_eval("eval", step, last_eval);
+            run.log_json({{"step", step}, {"eval", eval_json(last_eval)}});
+        }
+    }
+    if (step < o.steps) {  // stopped early: leave a checkpoint to resume from
+        if (o.checkpoint_every <= 0 || step % o.checkpoint_every != 0) run.save_checkpoint(step);
+        return last_eval;
+    }
+    run.export_model();
+    if (!o.dump_logits.empty()) run.dump_logits();
+    if (o.final_eval_samples > 0) {
+        last_eval = run.evaluate(o.final_eval_samples);
+        print_eval("final eval", step, last_eval);
+        run.log_json({{"step", step}, {"final_eval", eval_json(last_eval)}});
+        write_file_atomic(
+            o.out_dir / "eval_results.json",
+            json{{"step", step}, {"seed", o.seed}, {"eval", eval_json(last_eval)}}.dump(2) + "\n");
+    }
+    std::printf("exported %s after %lld steps (%.1f min)\n", o.out_dir.string().c_str(),
+                static_cast<long long>(step), seconds_since(t_start) / 60.0);
+    return last_eval;
+}
+
+}  // namespace varrate::train

@@ -1,0 +1,51 @@
+#pragma once
+// The demo model's training run: AdamW with linear warmup and cosine decay, gradient-norm clipping, a
+// deterministic seed, checkpoints that resume bit-exactly, periodic exact-match evaluation per document
+// length and per number of distractors, and the export of a Hugging Face model directory.
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "app/train/demo_llama.h"
+#include "app/train/train_data.h"
+
+namespace varrate::train {
+
+struct TrainOptions {
+    std::filesystem::path out_dir;         // the exported model
+    std::filesystem::path checkpoint_dir;  // step-NNNNNN/ subdirectories ("" = no checkpoints)
+    std::filesystem::path resume;          // a checkpoint directory to continue from
+    int64_t steps = 1800;
+    int64_t stop_at = 0;  // end early (after checkpointing) at this step, as if interrupted
+    uint64_t seed = 1234;
+    int threads = 2;
+    int64_t tokens_per_step = 8192;
+    double lr = 2e-3, min_lr_ratio = 0.1, weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, grad_clip = 1.0;
+    int64_t warmup = 100;
+    int64_t checkpoint_every = 200;
+    int64_t eval_every = 300;
+    int eval_samples = 2;         // per (length, depth) during training
+    int final_eval_samples = 10;  // per (length, depth) at the end (0 = none)
+    std::vector<int64_t> eval_lengths = {512, 1024, 2048};
+    std::vector<double> eval_depths = {0, 25, 50, 75, 100};
+    int64_t log_every = 10;
+    bool fixed_batch = false;           // every step trains on the batch of step 0 (overfitting check)
+    bool bf16_attention = true;         // T x T scores and probabilities in bf16
+    std::filesystem::path dump_logits;  // after training, save ids + all-position fp32 logits here
+    DemoModelShape shape;               // vocab_size comes from the tokenizer
+    Curriculum curriculum;
+};
+
+struct EvalResult {
+    std::vector<std::pair<int64_t, double>> by_length;   // document tokens -> exact match
+    std::vector<std::pair<int, double>> by_distractors;  // number of distractors -> exact match
+    std::vector<std::pair<double, double>> by_depth;     // depth percent -> exact match
+    double overall = 0;
+    int64_t samples = 0;
+};
+
+// Runs (or resumes) training and writes the export; returns the last evaluation.
+EvalResult run_training(const TrainOptions& options);
+
+}  // namespace varrate::train

@@ -1,0 +1,175 @@
+// The demo model trainer (varrate-train) end to end on a tiny configuration: the loss falls on a fixed batch,
+// an interrupted and resumed run ends bit-identical to an uninterrupted one, and the export loads in our
+// runtime (LlamaModel, Tokenizer) with logits equal to the trainer's own forward pass.
+#include "tests/test_support.h"
+
+#include <ATen/ATen.h>
+
+#include <QProcess>
+
+#include "core/file_io.h"
+#include "models/llama_model.h"
+#include "models/safetensors.h"
+#include "models/tokenizer.h"
+
+namespace {
+
+struct Result {
+    int exit_code = -1;
+    QString out, err;
+};
+
+Result run_train(const QStringList& args) {
+    QProcess p;
+    p.start(QString::fromStdString((varrate::test::bin_dir() / "varrate-train").string()), args);
+    p.waitForFinished(300000);
+    Result r;
+    r.exit_code = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
+    r.out = QString::fromUtf8(p.readAllStandardOutput());
+    r.err = QString::fromUtf8(p.readAllStandardError());
+    return r;
+}
+
+// A tiny model and short documents: each run takes a few seconds on two cores.
+QStringList tiny(const std::filesystem::path& out, int steps) {
+    return {"--out",
+            QString::fromStdString(out.string()),
+            "--steps",
+            QString::number(steps),
+            "--seed",
+            "7",
+            "--threads",
+            "2",
+            "--hidden",
+            "64",
+            "--layers",
+            "2",
+            "--heads",
+            "4",
+            "--kv-heads",
+            "2",
+            "--head-dim",
+            "16",
+            "--intermediate",
+            "128",
+            "--tokens-per-step",
+            "384",
+            "--curriculum-lengths",
+            "96",
+            "160",
+            "--unlock-at",
+            "0",
+            "0.5",
+            "--warmup",
+            "3",
+            "--lr",
+            "3e-3",
+            "--eval-every",
+            "0",
+            "--final-eval-samples",
+            "0",
+            "--log-every",
+            "0"};
+}
+
+std::vector<double> losses(const std::filesystem::path& out) {
+    std::vector<double> l;
+    for (const auto& j : varrate::test::read_jsonl(out / "train_log.jsonl"))
+        if (j.contains("loss")) l.push_back(j["loss"].get<double>());
+    return l;
+}
+
+// Runs the trainer once and fails the test with its output when it did not succeed.
+#define EXPECT_RUN(args)                                                                     \
+    do {                                                                                     \
+        const Result run_result_ = run_train(args);                                          \
+        QVERIFY2(run_result_.exit_code == 0, qPrintable(run_result_.err + run_result_.out)); \
+    } while (false)
+
+}  // namespace
+
+class TestTrain : public QObject {
+    Q_OBJECT
+
+  private Q_SLOTS:
+    void loss_falls_on_a_fixed_batch() {
+        const auto dir = varrate::test::temp_dir("train_fixed");
+        QStringList args = tiny(dir / "out", 30);
+        args << "--fixed-batch"
+             << "--attention"
+             << "fp32";
+        EXPECT_RUN(args);
+        const auto l = losses(dir / "out");
+        QCOMPARE(l.size(), size_t(30));
+        double tail = 0;
+        for (size_t i = 25; i < 30; ++i) tail += l[i] / 5;
+        QVERIFY2(tail < 0.6 * l[0], qPrintable(QString("first loss %1, last five %2").arg(l[0]).arg(tail)));
+        QVERIFY(l[0] > 5.0);  // about ln(vocab) at the start
+    }
+
+    void resume_is_bit_exact_and_export_matches_runtime() {
+        const auto dir = varrate::test::temp_dir("train_resume");
+        // Uninterrupted: 8 steps.
+        QStringList full = tiny(dir / "full", 8);
+        full << "--dump-logits" << QString::fromStdString((dir / "logits.safetensors").string());
+        EXPECT_RUN(full);
+        // Interrupted after 4 steps, then resumed to 8.
+        QStringList first = tiny(dir / "part", 8);
+        first << "--checkpoint-dir" << QString::fromStdString((dir / "ck").string()) << "--checkpoint-every"
+              << "0"
+              << "--stop-at"
+              << "4";
+        EXPECT_RUN(first);
+        QVERIFY(std::filesystem::exists(dir / "ck" / "step-000004" / "optimizer.pt"));
+        QVERIFY(!std::filesystem::exists(dir / "part" / "model.safetensors"));
+        QStringList second = tiny(dir / "part", 8);
+        second << "--resume" << QString::fromStdString((dir / "ck" / "step-000004").string());
+        EXPECT_RUN(second);
+        QCOMPARE(varrate::read_text_file(dir / "part" / "model.safetensors"),
+                 varrate::read_text_file(dir / "full" / "model.safetensors"));
+        const auto a = losses(dir / "full"), b = losses(dir / "part");
+        QCOMPARE(b.size(), size_t(8));
+        QCOMPARE(a, b);
+        QVERIFY(a.front() != a.back());
+
+        // Resuming with other settings is refused with a clear message.
+        QStringList other = tiny(dir / "other", 8);
+        other[other.indexOf("--seed") + 1] = "8";
+        other << "--resume" << QString::fromStdString((dir / "ck" / "step-000004").string());
+        const Result bad = run_train(other);
+        QVERIFY(bad.exit_code != 0);
+        QVERIFY2(bad.err.contains("state.json") && bad.err.contains("other settings"), qPrintable(bad.err));
+
+        // The export is a Hugging Face directory that our runtime loads unchanged.
+        for (const char* f : {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+                              "tokenizer_config.json"})
+            QVERIFY2(std::filesystem::exists(dir / "full" / f), f);
+        varrate::RuntimeOptions ro;
+        ro.threads = 2;
+        const auto model = varrate::LlamaModel::load(dir / "full", ro);
+        QCOMPARE(model->config().num_kv_heads, int64_t(2));
+        QVERIFY(model->config().tie_word_embeddings);
+        const auto dump = varrate::SafetensorsArchive::open(dir / "logits.safetensors");
+        const at::Tensor ids_t = dump.tensor("ids");
+        const at::Tensor expected = dump.tensor("logits");  // [T, vocab]
+        std::vector<int64_t> ids(ids_t.data_ptr<int64_t>(), ids_t.data_ptr<int64_t>() + ids_t.numel());
+        QVERIFY(ids.size() > 150);
+        varrate::KVCache cache = model->new_cache();
+        varrate::ForwardOptions fo;
+        fo.all_logits = true;
+        fo.chunk_size = 64;  // a chunked prefill must agree with the trainer's one-shot forward
+        const at::Tensor got = model->forward(ids, cache, fo);
+        QCOMPARE(got.sizes().vec(), expected.sizes().vec());
+        const double diff = (got - expected).abs().max().item<double>();
+        QVERIFY2(diff < 1e-4, qPrintable(QString("max |logit difference| %1").arg(diff)));
+        QVERIFY(expected.abs().max().item<double>() > 0.1);
+
+        const varrate::Tokenizer tok = varrate::Tokenizer::load(dir / "full");
+        QCOMPARE(tok.vocab_size(), model->config().vocab_size);
+        QCOMPARE(tok.encode("What is the special magic number for tealotter?", true).size(), size_t(1 + 9));
+        QCOMPARE(*tok.bos_id(), ids.front());
+    }
+};
+
+QTEST_GUILESS_MAIN(TestTrain)
+#include "test_train.moc"
