@@ -1,27 +1,45 @@
 #pragma once
-// The desktop app's data model: the results of one comparison run, exposed as per-token series for the views, and
-// the shared token-position axis (visible range + cursor) that links every view. Widgets never reach into core
-// results directly; they read series from here and react to its signals (PlotJuggler-style separation).
+// The desktop app's data model: the results of one comparison run, exposed as per-token series for the views,
+// and the shared token-position axis (visible range + cursor) that links every view. Widgets never reach into
+// core results directly; they read series from here and react to its signals (PlotJuggler-style separation).
 #include <QObject>
 #include <QString>
 #include <QStringList>
 
+#include <map>
 #include <optional>
+#include <tuple>
 #include <vector>
 
 #include "core/compare.h"
 
+namespace varrate {
+class Tokenizer;
+}
+
 namespace varrate::viz {
 
+// One display string per token id, as the rank log writes it (SentencePiece word boundaries kept).
+std::vector<QString> token_display_texts(const Tokenizer& tokenizer, const std::vector<int64_t>& ids);
+// A token with its whitespace made visible (space ·, newline ↵, tab →) for tooltips and tables.
+QString visible_whitespace(const QString& text);
+// Token span [begin, end) covering the first occurrence of `text` in the concatenated token texts (e.g. the
+// needle sentence), or nothing when it does not occur.
+std::optional<std::pair<int, int>> find_token_span(const std::vector<QString>& token_texts,
+                                                   const QString& text);
+
 enum class TokenMetric { Salience, SalienceNorm, Rank, RelError };
+// Display name of a metric ("salience", "rank", ...).
+QString metric_name(TokenMetric metric);
 
 class RunModel : public QObject {
     Q_OBJECT
-public:
+  public:
     explicit RunModel(QObject* parent = nullptr);
 
     // token_texts: one display string per context token (same length as the runs' context_ids).
-    void set_result(const CompareResult& result, const CompareRequest& request, std::vector<QString> token_texts);
+    void set_result(const CompareResult& result, const CompareRequest& request,
+                    std::vector<QString> token_texts);
     void clear();
     bool has_result() const { return has_result_; }
 
@@ -37,24 +55,33 @@ public:
 
     // Per-token values of one method; layer -1 = mean over layers. Empty when the method has no such metric.
     std::vector<float> series(const QString& method, TokenMetric metric, int layer) const;
-    std::vector<uint8_t> exact_mask(const QString& method, int layer) const;  // 1 = stored exactly / kept
+    // 1 = stored exactly / kept; layer -1: exact in at least half of the layers.
+    std::vector<uint8_t> exact_mask(const QString& method, int layer) const;
     const MethodRun* run(const QString& method) const;
+    // The full (uncompressed) dimension D of a coded token (0 without a result).
+    int joint_dim() const;
+    // Rank floor r_min of the request's settings.
+    int rank_floor() const { return static_cast<int>(request_.settings.r_min); }
+    // Uniform rank B/|C| of one layer (layer -1: mean over layers); 0 when the method codes no token.
+    double uniform_rank(const QString& method, int layer) const;
 
-Q_SIGNALS:
+  Q_SIGNALS:
     void changed();
 
-private:
+  private:
     bool has_result_ = false;
     CompareResult result_;
     CompareRequest request_;
     std::vector<QString> token_texts_;
     std::optional<std::pair<int, int>> needle_;
+    // series() results by (method, metric, layer): views ask for the same series on every setter change.
+    mutable std::map<std::tuple<QString, int, int>, std::vector<float>> series_cache_;
 };
 
 // Visible token range [begin, end) and cursor, shared by every position-axis view.
 class PositionAxis : public QObject {
     Q_OBJECT
-public:
+  public:
     explicit PositionAxis(QObject* parent = nullptr);
     void set_length(int n_tokens);  // resets the view to everything
     int length() const { return length_; }
@@ -64,13 +91,15 @@ public:
     void set_range(double begin, double end);  // clamped to [0, length], minimum width 8 tokens
     void zoom(double factor, double anchor);   // factor < 1 zooms in around anchor (a position)
     void pan(double delta_tokens);
-    void set_cursor(int position);             // -1 = none
+    void set_cursor(int position);           // -1 = none
+    void reset() { set_range(0, length_); }  // shows every token
+    double width() const { return end_ - begin_; }
 
-Q_SIGNALS:
+  Q_SIGNALS:
     void range_changed(double begin, double end);
     void cursor_changed(int position);
 
-private:
+  private:
     int length_ = 0;
     double begin_ = 0, end_ = 0;
     int cursor_ = -1;
