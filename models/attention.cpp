@@ -5,6 +5,7 @@
 #include <torch/version.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 
@@ -46,8 +47,12 @@ at::Tensor attention_cpu_tiled(const at::Tensor& q, const at::Tensor& k, const a
     const int64_t n_tiles = (n_new + tile_tokens - 1) / tile_tokens;
     const at::Tensor qg = q.reshape({n_kv, group, n_new, hd});
     at::Tensor out = at::empty({n_kv, group, n_new, hd}, q.options());
-    at::parallel_for(0, n_kv * n_tiles, 1, [&](int64_t begin, int64_t end) {
-        for (int64_t t = begin; t < end; ++t) {
+    // Tiles are handed out one at a time rather than split up front: on a shared machine a descheduled
+    // thread would otherwise leave the others waiting at the barrier with their share done.
+    const int64_t n_tasks = n_kv * n_tiles;
+    std::atomic<int64_t> next_task{0};
+    at::parallel_for(0, std::min<int64_t>(n_tasks, at::get_num_threads()), 1, [&](int64_t, int64_t) {
+        for (int64_t t = next_task++; t < n_tasks; t = next_task++) {
             const int64_t h = t / n_tiles, i0 = (t % n_tiles) * tile_tokens;
             const int64_t rows = std::min(tile_tokens, n_new - i0);
             const int64_t key_end = prior + i0 + rows;  // keys the last token of the tile sees
