@@ -96,7 +96,7 @@ class TestTrain : public QObject {
         const auto dir = varrate::test::temp_dir("train_fixed");
         QStringList args = tiny(dir / "out", 30);
         args << "--fixed-batch"
-             << "--attention"
+             << "--compute"
              << "fp32";
         EXPECT_RUN(args);
         const auto l = losses(dir / "out");

@@ -69,6 +69,12 @@ torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& cos, const torch
     return x * cos + rotated * sin;
 }
 
+// A bias-free projection, computed in `dtype` (bf16: the weights are cast from the fp32 masters each step).
+torch::Tensor project(const torch::nn::Linear& l, const torch::Tensor& x, c10::ScalarType dtype) {
+    if (dtype == torch::kFloat) return torch::linear(x, l->weight);
+    return torch::linear(x.to(dtype), l->weight.to(dtype)).to(torch::kFloat);
+}
+
 }  // namespace
 
 AttentionImpl::AttentionImpl(const DemoModelShape& s)
@@ -83,10 +89,12 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
                                      const torch::Tensor& sin, const torch::Tensor& bias,
                                      c10::ScalarType attn_dtype) {
     const int64_t B = x.size(0), T = x.size(1), group = heads / kv_heads;
-    const torch::Tensor q =
-        rope(q_proj(x).view({B, T, heads, head_dim}).transpose(1, 2), cos, sin);  // [B, nh, T, hd]
-    const torch::Tensor k = rope(k_proj(x).view({B, T, kv_heads, head_dim}).transpose(1, 2), cos, sin);
-    const torch::Tensor v = v_proj(x).view({B, T, kv_heads, head_dim}).transpose(1, 2);  // [B, nkv, T, hd]
+    const torch::Tensor q = rope(project(q_proj, x, attn_dtype).view({B, T, heads, head_dim}).transpose(1, 2),
+                                 cos, sin);  // [B, nh, T, hd]
+    const torch::Tensor k =
+        rope(project(k_proj, x, attn_dtype).view({B, T, kv_heads, head_dim}).transpose(1, 2), cos, sin);
+    const torch::Tensor v =
+        project(v_proj, x, attn_dtype).view({B, T, kv_heads, head_dim}).transpose(1, 2);  // [B, nkv, T, hd]
     // GQA without repeating K/V: the query heads of one kv head become rows (g, t) of one batched matmul, and
     // scale + causal mask are one baddbmm with the additive bias.
     const torch::Tensor qg = q.reshape({B * kv_heads, group * T, head_dim}).to(attn_dtype);
@@ -100,7 +108,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
                                   .view({B, heads, T, head_dim})
                                   .transpose(1, 2)
                                   .reshape({B, T, heads * head_dim});
-    return o_proj(out);
+    return project(o_proj, out, attn_dtype);
 }
 
 MlpImpl::MlpImpl(const DemoModelShape& s) {
@@ -109,8 +117,8 @@ MlpImpl::MlpImpl(const DemoModelShape& s) {
     down_proj = register_module("down_proj", linear(s.intermediate, s.hidden));
 }
 
-torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-    return down_proj(torch::silu(gate_proj(x)) * up_proj(x));
+torch::Tensor MlpImpl::forward(const torch::Tensor& x, c10::ScalarType dtype) {
+    return project(down_proj, torch::silu(project(gate_proj, x, dtype)) * project(up_proj, x, dtype), dtype);
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const DemoModelShape& s) {
@@ -124,7 +132,7 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const torch::Ten
                                         const torch::Tensor& sin, const torch::Tensor& bias,
                                         c10::ScalarType attn_dtype) {
     const torch::Tensor h = x + self_attn(input_layernorm(x), cos, sin, bias, attn_dtype);
-    return h + mlp(post_attention_layernorm(h));
+    return h + mlp(post_attention_layernorm(h), attn_dtype);
 }
 
 LlamaBodyImpl::LlamaBodyImpl(const DemoModelShape& s) {

@@ -21,7 +21,7 @@ struct DemoModelShape {
     int64_t heads = 4;
     int64_t kv_heads = 2;
     int64_t head_dim = 64;
-    int64_t intermediate = 704;
+    int64_t intermediate = 512;
     double rope_theta = 100000.0;
     double rms_norm_eps = 1e-5;
     int64_t max_position_embeddings = 4096;
@@ -51,7 +51,7 @@ TORCH_MODULE(Attention);
 
 struct MlpImpl : torch::nn::Module {
     explicit MlpImpl(const DemoModelShape& s);
-    torch::Tensor forward(const torch::Tensor& x);  // down(silu(gate(x)) * up(x))
+    torch::Tensor forward(const torch::Tensor& x, c10::ScalarType dtype);  // down(silu(gate(x)) * up(x))
     torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 };
 TORCH_MODULE(Mlp);

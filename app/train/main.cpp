@@ -59,7 +59,8 @@ int main(int argc, char** argv) {
     app.add_option("--unlock-at", o.curriculum.unlock_at,
                    "Fraction of the run at which each curriculum length becomes available")
         ->capture_default_str();
-    app.add_option("--attention", attention, "dtype of the T x T attention work: bf16 or fp32")
+    app.add_option("--compute", attention,
+                   "dtype of the matmuls and of the T x T attention (fp32 master weights): bf16 or fp32")
         ->check(CLI::IsMember({"bf16", "fp32"}))
         ->capture_default_str();
     app.add_flag("--fixed-batch", o.fixed_batch,

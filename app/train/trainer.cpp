@@ -278,7 +278,7 @@ EvalResult run_training(const TrainOptions& opt_in) {
     if (!run.log) throw Error((o.out_dir / "train_log.jsonl").string() + ": cannot open for writing");
     int64_t n_params = 0;
     for (const auto& p : run.model->parameters()) n_params += p.numel();
-    std::printf("demo model: %lld parameters, vocab %lld, %s attention, %d threads, steps %lld..%lld\n",
+    std::printf("demo model: %lld parameters, vocab %lld, %s compute, %d threads, steps %lld..%lld\n",
                 static_cast<long long>(n_params), static_cast<long long>(o.shape.vocab_size),
                 o.bf16_attention ? "bf16" : "fp32", o.threads, static_cast<long long>(step),
                 static_cast<long long>(o.steps));

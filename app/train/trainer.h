@@ -16,7 +16,7 @@ struct TrainOptions {
     std::filesystem::path out_dir;         // the exported model
     std::filesystem::path checkpoint_dir;  // step-NNNNNN/ subdirectories ("" = no checkpoints)
     std::filesystem::path resume;          // a checkpoint directory to continue from
-    int64_t steps = 1800;
+    int64_t steps = 1200;
     int64_t stop_at = 0;  // end early (after checkpointing) at this step, as if interrupted
     uint64_t seed = 1234;
     int threads = 2;
@@ -24,7 +24,7 @@ struct TrainOptions {
     double lr = 2e-3, min_lr_ratio = 0.1, weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, grad_clip = 1.0;
     int64_t warmup = 100;
     int64_t checkpoint_every = 200;
-    int64_t eval_every = 300;
+    int64_t eval_every = 200;
     int eval_samples = 2;         // per (length, depth) during training
     int final_eval_samples = 10;  // per (length, depth) at the end (0 = none)
     std::vector<int64_t> eval_lengths = {512, 1024, 2048};
