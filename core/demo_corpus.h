@@ -13,7 +13,7 @@
 namespace varrate {
 
 struct Needle {
-    std::string key;               // one lexicon key word, e.g. "amber-fox" style single token
+    std::string key;               // a colour-animal compound such as "amberfox": one token
     std::string value;             // 6-7 digits
     std::string sentence() const;  // "The special magic number for <key> is <value>."
 };
