@@ -3,7 +3,6 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
-#include <map>
 #include <set>
 #include <string>
 
@@ -83,34 +82,36 @@ std::unique_ptr<LlamaModel::Weights> LlamaModel::Weights::load(const ModelConfig
     for (const std::string& f : files) where += (where.empty() ? "" : ", ") + f;
     if (where.empty()) where = "an empty checkpoint";
 
-    std::map<std::string, std::vector<int64_t>> expected;
-    for (const auto& [name, shape] : c.expected_tensors()) {
+    // Names and shapes of the whole checkpoint first, so a wrong file fails before anything is converted.
+    auto check = [&](const std::string& name, const std::vector<int64_t>& shape) -> const TensorInfo& {
         if (!archive.contains(name))
             throw Error("model weights: tensor '" + name + "' is missing from " + where);
         const TensorInfo& info = archive.info(name);
         if (info.shape != shape)
             throw Error("model weights: tensor '" + name + "' in " + info.file.string() + " has shape " +
                         shape_string(info.shape) + ", the config expects " + shape_string(shape));
-        expected[name] = shape;
-    }
-    // A CPU tensor in the runtime dtype; device transfer happens once, after fusing.
-    auto get = [&](const std::string& name, std::vector<int64_t> shape) {
-        if (!archive.contains(name))
-            throw Error("model weights: tensor '" + name + "' is missing from " + where);
-        const TensorInfo& info = archive.info(name);
-        if (info.shape != shape)
-            throw Error("model weights: tensor '" + name + "' in " + info.file.string() + " has shape " +
-                        shape_string(info.shape) + ", expected " + shape_string(shape));
-        return archive.tensor(name).to(options.dtype);
+        return info;
     };
-    // Owned, contiguous, on the runtime device (never aliasing the read-only mapping).
-    auto place = [&](const at::Tensor& t) {
-        return t
-            .to(at::TensorOptions().device(options.device).dtype(options.dtype), /*non_blocking=*/false,
-                /*copy=*/true)
-            .contiguous();
+    for (const auto& [name, shape] : c.expected_tensors()) check(name, shape);
+
+    const auto target = at::TensorOptions().device(options.device).dtype(options.dtype);
+    // The mapped CPU tensor (zero-copy, file dtype).
+    auto get = [&](const std::string& name, const std::vector<int64_t>& shape) {
+        check(name, shape);
+        return archive.tensor(name);
     };
-    auto fuse = [&](std::vector<at::Tensor> parts) { return place(at::cat(parts, 0)); };
+    // Converted once to the runtime dtype and device, owned and contiguous (never aliasing the mapping).
+    auto place = [&](const at::Tensor& mapped) {
+        at::Tensor t = mapped.to(target);
+        if (t.data_ptr() == mapped.data_ptr()) t = t.clone();
+        return t.contiguous();
+    };
+    // Concatenated along the output dimension (fused projections); cat already makes an owned copy.
+    auto fuse = [&](const std::vector<at::Tensor>& mapped) {
+        std::vector<at::Tensor> parts;
+        for (const at::Tensor& m : mapped) parts.push_back(m.to(options.dtype));
+        return at::cat(parts, 0).to(target).contiguous();
+    };
 
     const int64_t h = c.hidden_size, hd = c.head_dim, q_dim = c.num_heads * hd, kv_dim = c.num_kv_heads * hd;
     const int64_t inter = c.intermediate_size;
@@ -208,7 +209,66 @@ namespace {
 struct ObservedPrefill {
     std::vector<at::Tensor> keys_pre_rope;  // per layer [n_kv_head, L, head_dim], freed after its capture
     at::Tensor cos, sin;                    // [L, head_dim], positions 0..L-1
+    int64_t window = 0;                     // w_obs
 };
+
+at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {
+    return bias.defined() ? at::linear(x, w, bias) : at::linear(x, w);
+}
+
+// SwiGLU: down(silu(gate(x)) * up(x)), with gate and up from one matmul.
+at::Tensor mlp(const LayerWeights& lw, const at::Tensor& x, int64_t inter) {
+    const at::Tensor gate_up = linear(x, lw.gate_up, lw.gate_up_bias);  // [m, 2 inter]
+    const at::Tensor act = at::silu(gate_up.narrow(1, 0, inter)).mul_(gate_up.narrow(1, inter, inter));
+    return linear(act, lw.down, lw.down_bias);  // [m, hidden]
+}
+
+// One decoder layer over a chunk x [m, hidden] (updated in place) whose RoPE tables are cos/sin [m,
+// head_dim]. Appends the chunk's K/V to layer l of the cache. With `observed`, keeps the chunk's pre-RoPE
+// keys at `context_offset`; with `capture` as well (last chunk), hands the layer to the observer and returns
+// whether it replaced the layer's cache.
+bool decoder_layer(at::Tensor& x, const LayerWeights& lw, const ModelConfig& c, int64_t l,
+                   const at::Tensor& cos, const at::Tensor& sin, KVCache& cache, ObservedPrefill* observed,
+                   int64_t context_offset, bool capture, const LayerObserver& observer) {
+    const int64_t m = x.size(0), n_head = c.num_heads, n_kv = c.num_kv_heads, hd = c.head_dim;
+    const int64_t q_dim = n_head * hd, kv_dim = n_kv * hd;
+    // One fused q/k/v matmul; heads become the leading dimension.
+    const at::Tensor qkv = linear(rms_norm(x, lw.input_norm, c.rms_norm_eps), lw.qkv, lw.qkv_bias);
+    const at::Tensor q = qkv.narrow(1, 0, q_dim).view({m, n_head, hd}).transpose(0, 1);     // [n_head, m, hd]
+    const at::Tensor k = qkv.narrow(1, q_dim, kv_dim).view({m, n_kv, hd}).transpose(0, 1);  // [n_kv, m, hd]
+    const at::Tensor v = qkv.narrow(1, q_dim + kv_dim, kv_dim).view({m, n_kv, hd}).transpose(0, 1);
+    const at::Tensor q_rot = apply_rope(q.contiguous(), cos, sin);  // [n_head, m, head_dim]
+    cache.append(l, apply_rope(k, cos, sin), v);
+    if (observed) observed->keys_pre_rope[l].narrow(1, context_offset, m).copy_(k);
+
+    // Grouped-query attention against the whole cache: the query heads of one kv head are stacked as rows.
+    const at::Tensor attn = gqa_causal_attention(q_rot.view({n_kv, (n_head / n_kv) * m, hd}), cache.keys(l),
+                                                 cache.values(l), m, c.sliding_window.value_or(0));
+    const at::Tensor attn_rows = attn.reshape({n_head, m, hd}).transpose(0, 1).reshape({m, q_dim});
+
+    bool replaced = false;
+    if (observed && capture) {
+        const int64_t w = std::min(observed->window, m);
+        LayerCapture cap;
+        cap.layer = l;
+        cap.keys_pre_rope = observed->keys_pre_rope[l];
+        cap.keys = cache.keys(l);
+        cap.values = cache.values(l);
+        cap.window_queries = q_rot.narrow(1, m - w, w).contiguous();  // [n_head, w, head_dim]
+        cap.rope_cos = observed->cos;
+        cap.rope_sin = observed->sin;
+        std::optional<LayerKV> replacement = observer(cap);
+        observed->keys_pre_rope[l] = at::Tensor();  // this layer's capture is done
+        if (replacement) {
+            cache.replace(l, *replacement);
+            replaced = true;
+        }
+    }
+    // The rest of the layer uses the attention computed with the full cache (as kvpress does).
+    x.add_(linear(attn_rows, lw.o, lw.o_bias));
+    x.add_(mlp(lw, rms_norm(x, lw.post_attn_norm, c.rms_norm_eps), c.intermediate_size));
+    return replaced;
+}
 
 }  // namespace
 
@@ -226,20 +286,17 @@ at::Tensor LlamaModel::forward(const std::vector<int64_t>& ids, KVCache& cache,
         throw Error("forward: the KV cache has " + std::to_string(cache.n_layers()) + " layers, the model " +
                     std::to_string(c.num_layers) + " (use LlamaModel::new_cache)");
 
-    const int64_t n_head = c.num_heads, n_kv = c.num_kv_heads, hd = c.head_dim, group = n_head / n_kv;
-    const int64_t q_dim = n_head * hd, kv_dim = n_kv * hd, inter = c.intermediate_size;
+    const int64_t n_kv = c.num_kv_heads, hd = c.head_dim;
     const int64_t start = cache.next_position();
-    const int64_t window = c.sliding_window.value_or(0);
-    const auto dev = at::TensorOptions().device(options_.device);
-
-    const int64_t w_obs = opt.observer ? std::max<int64_t>(1, opt.observer_window) : 0;
-    const auto chunks = plan_chunks(n, opt.chunk_size, w_obs);
+    const auto chunks =
+        plan_chunks(n, opt.chunk_size, opt.observer ? std::max<int64_t>(1, opt.observer_window) : 0);
     const int64_t n_chunks = static_cast<int64_t>(chunks.size());
 
     ObservedPrefill observed;
     if (opt.observer) {
         // Pre-RoPE keys of cache entries from earlier calls can only be recovered if nothing was evicted.
         const int64_t L = start + n;
+        observed.window = std::max<int64_t>(1, opt.observer_window);
         observed.keys_pre_rope.resize(static_cast<size_t>(c.num_layers));
         std::tie(observed.cos, observed.sin) = rope_tables(0, L);
         for (int64_t l = 0; l < c.num_layers; ++l) {
@@ -247,12 +304,13 @@ at::Tensor LlamaModel::forward(const std::vector<int64_t>& ids, KVCache& cache,
                 throw Error("forward: an observed prefill needs an uncompressed cache (layer " +
                             std::to_string(l) + " holds " + std::to_string(cache.length(l)) +
                             " entries at position " + std::to_string(start) + ")");
-            at::Tensor buf = at::empty({n_kv, L, hd}, dev.dtype(options_.dtype));  // [n_kv_head, L, head_dim]
+            at::Tensor buf =
+                at::empty({n_kv, L, hd}, at::TensorOptions().device(options_.device).dtype(options_.dtype));
             if (start > 0)
                 buf.narrow(1, 0, start)
                     .copy_(unapply_rope(cache.keys(l), observed.cos.narrow(0, 0, start),
                                         observed.sin.narrow(0, 0, start)));
-            observed.keys_pre_rope[l] = std::move(buf);
+            observed.keys_pre_rope[l] = std::move(buf);  // [n_kv_head, L, head_dim]
         }
     }
     const auto [cos_all, sin_all] =
@@ -273,55 +331,9 @@ at::Tensor LlamaModel::forward(const std::vector<int64_t>& ids, KVCache& cache,
             at::Tensor x = at::embedding(w_->embed, ids_t.narrow(0, b, m));                 // [m, hidden]
             for (int64_t l = 0; l < c.num_layers; ++l) {
                 check_cancel(opt.cancel);
-                const LayerWeights& lw = w_->layers[l];
-                // Attention: one fused q/k/v matmul, RoPE, append to the cache, GQA against the whole cache.
-                const at::Tensor h = rms_norm(x, lw.input_norm, c.rms_norm_eps);
-                const at::Tensor qkv = lw.qkv_bias.defined()
-                                           ? at::linear(h, lw.qkv, lw.qkv_bias)
-                                           : at::linear(h, lw.qkv);  // [m, q_dim + 2 kv_dim]
-                const at::Tensor q =
-                    qkv.narrow(1, 0, q_dim).view({m, n_head, hd}).transpose(0, 1);  // [n_head, m, hd]
-                const at::Tensor k =
-                    qkv.narrow(1, q_dim, kv_dim).view({m, n_kv, hd}).transpose(0, 1);  // [n_kv, m, hd]
-                const at::Tensor v =
-                    qkv.narrow(1, q_dim + kv_dim, kv_dim).view({m, n_kv, hd}).transpose(0, 1);
-                const at::Tensor q_rot = apply_rope(q.contiguous(), cos, sin);  // [n_head, m, head_dim]
-                cache.append(l, apply_rope(k, cos, sin), v);
-                if (opt.observer) observed.keys_pre_rope[l].narrow(1, start + b, m).copy_(k);
-
-                const at::Tensor attn =
-                    gqa_causal_attention(q_rot.view({n_kv, group * m, hd}), cache.keys(l), cache.values(l), m,
-                                         window);  // [n_kv, group m, hd]
-                const at::Tensor attn_rows =
-                    attn.reshape({n_head, m, hd}).transpose(0, 1).reshape({m, q_dim});
-
-                if (opt.observer && last_chunk) {
-                    const int64_t w = std::min(w_obs, m);
-                    LayerCapture cap;
-                    cap.layer = l;
-                    cap.keys_pre_rope = observed.keys_pre_rope[l];
-                    cap.keys = cache.keys(l);
-                    cap.values = cache.values(l);
-                    cap.window_queries = q_rot.narrow(1, m - w, w).contiguous();  // [n_head, w, head_dim]
-                    cap.rope_cos = observed.cos;
-                    cap.rope_sin = observed.sin;
-                    std::optional<LayerKV> replacement = opt.observer(cap);
-                    observed.keys_pre_rope[l] = at::Tensor();  // this layer's capture is done
-                    if (replacement) {
-                        cache.replace(l, *replacement);
-                        replaced = true;
-                    }
-                }
-                x.add_(lw.o_bias.defined() ? at::linear(attn_rows, lw.o, lw.o_bias)
-                                           : at::linear(attn_rows, lw.o));
-
-                // SwiGLU MLP with gate and up in one matmul.
-                const at::Tensor h2 = rms_norm(x, lw.post_attn_norm, c.rms_norm_eps);
-                const at::Tensor gu = lw.gate_up_bias.defined() ? at::linear(h2, lw.gate_up, lw.gate_up_bias)
-                                                                : at::linear(h2, lw.gate_up);  // [m, 2 inter]
-                const at::Tensor act = at::silu(gu.narrow(1, 0, inter)).mul_(gu.narrow(1, inter, inter));
-                x.add_(lw.down_bias.defined() ? at::linear(act, lw.down, lw.down_bias)
-                                              : at::linear(act, lw.down));
+                replaced |=
+                    decoder_layer(x, w_->layers[l], c, l, cos, sin, cache, opt.observer ? &observed : nullptr,
+                                  start + b, last_chunk, opt.observer);
                 if (opt.progress) opt.progress("prefill", ci * c.num_layers + l + 1, n_chunks * c.num_layers);
             }
             // The lm_head only where logits are asked for: on a long prefill it would dominate otherwise.
@@ -329,7 +341,7 @@ at::Tensor LlamaModel::forward(const std::vector<int64_t>& ids, KVCache& cache,
                 const at::Tensor rows = opt.all_logits ? x : x.narrow(0, m - 1, 1);
                 logits.push_back(at::linear(rms_norm(rows, w_->norm, c.rms_norm_eps), w_->lm_head)
                                      .to(at::kFloat)
-                                     .to(at::kCPU));
+                                     .to(at::kCPU));  // [rows, vocab]
             }
         }
     } catch (...) {
