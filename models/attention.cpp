@@ -35,17 +35,20 @@ at::Tensor attend_rows(const at::Tensor& q, const at::Tensor& k, const at::Tenso
 #if TORCH_VERSION_MAJOR < 2
 // CPU: one task per (kv head, block of new tokens) holds the group's query rows for those tokens and only
 // the keys they can see; its scores fit in cache and its ops run single-threaded inside parallel_for.
+// The queries are scaled before the product (as scaled_dot_product_attention's math path does), and only
+// the few columns a mask can hide are touched by it.
 at::Tensor attention_cpu_tiled(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t n_new,
                                int64_t sliding_window, int64_t score_budget_bytes) {
     const int64_t n_kv = q.size(0), hd = q.size(2), n_keys = k.size(1), group = q.size(1) / n_new;
     const int64_t prior = n_keys - n_new;
-    const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
     // ~256 query rows per tile, fewer if the scores would exceed the budget.
     const int64_t tile_tokens = std::clamp<int64_t>(
         std::min<int64_t>(256 / group, score_budget_bytes / std::max<int64_t>(1, group * n_keys * 4)), 1,
         n_new);
     const int64_t n_tiles = (n_new + tile_tokens - 1) / tile_tokens;
-    const at::Tensor qg = q.reshape({n_kv, group, n_new, hd});
+    const at::Tensor qg = q.mul(1.0 / std::sqrt(static_cast<double>(hd))).view({n_kv, group, n_new, hd});
+    // Within a tile, token j hides the keys of tokens j+1.. of the same tile: the last `rows` columns.
+    const at::Tensor causal = at::ones({tile_tokens, tile_tokens}, at::kBool).triu(1);  // [tile, tile]
     at::Tensor out = at::empty({n_kv, group, n_new, hd}, q.options());
     // Tiles are handed out one at a time rather than split up front: on a shared machine a descheduled
     // thread would otherwise leave the others waiting at the barrier with their share done.
@@ -61,17 +64,24 @@ at::Tensor attention_cpu_tiled(const at::Tensor& q, const at::Tensor& k, const a
             const int64_t n_vis = key_end - key_begin;
             const at::Tensor kt = k[h].narrow(0, key_begin, n_vis), vt = v[h].narrow(0, key_begin, n_vis);
             const at::Tensor qt = qg[h].narrow(1, i0, rows).reshape({group * rows, hd});
-            at::Tensor scores = at::mm(qt, kt.t()).to(at::kFloat).mul_(scale);  // [group rows, n_vis]
-            if (rows > 1) {  // a single token sees exactly [key_begin, key_end)
-                const at::Tensor query_index =
-                    at::arange(prior + i0, prior + i0 + rows, at::kLong).unsqueeze(1);
-                const at::Tensor key_index = at::arange(key_begin, key_end, at::kLong).unsqueeze(0);
-                at::Tensor hidden = key_index > query_index;  // [rows, n_vis]
-                if (sliding_window > 0) hidden.logical_or_(key_index <= query_index - sliding_window);
-                scores.view({group, rows, n_vis}).masked_fill_(hidden, kMasked);
+            const at::Tensor scores = at::mm(qt, kt.t());  // [group rows, n_vis], runtime dtype
+            if (rows > 1) {                                // a single token sees exactly [key_begin, key_end)
+                const at::Tensor per_head = scores.view({group, rows, n_vis});
+                per_head.narrow(2, n_vis - rows, rows)
+                    .masked_fill_(causal.narrow(0, 0, rows).narrow(1, 0, rows), kMasked);
+                if (sliding_window > 0) {
+                    // Token j also hides keys at or before its index - window: among the first `rows`
+                    // columns.
+                    const int64_t cols = std::min(rows, n_vis);
+                    const at::Tensor query_index = at::arange(prior + i0, key_end, at::kLong).unsqueeze(1);
+                    const at::Tensor key_index =
+                        at::arange(key_begin, key_begin + cols, at::kLong).unsqueeze(0);
+                    per_head.narrow(2, 0, cols)
+                        .masked_fill_(key_index <= query_index - sliding_window, kMasked);
+                }
             }
-            const at::Tensor probs = at::softmax(scores, -1).to(q.scalar_type());
-            out[h].narrow(1, i0, rows).copy_(at::mm(probs, vt).view({group, rows, hd}));
+            // Softmax accumulates in fp32 also for bf16 input (the same values as fp32 then rounding).
+            out[h].narrow(1, i0, rows).copy_(at::mm(at::softmax(scores, -1), vt).view({group, rows, hd}));
         }
     });
     return out.view({n_kv, group * n_new, hd});
