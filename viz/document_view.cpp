@@ -139,7 +139,18 @@ void DocumentView::relayout() {
     const int width = std::max(40, viewport()->width() - 2 * kMargin);
     const QFontMetrics fm(font());
     line_height_ = fm.height() + 4;
-    if (layout_width_ == width && static_cast<int>(boxes_.size()) == n) return;
+    if (layout_width_ != width || static_cast<int>(boxes_.size()) != n) layout_tokens(width);
+    // The scroll range depends on the viewport height too, so it is updated on every resize.
+    const int total = lines_.empty() ? 0 : lines_.back().y + line_height_;
+    const int page = std::max(1, viewport()->height() - colour_bar_height());
+    verticalScrollBar()->setRange(0, std::max(0, total - page + kMargin));
+    verticalScrollBar()->setPageStep(page);
+    verticalScrollBar()->setSingleStep(line_height_);
+}
+
+void DocumentView::layout_tokens(int width) {
+    const int n = model_->n_tokens();
+    const QFontMetrics fm(font());
     layout_width_ = width;
     boxes_.assign(static_cast<size_t>(n), QRect());
     lines_.clear();
@@ -174,11 +185,6 @@ void DocumentView::relayout() {
     }
     line.last = n;
     if (line.last > line.first) lines_.push_back(line);
-    const int total = lines_.empty() ? 0 : lines_.back().y + line_height_;
-    const int page = std::max(1, viewport()->height() - colour_bar_height());
-    verticalScrollBar()->setRange(0, std::max(0, total - page + kMargin));
-    verticalScrollBar()->setPageStep(page);
-    verticalScrollBar()->setSingleStep(line_height_);
 }
 
 int DocumentView::line_of(int position) const {

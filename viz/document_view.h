@@ -43,8 +43,9 @@ class DocumentView : public QAbstractScrollArea {
         int first = 0, last = 0;  // tokens [first, last)
         int y = 0;                // top in document coordinates
     };
-    void reload();  // series of the current method/metric/layer
-    void relayout();
+    void reload();                  // series of the current method/metric/layer
+    void relayout();                // layout when the width or the tokens changed; scroll range
+    void layout_tokens(int width);  // token boxes and lines for a text width
     void scroll_to_token(int position);
     int line_of(int position) const;
     int colour_bar_height() const;

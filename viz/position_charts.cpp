@@ -88,7 +88,6 @@ void PositionChart::reload() {
     series_.clear();
     ref_lines_.clear();
     exact_ = model_->exact_mask(method_, layer_);
-    const QPalette& pal = palette();
     auto finite_max = [](const std::vector<float>& v, const std::vector<uint8_t>* skip) {
         float m = 0;
         for (size_t i = 0; i < v.size(); ++i)
@@ -98,10 +97,8 @@ void PositionChart::reload() {
     double top = 0;
     switch (kind_) {
         case PositionChartKind::Salience: {
-            Series s{method_,
-                     style_colour(StyleColour::Method, pal),
-                     model_->series(method_, TokenMetric::Salience, layer_),
-                     {}};
+            Series s{
+                method_, StyleColour::Method, model_->series(method_, TokenMetric::Salience, layer_), {}};
             // Coded tokens set the scale: exact ones (the attention sink at 0) would flatten everything else;
             // values above it are clipped to the top edge.
             top = finite_max(s.values, &exact_);
@@ -115,10 +112,7 @@ void PositionChart::reload() {
             break;
         }
         case PositionChartKind::Rank: {
-            Series s{method_,
-                     style_colour(StyleColour::Method, pal),
-                     model_->series(method_, TokenMetric::Rank, layer_),
-                     {}};
+            Series s{method_, StyleColour::Method, model_->series(method_, TokenMetric::Rank, layer_), {}};
             // Exact tokens hold D and are shown in the strip under the plot, not as rank D spikes.
             for (size_t i = 0; i < s.values.size() && i < exact_.size(); ++i)
                 if (exact_[i]) s.values[i] = kNaN;
@@ -129,11 +123,11 @@ void PositionChart::reload() {
                 const double floor = model_->rank_floor();
                 const double uniform = model_->uniform_rank(method_, layer_);
                 if (floor > 0 && method_ == QStringLiteral("varrate"))
-                    ref_lines_.push_back({QStringLiteral("floor r_min = %1").arg(floor), floor,
-                                          style_colour(StyleColour::Floor, pal)});
+                    ref_lines_.push_back(
+                        {QStringLiteral("floor r_min = %1").arg(floor), floor, StyleColour::Floor});
                 if (uniform > 0)
                     ref_lines_.push_back({QStringLiteral("uniform B/|C| = %1").arg(uniform, 0, 'f', 1),
-                                          uniform, style_colour(StyleColour::Uniform, pal)});
+                                          uniform, StyleColour::Uniform});
                 for (const RefLine& r : ref_lines_) top = std::max(top, r.value);
             }
             y_label_ = QStringLiteral("rank");
@@ -143,7 +137,7 @@ void PositionChart::reload() {
             for (const QString& m : {method_, reference_}) {
                 if (m.isEmpty() || (m == reference_ && reference_ == method_)) continue;
                 Series s{m,
-                         style_colour(m == method_ ? StyleColour::Method : StyleColour::Reference, pal),
+                         m == method_ ? StyleColour::Method : StyleColour::Reference,
                          model_->series(m, TokenMetric::RelError, layer_),
                          {}};
                 if (s.values.empty()) continue;
@@ -183,7 +177,8 @@ void PositionChart::draw_series(QPainter& p, const Series& s, const QRectF& area
     const int n = static_cast<int>(s.values.size());
     if (n == 0 || !(e > b)) return;
     const double px_per_token = area.width() / (e - b);
-    p.setPen(QPen(s.colour, 1.2));
+    const QColor colour = style_colour(s.role, palette());
+    p.setPen(QPen(colour, 1.2));
     if (px_per_token >= 1.0) {
         // Zoomed in: a polyline through token centres, broken at NaN, with markers when tokens are wide.
         const int first = std::max(0, static_cast<int>(std::floor(b)) - 1);
@@ -206,7 +201,7 @@ void PositionChart::draw_series(QPainter& p, const Series& s, const QRectF& area
             if (px_per_token >= 6) dots.push_back(pt);
         }
         p.drawPath(path);
-        p.setBrush(s.colour);
+        p.setBrush(colour);
         const double r = std::min(3.0, px_per_token / 4);
         for (const QPointF& d : dots) p.drawEllipse(d, r, r);
         p.setBrush(Qt::NoBrush);
@@ -240,7 +235,7 @@ void PositionChart::draw_series(QPainter& p, const Series& s, const QRectF& area
         segments.emplace_back(x, y0, x, y1);
         last = end_value;
     }
-    p.setPen(QPen(s.colour, 1.0));
+    p.setPen(QPen(colour, 1.0));
     p.drawLines(segments.data(), static_cast<int>(segments.size()));
 }
 
@@ -307,9 +302,9 @@ void PositionChart::paintEvent(QPaintEvent*) {
         p.drawText(QPointF(lx + 20, fm.ascent() + 2), name);
         lx += 20 + fm.horizontalAdvance(name) + 12;
     };
-    for (const Series& s : series_) legend(s.name, s.colour, Qt::SolidLine);
+    for (const Series& s : series_) legend(s.name, style_colour(s.role, pal), Qt::SolidLine);
     if (show_deciles_ && !series_.empty()) legend(QStringLiteral("decile means"), text, Qt::SolidLine);
-    for (const RefLine& r : ref_lines_) legend(r.name, r.colour, Qt::DashLine);
+    for (const RefLine& r : ref_lines_) legend(r.name, style_colour(r.role, pal), Qt::DashLine);
 
     if (series_.empty() || !(e > b)) {
         p.setPen(pal.color(QPalette::Mid));
@@ -338,8 +333,9 @@ void PositionChart::paintEvent(QPaintEvent*) {
         const int n = model_->n_tokens();
         for (const Series& s : series_) {
             if (s.deciles.empty()) continue;
-            QColor c =
-                series_.size() == 1 ? text : (is_dark(pal) ? s.colour.lighter(140) : s.colour.darker(150));
+            QColor c = series_.size() == 1 ? text
+                                           : (is_dark(pal) ? style_colour(s.role, pal).lighter(140)
+                                                           : style_colour(s.role, pal).darker(150));
             p.setPen(QPen(c, 2.5));
             for (int d = 0; d < 10; ++d) {
                 if (!std::isfinite(s.deciles[static_cast<size_t>(d)])) continue;
@@ -351,7 +347,7 @@ void PositionChart::paintEvent(QPaintEvent*) {
         }
     }
     for (const RefLine& r : ref_lines_) {
-        p.setPen(QPen(r.colour, 1.5, Qt::DashLine));
+        p.setPen(QPen(style_colour(r.role, pal), 1.5, Qt::DashLine));
         const double y = y_of(r.value, area);
         p.drawLine(QPointF(area.left(), y), QPointF(area.right(), y));
     }

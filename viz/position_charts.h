@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "viz/run_model.h"
+#include "viz/view_style.h"
 
 class QSplitter;
 
@@ -52,14 +53,14 @@ class PositionChart : public QWidget {
   private:
     struct Series {
         QString name;
-        QColor colour;
+        StyleColour role;            // resolved against the palette at paint time (theme switches)
         std::vector<float> values;   // [L]; NaN = no value (e.g. exact tokens in the rank plot)
         std::vector<float> deciles;  // 10 means over position deciles (empty: none)
     };
     struct RefLine {
         QString name;
         double value;
-        QColor colour;
+        StyleColour role;
     };
     void reload();
     void draw_series(QPainter& p, const Series& s, const QRectF& area) const;

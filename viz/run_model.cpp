@@ -44,7 +44,7 @@ QString visible_whitespace(const QString& text) {
     return out;
 }
 
-std::optional<std::pair<int, int>> find_token_span(const std::vector<QString>& token_texts,
+std::optional<std::pair<int, int>> text_token_span(const std::vector<QString>& token_texts,
                                                    const QString& text) {
     if (text.isEmpty()) return std::nullopt;
     QString all;

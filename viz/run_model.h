@@ -25,7 +25,7 @@ std::vector<QString> token_display_texts(const Tokenizer& tokenizer, const std::
 QString visible_whitespace(const QString& text);
 // Token span [begin, end) covering the first occurrence of `text` in the concatenated token texts (e.g. the
 // needle sentence), or nothing when it does not occur.
-std::optional<std::pair<int, int>> find_token_span(const std::vector<QString>& token_texts,
+std::optional<std::pair<int, int>> text_token_span(const std::vector<QString>& token_texts,
                                                    const QString& text);
 
 enum class TokenMetric { Salience, SalienceNorm, Rank, RelError };
@@ -49,7 +49,8 @@ class RunModel : public QObject {
     int n_tokens() const;
     int n_layers() const;
     const QString& token_text(int position) const;
-    // Character span of the needle in token positions [begin, end), when the document has one.
+    // The needle in token positions [begin, end), when the document has one (see text_token_span). It is
+    // kept by set_result (set it for each document; clear() drops it).
     void set_needle_span(std::optional<std::pair<int, int>> span);
     std::optional<std::pair<int, int>> needle_span() const { return needle_; }
 
