@@ -1,7 +1,5 @@
 #include "codec/anchors.h"
 
-#include <vector>
-
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
@@ -26,11 +24,12 @@ AnchorLayout make_anchor_layout(int64_t n_tokens, int64_t stride, int64_t window
 }
 
 at::Tensor joint_vectors(const at::Tensor& keys_pre_rope, const at::Tensor& values) {
-    const int64_t n_tok = keys_pre_rope.size(1);
-    auto flat = [&](const at::Tensor& t) {  // [G, L, hd] -> [L, G*hd]
-        return t.to(at::kFloat).permute({1, 0, 2}).reshape({n_tok, -1});
-    };
-    return at::cat({flat(keys_pre_rope), flat(values)}, 1).contiguous();
+    const int64_t n_kv = keys_pre_rope.size(0), n_tok = keys_pre_rope.size(1), hd = keys_pre_rope.size(2);
+    // One fp32 buffer, each half filled by a single converting copy (no intermediate fp32 tensors).
+    at::Tensor z = at::empty({n_tok, 2, n_kv, hd}, keys_pre_rope.options().dtype(at::kFloat));
+    z.select(1, 0).copy_(keys_pre_rope.permute({1, 0, 2}));
+    z.select(1, 1).copy_(values.permute({1, 0, 2}));
+    return z.view({n_tok, 2 * n_kv * hd});  // [L, D]
 }
 
 std::pair<at::Tensor, at::Tensor> split_joint(const at::Tensor& z, int64_t n_kv_head, int64_t head_dim) {
@@ -70,37 +69,45 @@ AnchorResiduals anchor_residuals(const at::Tensor& z, const AnchorLayout& layout
     const at::Tensor a_sq = a_c.pow(2).sum(1);      // [n_a]
     const at::Tensor coded = layout.coded_pos.to(dev);
     const int64_t n_coded = coded.size(0), dim = zf.size(1);
+    const auto long_opts = coded.options();
 
     AnchorResiduals r;
-    std::vector<at::Tensor> nearest, mean, residual;
-    for (int64_t begin = 0; begin < n_coded; begin += chunk) {
-        const int64_t n = std::min(chunk, n_coded - begin);
-        const at::Tensor zt = zf.index_select(0, coded.narrow(0, begin, n));  // [n, D]
-        const at::Tensor zt_c = zt - centre;
-        // |z|^2 + |a|^2 - 2 z.a, all fp32: one GEMM per chunk.
-        const at::Tensor dist = at::addmm(zt_c.pow(2).sum(1, true) + a_sq.unsqueeze(0), zt_c, a_c_t,
-                                          /*beta=*/1.0, /*alpha=*/-2.0);  // [n, n_a]
-        const at::Tensor best = std::get<1>(
-            at::topk(packed_distance_keys(dist), c, 1, /*largest=*/false, /*sorted=*/true));  // [n, c]
-        // Mean of the c anchors: one gather of [n * c, D] rows, summed per token.
-        const at::Tensor m =
-            anchors.index_select(0, best.reshape({-1})).view({n, c, dim}).sum(1).div_(static_cast<double>(c));
-        nearest.push_back(best);
-        residual.push_back(zt - m);
-        mean.push_back(m);
-    }
-    auto join = [](std::vector<at::Tensor>& parts) {
-        return parts.size() == 1 ? parts[0] : at::cat(parts, 0);
-    };
     if (n_coded == 0) {
-        r.nearest = at::empty({0, c}, z.options().dtype(at::kLong));
+        r.nearest = at::empty({0, c}, long_opts);
         r.mean = at::empty({0, dim}, zf.options());
         r.residual = at::empty({0, dim}, zf.options());
         return r;
     }
-    r.nearest = join(nearest);    // [n_coded, c]
-    r.mean = join(mean);          // [n_coded, D]
-    r.residual = join(residual);  // [n_coded, D]
+    const bool one_chunk = n_coded <= chunk;
+    if (!one_chunk) {
+        r.nearest = at::empty({n_coded, c}, long_opts);
+        r.mean = at::empty({n_coded, dim}, zf.options());
+        r.residual = at::empty({n_coded, dim}, zf.options());
+    }
+    for (int64_t begin = 0; begin < n_coded; begin += chunk) {
+        const int64_t n = std::min(chunk, n_coded - begin);
+        const at::Tensor zt = zf.index_select(0, coded.narrow(0, begin, n));  // [n, D]
+        // |a|^2 - 2 z.a on centred vectors, in fp32 and one GEMM; |z|^2 is the same for every anchor of
+        // a row, so leaving it out changes no ranking and avoids adding a large term before comparing.
+        const at::Tensor dist = at::addmm(a_sq.unsqueeze(0), zt - centre, a_c_t, /*beta=*/1.0,
+                                          /*alpha=*/-2.0);  // [n, n_a]
+        const at::Tensor best = std::get<1>(
+            at::topk(packed_distance_keys(dist), c, 1, /*largest=*/false, /*sorted=*/true));  // [n, c]
+        // Mean of the c anchors in one fused gather-and-average (mean-mode embedding bag).
+        const at::Tensor offsets = at::arange(0, n * c, c, long_opts);
+        const at::Tensor m = std::get<0>(at::embedding_bag(anchors, best.reshape({-1}), offsets,
+                                                           /*scale_grad_by_freq=*/false, /*mode=*/1));
+        if (one_chunk) {
+            r.nearest = best;
+            r.mean = m;
+            r.residual = zt - m;
+            break;
+        }
+        r.nearest.narrow(0, begin, n).copy_(best);
+        r.mean.narrow(0, begin, n).copy_(m);
+        at::Tensor res_rows = r.residual.narrow(0, begin, n);
+        at::sub_out(res_rows, zt, m);
+    }
     return r;
 }
 

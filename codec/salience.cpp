@@ -30,17 +30,22 @@ at::Tensor window_attention(const LayerCapture& capture, int64_t obs_window) {
     const int64_t n_rep = n_head / n_kv, w = obs_window;
     const at::Tensor q = q_all.narrow(1, q_all.size(1) - w, w).to(at::kFloat);  // [H, w, hd]
     const at::Tensor k = keys.to(at::kFloat);
-    // Query i of the window sits at position L - w + i and sees keys 0 .. L - w + i.
-    auto lopts = keys.options().dtype(at::kLong);
-    const at::Tensor future =
-        at::arange(n_tok, lopts).unsqueeze(0) > (at::arange(w, lopts) + (n_tok - w)).unsqueeze(1);  // [w, L]
+    // Query i of the window sits at position L - w + i and sees keys 0 .. L - w + i: an additive bias of
+    // -inf on later keys, [w, L], repeated for the n_rep query heads that share a KV head.
+    auto fopts = q.options();
+    const at::Tensor future = at::arange(n_tok, fopts.dtype(at::kLong)).unsqueeze(0) >
+                              (at::arange(w, fopts.dtype(at::kLong)) + (n_tok - w)).unsqueeze(1);
+    const at::Tensor bias = at::zeros({w, n_tok}, fopts)
+                                .masked_fill_(future, -std::numeric_limits<float>::infinity())
+                                .repeat({n_rep, 1});  // [n_rep w, L]
     const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-    // All heads in one batched GEMM: each KV head's n_rep query heads stacked as n_rep * w rows.
-    const at::Tensor q_grouped = q.reshape({n_kv, n_rep * w, hd});                       // [G, n_rep w, hd]
-    at::Tensor logits = at::bmm(q_grouped, k.transpose(1, 2)).view({n_head, w, n_tok});  // [H, w, L]
-    logits.mul_(scale).masked_fill_(future.unsqueeze(0), -std::numeric_limits<float>::infinity());
-    const at::Tensor att = at::softmax(logits, -1);  // [H, w, L]
-    return att.narrow(2, 0, n_tok - w).mean(1);      // [H, L - w]
+    // All heads in one batched GEMM, scale and mask folded in: each KV head's n_rep query heads stacked
+    // as n_rep * w rows.
+    const at::Tensor logits =
+        at::baddbmm(bias.unsqueeze(0), q.reshape({n_kv, n_rep * w, hd}), k.transpose(1, 2), /*beta=*/1.0,
+                    /*alpha=*/scale);                                         // [G, n_rep w, L]
+    const at::Tensor att = at::softmax(logits, -1).view({n_head, w, n_tok});  // [H, w, L]
+    return att.narrow(2, 0, n_tok - w).mean(1);                               // [H, L - w]
 }
 
 at::Tensor pool_scores(const at::Tensor& scores, int64_t kernel) {

@@ -121,16 +121,17 @@ LayerResult VarRateMethod::compress_with_salience(const LayerCapture& capture, c
     d.timing.projection = ms_since(t);
 
     // 12-14: z^ = z-bar + V^T (m . c); exact tokens are copied untouched; keys re-rotated to post-RoPE.
-    const at::Tensor z_hat = at::addmm(res.mean, coeff, V);  // [n_coded, D] fp32
-    auto [k_pre, v_hat] = split_joint(z_hat, shape.n_kv_head, shape.head_dim);
-    const at::Tensor cos = capture.rope_cos.index_select(0, coded).to(at::kFloat);
+    const int64_t n_kv = shape.n_kv_head, hd = shape.head_dim, n_coded = plan.n_coded;
+    const at::Tensor z_hat = at::addmm(res.mean, coeff, V);                             // [n_coded, D] fp32
+    const at::Tensor parts = z_hat.view({n_coded, 2, n_kv, hd}).permute({1, 2, 0, 3});  // [2, G, n_coded, hd]
+    const at::Tensor cos = capture.rope_cos.index_select(0, coded).to(at::kFloat);      // [n_coded, hd]
     const at::Tensor sin = capture.rope_sin.index_select(0, coded).to(at::kFloat);
-    const at::Tensor k_post = apply_rope(k_pre, cos, sin);  // [G, n_coded, hd]
+    const at::Tensor k_post = apply_rope(parts[0], cos, sin);  // [G, n_coded, hd]
     LayerResult out;
     out.kv.keys = capture.keys.clone();
     out.kv.values = capture.values.clone();
     out.kv.keys.index_copy_(1, coded, k_post.to(dtype));
-    out.kv.values.index_copy_(1, coded, v_hat.to(dtype));
+    out.kv.values.index_copy_(1, coded, parts[1].to(dtype));
     sync_for_timing(out.kv.values, sync);
     d.timing.reconstruction = ms_since(t);
 

@@ -1,7 +1,10 @@
-// varrate bench: measured throughput, always as a ratio against the same machine's GEMM peak in the same run.
+// varrate bench: measured throughput, always as a ratio against a reference measured in the same run
+// (prefill: the machine's GEMM peak; codec: the plain prefill of the same tokens).
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <iostream>
+#include <sstream>
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -10,6 +13,9 @@
 
 #include "app/cli/cli_common.h"
 #include "app/cli/commands.h"
+#include "codec/footprint.h"
+#include "codec/registry.h"
+#include "codec/synthetic.h"
 #include "core/error.h"
 #include "models/flops.h"
 
@@ -25,6 +31,37 @@ struct BenchPrefillArgs {
     RuntimeArgs runtime{"cpu", "bf16", 0};
     bool json = false;
 };
+
+struct BenchCodecArgs {
+    std::string model;
+    int64_t tokens = 2048;
+    std::string methods = "varrate,flat,snapkv";
+    CodecSettings settings;
+    std::string basis;  // basis file; empty = random orthonormal rows
+    int repeats = 3;
+    int64_t chunk_size = 512;
+    RuntimeArgs runtime{"cpu", "bf16", 0};
+    bool json = false;
+};
+
+using Clock = std::chrono::steady_clock;
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// CPU time of the whole process (all threads), in ms: less sensitive than wall time to other processes
+// competing for the cores.
+double process_cpu_ms() {
+    return 1000.0 * static_cast<double>(std::clock()) / CLOCKS_PER_SEC;
+}
+
+// Deterministic ids spread over the vocabulary; content does not change the cost.
+std::vector<int64_t> synthetic_ids(int64_t n, int64_t vocab_size) {
+    std::vector<int64_t> ids(n);
+    for (int64_t i = 0; i < n; ++i) ids[i] = (i * 7919 + 13) % vocab_size;
+    return ids;
+}
 
 double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
@@ -61,9 +98,7 @@ int run_bench_prefill(const BenchPrefillArgs& a) {
     const RuntimeOptions& o = model->options();
     if (a.tokens < 1) throw Error("bench prefill: --tokens must be positive");
 
-    // Deterministic ids spread over the vocabulary; content does not change the cost.
-    std::vector<int64_t> ids(a.tokens);
-    for (int64_t i = 0; i < a.tokens; ++i) ids[i] = (i * 7919 + 13) % cfg.vocab_size;
+    const std::vector<int64_t> ids = synthetic_ids(a.tokens, cfg.vocab_size);
 
     ForwardOptions fo;
     fo.chunk_size = a.chunk_size;
@@ -119,6 +154,232 @@ int run_bench_prefill(const BenchPrefillArgs& a) {
     return 0;
 }
 
+std::vector<std::string> split_names(const std::string& text) {
+    std::vector<std::string> names;
+    std::stringstream ss(text);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+        const auto b = item.find_first_not_of(" \t");
+        const auto e = item.find_last_not_of(" \t");
+        if (b == std::string::npos) throw Error("bench codec: empty entry in --methods '" + text + "'");
+        names.push_back(item.substr(b, e - b + 1));
+    }
+    if (names.empty()) throw Error("bench codec: --methods lists no method");
+    return names;
+}
+
+// Per-repeat sums over layers of one method's compress() calls.
+struct CodecRun {
+    StageTiming stages;      // the method's own stage timings, summed over layers
+    double compress_ms = 0;  // wall time inside compress(), diagnostics included
+    double compress_cpu_ms = 0;
+    double prefill_ms = 0;  // wall time of the whole prefill with the method's observer
+    double prefill_cpu_ms = 0;
+};
+
+struct CodecSummary {
+    std::string method;
+    StageTiming stages;  // medians over repeats, per stage
+    double stage_total_ms = 0, compress_ms = 0, prefill_ms = 0, compress_cpu_ms = 0, prefill_cpu_ms = 0;
+};
+
+int run_bench_codec(const BenchCodecArgs& a) {
+    if (a.tokens < 1) throw Error("bench codec: --tokens must be positive");
+    const std::vector<std::string> names = split_names(a.methods);
+    CodecSettings settings = a.settings;
+    settings.precise_timing = true;  // stage times must be real on CUDA too
+    if (settings.rank <= 0)
+        throw Error(fmt::format("bench codec: --rank must be positive, got {}", settings.rank));
+
+    auto model = load_model_for_cli(a.model, a.runtime);
+    const ModelConfig& cfg = model->config();
+    const RuntimeOptions& o = model->options();
+    const int64_t dim = 2 * cfg.num_kv_heads * cfg.head_dim;
+
+    // Settings errors before any prefill: they would otherwise surface minutes later, inside the first layer.
+    bool needs_basis = false;
+    for (const std::string& name : names) {
+        needs_basis = needs_basis || method_needs_basis(name);  // also rejects unknown names
+        if (name == "snapkv")
+            snapkv_kept_tokens(settings, a.tokens);
+        else if (method_needs_basis(name))
+            plan_codec_budget(settings, a.tokens, dim, element_size(o.dtype), name);
+    }
+
+    // The basis only sets the values of the projection, never its cost (ranks come from salience, the
+    // projection runs at full rank R and is masked), so a random orthonormal basis times the codec exactly.
+    std::shared_ptr<const Basis> basis;
+    std::string basis_source = "none needed";
+    if (needs_basis) {
+        if (!a.basis.empty()) {
+            BasisRequirements req;
+            req.dim = dim;
+            req.stride = settings.stride;
+            req.anchors = settings.anchors;
+            basis = std::make_shared<const Basis>(Basis::load(a.basis, req));
+            basis_source = a.basis;
+        } else {
+            const int64_t rank = std::min(settings.rank, dim);
+            basis = random_basis(cfg.num_layers, dim, rank, settings.stride, settings.anchors, /*seed=*/1);
+            basis_source = fmt::format("random orthonormal rows (seed 1), R={} D={}", rank, dim);
+        }
+    }
+    std::vector<std::unique_ptr<CompressionMethod>> methods;
+    for (const std::string& name : names) methods.push_back(make_method(name, settings, basis));
+
+    const std::vector<int64_t> ids = synthetic_ids(a.tokens, cfg.vocab_size);
+    ForwardOptions plain;
+    plain.chunk_size = a.chunk_size;
+    {
+        // Warm-up on a short prefix: first-touch of weights and allocator pools.
+        KVCache warm = model->new_cache();
+        std::vector<int64_t> head(ids.begin(), ids.begin() + std::min<int64_t>(a.tokens, 64));
+        model->forward(head, warm, plain);
+    }
+
+    // Each repeat runs the plain prefill and then every method's prefill back to back, so a change in the
+    // machine's load hits all of them alike; medians over repeats are reported.
+    std::vector<double> plain_ms, plain_cpu_ms;
+    std::vector<std::vector<CodecRun>> runs(methods.size());
+    for (int r = 0; r < a.repeats; ++r) {
+        {
+            KVCache cache = model->new_cache();
+            const auto t0 = Clock::now();
+            const double c0 = process_cpu_ms();
+            model->forward(ids, cache, plain);
+            synchronize(o.device);
+            plain_ms.push_back(ms_between(t0, Clock::now()));
+            plain_cpu_ms.push_back(process_cpu_ms() - c0);
+            spdlog::info("run {}: plain prefill {:.1f} ms", r + 1, plain_ms.back());
+        }
+        for (size_t mi = 0; mi < methods.size(); ++mi) {
+            CompressionMethod& method = *methods[mi];
+            CodecRun run;
+            ForwardOptions fo = plain;
+            fo.observer_window = settings.obs_window;
+            fo.observer = [&](const LayerCapture& cap) -> std::optional<LayerKV> {
+                const auto t0 = Clock::now();
+                const double c0 = process_cpu_ms();
+                LayerResult res = method.compress(cap);
+                synchronize(o.device);
+                run.compress_ms += ms_between(t0, Clock::now());
+                run.compress_cpu_ms += process_cpu_ms() - c0;
+                const StageTiming& st = res.diagnostics.timing;
+                run.stages.anchor_search += st.anchor_search;
+                run.stages.salience += st.salience;
+                run.stages.water_filling += st.water_filling;
+                run.stages.projection += st.projection;
+                run.stages.reconstruction += st.reconstruction;
+                return std::move(res.kv);
+            };
+            KVCache cache = model->new_cache();
+            const auto t0 = Clock::now();
+            const double c0 = process_cpu_ms();
+            model->forward(ids, cache, fo);
+            synchronize(o.device);
+            run.prefill_ms = ms_between(t0, Clock::now());
+            run.prefill_cpu_ms = process_cpu_ms() - c0;
+            spdlog::info("run {}: {} prefill {:.1f} ms, codec stages {:.1f} ms", r + 1, method.name(),
+                         run.prefill_ms, run.stages.total());
+            runs[mi].push_back(run);
+        }
+    }
+
+    const double prefill = median(plain_ms), prefill_cpu = median(plain_cpu_ms);
+    std::vector<CodecSummary> summaries;
+    for (size_t mi = 0; mi < methods.size(); ++mi) {
+        auto med = [&](auto field) {
+            std::vector<double> v;
+            for (const CodecRun& run : runs[mi]) v.push_back(field(run));
+            return median(v);
+        };
+        CodecSummary s;
+        s.method = names[mi];
+        s.stages.anchor_search = med([](const CodecRun& x) { return x.stages.anchor_search; });
+        s.stages.salience = med([](const CodecRun& x) { return x.stages.salience; });
+        s.stages.water_filling = med([](const CodecRun& x) { return x.stages.water_filling; });
+        s.stages.projection = med([](const CodecRun& x) { return x.stages.projection; });
+        s.stages.reconstruction = med([](const CodecRun& x) { return x.stages.reconstruction; });
+        s.stage_total_ms = med([](const CodecRun& x) { return x.stages.total(); });
+        s.compress_ms = med([](const CodecRun& x) { return x.compress_ms; });
+        s.prefill_ms = med([](const CodecRun& x) { return x.prefill_ms; });
+        s.compress_cpu_ms = med([](const CodecRun& x) { return x.compress_cpu_ms; });
+        s.prefill_cpu_ms = med([](const CodecRun& x) { return x.prefill_cpu_ms; });
+        summaries.push_back(s);
+    }
+
+    const std::vector<std::pair<const char*, double StageTiming::*>> stage_fields = {
+        {"anchor_search", &StageTiming::anchor_search},
+        {"salience", &StageTiming::salience},
+        {"water_filling", &StageTiming::water_filling},
+        {"projection", &StageTiming::projection},
+        {"reconstruction", &StageTiming::reconstruction}};
+    if (a.json) {
+        nlohmann::json j;
+        j["model"] = a.model;
+        j["device"] = o.device.str();
+        j["dtype"] = dtype_name(o.dtype);
+        j["threads"] = o.threads;
+        j["tokens"] = a.tokens;
+        j["layers"] = cfg.num_layers;
+        j["chunk_size"] = a.chunk_size;
+        j["repeats"] = a.repeats;
+        j["basis"] = basis_source;
+        j["settings"] = {
+            {"budget", settings.budget},        {"r_min", settings.r_min},     {"rank", settings.rank},
+            {"stride", settings.stride},        {"anchors", settings.anchors}, {"window", settings.window},
+            {"obs_window", settings.obs_window}};
+        j["prefill_ms_median"] = prefill;
+        j["prefill_ms_runs"] = plain_ms;
+        j["prefill_cpu_ms_median"] = prefill_cpu;
+        nlohmann::json jm = nlohmann::json::array();
+        for (const CodecSummary& s : summaries) {
+            nlohmann::json m = {{"method", s.method}};
+            for (const auto& [key, field] : stage_fields) {
+                m["stage_ms"][key] = s.stages.*field;
+                m["stage_over_prefill"][key] = s.stages.*field / prefill;
+            }
+            m["codec_ms"] = s.stage_total_ms;
+            m["codec_over_prefill"] = s.stage_total_ms / prefill;
+            m["compress_call_ms"] = s.compress_ms;
+            m["prefill_with_codec_ms"] = s.prefill_ms;
+            m["wall_overhead_over_prefill"] = (s.prefill_ms - prefill) / prefill;
+            m["compress_call_cpu_ms"] = s.compress_cpu_ms;
+            m["compress_cpu_over_prefill_cpu"] = s.compress_cpu_ms / prefill_cpu;
+            m["prefill_with_codec_cpu_ms"] = s.prefill_cpu_ms;
+            jm.push_back(m);
+        }
+        j["methods"] = jm;
+        std::cout << j.dump(2) << std::endl;
+        return 0;
+    }
+    std::cout << fmt::format(
+        "codec cost, {} tokens, {} layers, {} on {}, {} threads, median of {} runs\n"
+        "basis: {}\n"
+        "plain prefill: {:.1f} ms (process CPU time {:.1f} ms)\n",
+        a.tokens, cfg.num_layers, dtype_name(o.dtype), o.device.str(), o.threads, a.repeats, basis_source,
+        prefill, prefill_cpu);
+    std::cout << fmt::format("{:<9} {:<28} {:>10} {:>11}\n", "method", "stage (summed over layers)", "ms",
+                             "/ prefill");
+    for (const CodecSummary& s : summaries) {
+        for (const auto& [key, field] : stage_fields)
+            std::cout << fmt::format("{:<9} {:<28} {:>10.1f} {:>10.2f}%\n", s.method, key, s.stages.*field,
+                                     100.0 * s.stages.*field / prefill);
+        std::cout << fmt::format("{:<9} {:<28} {:>10.1f} {:>10.2f}%\n", s.method, "codec total",
+                                 s.stage_total_ms, 100.0 * s.stage_total_ms / prefill);
+        std::cout << fmt::format("{:<9} {:<28} {:>10.1f} {:>10.2f}%\n", s.method,
+                                 "compress() incl. diagnostics", s.compress_ms,
+                                 100.0 * s.compress_ms / prefill);
+        std::cout << fmt::format("{:<9} {:<28} {:>10.1f} {:>10.2f}%  (of prefill CPU time)\n", s.method,
+                                 "compress() CPU time", s.compress_cpu_ms,
+                                 100.0 * s.compress_cpu_ms / prefill_cpu);
+        std::cout << fmt::format("{:<9} {:<28} {:>10.1f} {:>+10.2f}%\n", s.method,
+                                 "prefill+codec (wall delta)", s.prefill_ms,
+                                 100.0 * (s.prefill_ms - prefill) / prefill);
+    }
+    return 0;
+}
+
 }  // namespace
 
 Command add_bench(CLI::App& root) {
@@ -142,9 +403,35 @@ Command add_bench(CLI::App& root) {
         ->check(CLI::Range(int64_t{1}, int64_t{1} << 22));
     add_runtime_options(*prefill, a->runtime);
     prefill->add_flag("--json", a->json, "Print the results as JSON");
-    return {bench, [a, prefill] {
+
+    auto c = std::make_shared<BenchCodecArgs>();
+    CLI::App* codec = bench->add_subcommand(
+        "codec", "Codec time per stage against the plain prefill of the same tokens (synthetic ids)");
+    codec->add_option("--model", c->model, "Hugging Face model directory")
+        ->required()
+        ->check(CLI::ExistingDirectory);
+    codec->add_option("--tokens", c->tokens, "Context length")
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t{1}, int64_t{1} << 22));
+    codec->add_option("--methods", c->methods, "Comma-separated methods to time")->capture_default_str();
+    codec
+        ->add_option("--basis", c->basis,
+                     "Basis file for varrate/flat (default: random orthonormal rows; the cost does not "
+                     "depend on the basis values)")
+        ->check(CLI::ExistingFile);
+    add_codec_options(*codec, c->settings);
+    codec->add_option("--repeats", c->repeats, "Timed runs (medians are reported)")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 100));
+    codec->add_option("--chunk-size", c->chunk_size, "Prefill chunk length")
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t{1}, int64_t{1} << 22));
+    add_runtime_options(*codec, c->runtime);
+    codec->add_flag("--json", c->json, "Print the results as JSON");
+    return {bench, [a, prefill, c, codec] {
                 if (prefill->parsed()) return run_bench_prefill(*a);
-                throw Error("bench: choose a benchmark (prefill)");
+                if (codec->parsed()) return run_bench_codec(*c);
+                throw Error("bench: choose a benchmark (prefill, codec)");
             }};
 }
 
