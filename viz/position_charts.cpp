@@ -200,11 +200,14 @@ void PositionChart::draw_series(QPainter& p, const Series& s, const QRectF& area
             open = true;
             if (px_per_token >= 6) dots.push_back(pt);
         }
+        p.setRenderHint(QPainter::Antialiasing,
+                        true);  // only the polyline: column segments are pixel-aligned
         p.drawPath(path);
         p.setBrush(colour);
         const double r = std::min(3.0, px_per_token / 4);
         for (const QPointF& d : dots) p.drawEllipse(d, r, r);
         p.setBrush(Qt::NoBrush);
+        p.setRenderHint(QPainter::Antialiasing, false);
         return;
     }
     // Zoomed out: one vertical min..max segment per pixel column, joined to the previous column's last value.
@@ -326,9 +329,7 @@ void PositionChart::paintEvent(QPaintEvent*) {
         const double x1 = area.left() + (needle->second - b) / (e - b) * area.width();
         p.fillRect(QRectF(x0, area.top(), std::max(2.0, x1 - x0), area.height()), c);
     }
-    p.setRenderHint(QPainter::Antialiasing, true);
     for (const Series& s : series_) draw_series(p, s, area);
-    p.setRenderHint(QPainter::Antialiasing, false);
     if (show_deciles_) {
         const int n = model_->n_tokens();
         for (const Series& s : series_) {
