@@ -405,6 +405,36 @@ class GuiTestViews : public QObject {
         QVERIFY(snapshot(&summary) != si);  // the highlighted row
     }
 
+    void dark_palette_is_followed() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        QVERIFY(need_run());
+        axis_->reset();
+        QPalette dark;
+        dark.setColor(QPalette::Window, QColor(0x20, 0x22, 0x26));
+        dark.setColor(QPalette::Base, QColor(0x18, 0x1a, 0x1d));
+        dark.setColor(QPalette::WindowText, QColor(0xe0, 0xe0, 0xe0));
+        dark.setColor(QPalette::Text, QColor(0xe0, 0xe0, 0xe0));
+        PositionChart chart(model_.get(), axis_.get(), PositionChartKind::Rank);
+        DocumentView doc(model_.get(), axis_.get());
+        for (QWidget* w : std::initializer_list<QWidget*>{&chart, &doc}) {
+            w->resize(640, 240);
+            w->show();
+            const QImage light = snapshot(w);
+            w->setPalette(dark);
+            const QImage img = snapshot(w);
+            QVERIFY(img != light);
+            QVERIFY(ink_share(img) > 0.02);
+            // The dominant colour is the dark base, not the light theme's background.
+            QCOMPARE(img.pixelColor(w == &chart
+                                        ? QPoint(2, w->height() - 3)
+                                        : doc.viewport()->mapTo(&doc, QPoint(doc.viewport()->width() - 3,
+                                                                             doc.viewport()->height() - 3))),
+                     dark.color(QPalette::Base));
+        }
+        QVERIFY(style_colour(StyleColour::Method, dark) !=
+                style_colour(StyleColour::Method, QPalette(Qt::white)));
+    }
+
     void niah_heatmap_colours_and_cells() {
         QCOMPARE(niah_colour(0.0), QColor(0xF0, 0x49, 0x6E));
         QCOMPARE(niah_colour(0.5), QColor(0xEB, 0xB8, 0x39));
