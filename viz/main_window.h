@@ -1,0 +1,163 @@
+#pragma once
+// The VarRate Studio main window: menus (model, document, session, export, theme), the run panel dock, the
+// linked views (document, position charts, rank heatmap, layer summary), the answers table, the NIAH sweep
+// tab, drag-and-drop and the status bar. Long jobs go to RunWorker; errors appear in a non-modal banner at
+// the top of the window and in the status bar, never in a blocking dialog.
+#include <QMainWindow>
+#include <QString>
+
+#include <deque>
+#include <memory>
+
+#include "viz/run_worker.h"
+
+class QAction;
+class QComboBox;
+class QLabel;
+class QMenu;
+class QPlainTextEdit;
+class QStackedWidget;
+class QTabWidget;
+class QFrame;
+
+namespace varrate::viz {
+
+class AnswersTable;
+class AppSettings;
+class DocumentView;
+class LayerSummary;
+class NiahTab;
+class PositionAxis;
+class PositionCharts;
+class RankHeatmap;
+class RunModel;
+class RunPanel;
+struct StudioSession;
+
+struct StartupOptions {
+    QString model;             // --model (wins over the demo model and the last one used)
+    QString document;          // --document (else a generated NIAH document)
+    bool run = false;          // --run: compare as soon as the model and the document are ready
+    bool use_defaults = true;  // false: no demo / last-used model (tests of the empty state)
+};
+
+class MainWindow : public QMainWindow {
+    Q_OBJECT
+  public:
+    // settings_file: an ini file instead of the per-user settings (tests, screenshots).
+    explicit MainWindow(const QString& settings_file = {}, QWidget* parent = nullptr);
+    ~MainWindow() override;
+
+    void start(const StartupOptions& options);
+    // The embedded demo model when it holds weights, else "".
+    static QString find_demo_model();
+
+    // Actions (menus call them after their dialogs; tests call them directly). Errors go to the banner.
+    void open_model(const QString& dir);
+    bool open_document(const QString& path);
+    void set_document(const QString& text, const QString& source, const QString& needle = {});
+    void generate_document(const NiahDocRequest& request);
+    void run();
+    void cancel();
+    void run_niah();
+    bool save_session(const QString& path);
+    bool open_session(const QString& path);
+    bool export_results_json(const QString& path);
+    bool export_rank_log(const QString& path);
+    bool export_answers_csv(const QString& path);
+    bool export_chart(const QString& path);  // the current view, format from the suffix
+    bool copy_chart();
+    void set_theme(const QString& theme);  // "dark" | "light"
+
+    QString error_text() const;  // the banner's message ("" when hidden)
+    void clear_error();
+    bool busy() const;
+    bool has_model() const { return !loaded_.model_dir.isEmpty(); }
+    const ModelInfo& model_info() const { return loaded_; }
+    QString model_dir() const { return model_dir_; }
+    QString document() const;
+    QString theme() const { return theme_; }
+    std::shared_ptr<const RunOutcome> outcome() const { return outcome_; }
+
+    RunPanel* run_panel() const { return panel_; }
+    AnswersTable* answers() const { return answers_; }
+    NiahTab* niah_tab() const { return niah_; }
+    RunModel* run_model() const { return model_; }
+    PositionAxis* axis() const { return axis_; }
+    DocumentView* document_view() const { return doc_view_; }
+    PositionCharts* charts() const { return charts_; }
+    RankHeatmap* rank_heatmap() const { return heatmap_; }
+    LayerSummary* layer_summary() const { return layers_; }
+    QWidget* current_chart() const { return current_chart_; }
+    void set_current_chart(QWidget* w);
+
+  Q_SIGNALS:
+    void model_ready();  // a model finished loading (or a load was reused)
+    void document_changed();
+    void run_finished(bool ok);  // a comparison ended: true with results, false on error/cancel
+    void niah_finished(bool ok);
+    void idle();  // no job queued or running
+
+  protected:
+    void closeEvent(QCloseEvent* e) override;
+    void dragEnterEvent(QDragEnterEvent* e) override;
+    void dropEvent(QDropEvent* e) override;
+    bool eventFilter(QObject* watched, QEvent* e) override;
+
+  private:
+    void build_menus();
+    void build_views();
+    void connect_worker();
+    void show_error(const QString& message);
+    void status(const QString& message);
+    void apply_outcome(std::shared_ptr<const RunOutcome> outcome);
+    void update_view_selectors();
+    void update_status_labels();
+    void update_empty_state();
+    void rebuild_recent_menu();
+    void on_model_loaded(const ModelInfo& info);
+    void on_job_finished();
+    QString ask_save_path(const QString& title, const QString& name, const QString& filter);
+    void dialog_generate_document();
+    void dialog_paste_text();
+    StudioSession current_session() const;
+
+    std::unique_ptr<AppSettings> settings_;
+    RunWorker* worker_ = nullptr;
+    RunModel* model_ = nullptr;
+    PositionAxis* axis_ = nullptr;
+
+    RunPanel* panel_ = nullptr;
+    AnswersTable* answers_ = nullptr;
+    NiahTab* niah_ = nullptr;
+    DocumentView* doc_view_ = nullptr;
+    PositionCharts* charts_ = nullptr;
+    RankHeatmap* heatmap_ = nullptr;
+    LayerSummary* layers_ = nullptr;
+    QWidget* current_chart_ = nullptr;
+    QPlainTextEdit* source_ = nullptr;  // the document's text (editable)
+    QTabWidget* tabs_ = nullptr;
+    QStackedWidget* stack_ = nullptr;  // welcome prompt | analysis
+    QFrame* banner_ = nullptr;
+    QLabel* banner_text_ = nullptr;
+    QLabel *model_label_ = nullptr, *doc_label_ = nullptr, *welcome_ = nullptr;
+    QComboBox *method_box_ = nullptr, *reference_box_ = nullptr, *metric_box_ = nullptr,
+              *layer_box_ = nullptr;
+    QMenu* recent_menu_ = nullptr;
+    QAction *dark_action_ = nullptr, *light_action_ = nullptr, *run_action_ = nullptr,
+            *cancel_action_ = nullptr;
+
+    QString model_dir_;        // the model runs use (requested; may still be loading)
+    ModelInfo loaded_;         // the model the worker has loaded
+    QString document_source_;  // file path, "generated", "pasted", "session"
+    QString needle_;
+    QString theme_ = "dark";
+    std::shared_ptr<const RunOutcome> outcome_;
+    std::shared_ptr<const NiahOutcome> niah_outcome_;
+    std::deque<QString> jobs_;  // kinds of queued jobs, in order ("load", "generate", "compare", "niah")
+    bool apply_defaults_on_load_ = true;
+    bool run_when_ready_ = false;
+    bool job_failed_ = false;
+};
+
+}  // namespace varrate::viz

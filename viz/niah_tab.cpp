@@ -1,0 +1,259 @@
+#include "viz/niah_tab.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDir>
+#include <QDoubleSpinBox>
+#include <QFileDialog>
+#include <QFormLayout>
+#include <QGroupBox>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QLineEdit>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QRegularExpression>
+#include <QSpinBox>
+#include <QStandardPaths>
+#include <QVBoxLayout>
+
+#include <algorithm>
+
+#include "codec/registry.h"
+#include "core/error.h"
+#include "viz/niah_heatmap_view.h"
+
+namespace varrate::viz {
+
+namespace {
+
+QStringList split_list(const QString& text) {
+    return text.split(QRegularExpression("[,;\\s]+"), Qt::SkipEmptyParts);
+}
+
+}  // namespace
+
+std::vector<int64_t> parse_int_list(const QString& text, const QString& what) {
+    std::vector<int64_t> out;
+    for (const QString& t : split_list(text)) {
+        bool ok = false;
+        const qlonglong v = t.toLongLong(&ok);
+        if (!ok || v <= 0)
+            throw Error(QString("%1: '%2' is not a positive whole number").arg(what, t).toStdString());
+        out.push_back(v);
+    }
+    if (out.empty()) throw Error(what.toStdString() + ": give at least one value");
+    return out;
+}
+
+std::vector<double> parse_double_list(const QString& text, const QString& what, double lo, double hi) {
+    std::vector<double> out;
+    for (const QString& t : split_list(text)) {
+        bool ok = false;
+        const double v = t.toDouble(&ok);
+        if (!ok || v < lo || v > hi)
+            throw Error(
+                QString("%1: '%2' is not a number in [%3, %4]").arg(what, t).arg(lo).arg(hi).toStdString());
+        out.push_back(v);
+    }
+    if (out.empty()) throw Error(what.toStdString() + ": give at least one value");
+    return out;
+}
+
+NiahTab::NiahTab(QWidget* parent) : QWidget(parent) {
+    auto* root = new QHBoxLayout(this);
+    auto* side = new QWidget;
+    side->setMaximumWidth(330);
+    auto* sl = new QVBoxLayout(side);
+    sl->setContentsMargins(0, 0, 0, 0);
+
+    auto* grid = new QGroupBox("Sweep");
+    auto* f = new QFormLayout(grid);
+    lengths_ = new QLineEdit("128, 256, 400");
+    lengths_->setObjectName("niah_lengths");
+    lengths_->setToolTip("context lengths in the model's tokens");
+    depths_ = new QLineEdit("0, 25, 50, 75, 100");
+    depths_->setObjectName("niah_depths");
+    depths_->setToolTip("needle depth in percent of the context");
+    samples_ = new QSpinBox;
+    samples_->setRange(1, 1000);
+    samples_->setValue(1);
+    samples_->setObjectName("niah_samples");
+    distractors_ = new QSpinBox;
+    distractors_->setRange(0, 32);
+    seed_ = new QSpinBox;
+    seed_->setRange(0, 1 << 30);
+    seed_->setValue(42);
+    max_new_ = new QSpinBox;
+    max_new_->setRange(1, 512);
+    max_new_->setValue(16);
+    budget_ = new QDoubleSpinBox;
+    budget_->setRange(0.01, 1.0);
+    budget_->setSingleStep(0.05);
+    budget_->setDecimals(3);
+    budget_->setValue(0.3);
+    budget_->setObjectName("niah_budget");
+    mode_ = new QComboBox;
+    mode_->addItems({"query-agnostic", "query-aware"});
+    f->addRow("Lengths", lengths_);
+    f->addRow("Depths %", depths_);
+    f->addRow("Samples", samples_);
+    f->addRow("Distractors", distractors_);
+    f->addRow("Seed", seed_);
+    f->addRow("Budget κ", budget_);
+    f->addRow("Mode", mode_);
+    f->addRow("Max new tokens", max_new_);
+    sl->addWidget(grid);
+
+    auto* mbox = new QGroupBox("Methods");
+    auto* ml = new QVBoxLayout(mbox);
+    for (const auto& name : method_names()) {
+        auto* c = new QCheckBox(QString::fromStdString(name));
+        c->setChecked(true);
+        c->setToolTip(QString::fromStdString(method_description(name)));
+        ml->addWidget(c);
+        methods_.push_back(c);
+    }
+    sl->addWidget(mbox);
+
+    auto* obox = new QGroupBox("Records");
+    auto* ol = new QHBoxLayout(obox);
+    out_dir_ = new QLineEdit;
+    out_dir_->setObjectName("niah_out_dir");
+    out_dir_->setToolTip("one JSON record per (method, length, depth, sample); a rerun skips finished ones");
+    auto* browse = new QPushButton("…");
+    browse->setMaximumWidth(32);
+    ol->addWidget(out_dir_);
+    ol->addWidget(browse);
+    connect(browse, &QPushButton::clicked, this, [this] {
+        const QString d = QFileDialog::getExistingDirectory(this, "NIAH output folder", out_dir_->text());
+        if (!d.isEmpty()) out_dir_->setText(d);
+    });
+    sl->addWidget(obox);
+
+    auto* buttons = new QHBoxLayout;
+    run_ = new QPushButton("Run sweep");
+    run_->setObjectName("niah_run");
+    cancel_ = new QPushButton("Cancel");
+    cancel_->setObjectName("niah_cancel");
+    cancel_->setEnabled(false);
+    load_ = new QPushButton("Show records");
+    load_->setToolTip("summarise the records already in the output folder");
+    buttons->addWidget(run_);
+    buttons->addWidget(cancel_);
+    buttons->addWidget(load_);
+    sl->addLayout(buttons);
+    progress_ = new QProgressBar;
+    progress_->setRange(0, 1000);
+    progress_->setTextVisible(false);
+    progress_->setMaximumHeight(8);
+    sl->addWidget(progress_);
+    status_ = new QLabel("No sweep yet.");
+    status_->setWordWrap(true);
+    status_->setObjectName("niah_status");
+    sl->addWidget(status_);
+    sl->addStretch();
+    connect(run_, &QPushButton::clicked, this, &NiahTab::run_requested);
+    connect(cancel_, &QPushButton::clicked, this, &NiahTab::cancel_requested);
+    connect(load_, &QPushButton::clicked, this, &NiahTab::load_requested);
+
+    heatmaps_ = new NiahHeatmapView;
+    heatmaps_->setObjectName("niah_heatmaps");
+    root->addWidget(side);
+    root->addWidget(heatmaps_, 1);
+    set_output_dir(QStandardPaths::writableLocation(QStandardPaths::AppLocalDataLocation) + "/niah/default");
+}
+
+NiahSweepOptions NiahTab::options(const CodecSettings& base) const {
+    NiahSweepOptions o;
+    o.lengths = parse_int_list(lengths_->text(), "NIAH lengths");
+    o.depths = parse_double_list(depths_->text(), "NIAH depths", 0, 100);
+    o.samples = samples_->value();
+    o.methods.clear();
+    for (const QCheckBox* c : methods_)
+        if (c->isChecked()) o.methods.push_back(c->text().toStdString());
+    if (o.methods.empty()) throw Error("NIAH sweep: tick at least one method");
+    o.settings = base;
+    o.settings.budget = budget_->value();
+    o.mode = parse_mode(mode_->currentText().toStdString());
+    o.doc.seed = static_cast<uint64_t>(seed_->value());
+    o.doc.distractors = distractors_->value();
+    o.max_new_tokens = max_new_->value();
+    const QString out = out_dir_->text().trimmed();
+    if (out.isEmpty()) throw Error("NIAH sweep: choose an output folder");
+    o.out_dir = QDir::cleanPath(out).toStdString();
+    return o;
+}
+
+void NiahTab::apply_model(const ModelInfo& info) {
+    const int64_t top = default_document_length(info.max_positions);
+    lengths_->setText(QString("%1, %2, %3").arg(std::max<int64_t>(32, top / 4)).arg(top / 2).arg(top));
+    const QString base = QStandardPaths::writableLocation(QStandardPaths::AppLocalDataLocation);
+    set_output_dir(base + "/niah/" + (info.name.isEmpty() ? QString("model") : info.name));
+}
+
+void NiahTab::set_output_dir(const QString& dir) {
+    out_dir_->setText(dir);
+}
+QString NiahTab::output_dir() const {
+    return out_dir_->text();
+}
+void NiahTab::set_lengths(const QString& t) {
+    lengths_->setText(t);
+}
+void NiahTab::set_depths(const QString& t) {
+    depths_->setText(t);
+}
+void NiahTab::set_samples(int n) {
+    samples_->setValue(n);
+}
+
+void NiahTab::set_methods(const std::vector<std::string>& methods) {
+    for (QCheckBox* c : methods_)
+        c->setChecked(std::find(methods.begin(), methods.end(), c->text().toStdString()) != methods.end());
+}
+
+void NiahTab::set_running(bool running) {
+    running_ = running;
+    run_->setEnabled(!running);
+    load_->setEnabled(!running);
+    cancel_->setEnabled(running);
+    if (running) {
+        progress_->setValue(0);
+        status_->setText("Starting sweep…");
+    }
+}
+
+void NiahTab::set_progress(const QString& cell, qint64 done, qint64 total, const QString& stage) {
+    if (total > 0) progress_->setValue(static_cast<int>(1000.0 * double(done) / double(total)));
+    status_->setText(QString("%1/%2 records · %3%4")
+                         .arg(done)
+                         .arg(total)
+                         .arg(cell)
+                         .arg(stage.isEmpty() ? QString() : " · " + stage));
+}
+
+void NiahTab::show_outcome(const NiahOutcome& o) {
+    heatmaps_->set_summary(o.summary);
+    int64_t n = 0, correct = 0;
+    for (const NiahCell& c : o.summary.cells) {
+        n += c.n;
+        correct += c.correct;
+    }
+    QString text = QString("%1 records (%2 computed, %3 reused) in %4")
+                       .arg(o.stats.total)
+                       .arg(o.stats.computed)
+                       .arg(o.stats.skipped)
+                       .arg(o.out_dir);
+    if (!o.complete) text = "Cancelled — finished records kept; run again to resume. " + text;
+    if (n > 0)
+        text += QString(" · overall accuracy %1 %").arg(100.0 * double(correct) / double(n), 0, 'f', 1);
+    status_->setText(text);
+    if (o.complete) progress_->setValue(1000);
+}
+
+QString NiahTab::status_text() const {
+    return status_->text();
+}
+
+}  // namespace varrate::viz

@@ -1,0 +1,69 @@
+#pragma once
+// The NIAH sweep tab: lengths x depths x samples for the chosen methods at one budget and mode, written as
+// resumable records into an output folder, with progress/cancel and the accuracy heatmaps per method.
+#include <QWidget>
+
+#include <vector>
+
+#include "core/niah.h"
+#include "viz/run_worker.h"
+
+class QCheckBox;
+class QComboBox;
+class QDoubleSpinBox;
+class QLabel;
+class QLineEdit;
+class QProgressBar;
+class QPushButton;
+class QSpinBox;
+
+namespace varrate::viz {
+
+class NiahHeatmapView;
+
+// "128, 256 512" -> {128, 256, 512}; throws Error naming `what` for anything but positive numbers.
+std::vector<int64_t> parse_int_list(const QString& text, const QString& what);
+std::vector<double> parse_double_list(const QString& text, const QString& what, double lo, double hi);
+
+class NiahTab : public QWidget {
+    Q_OBJECT
+  public:
+    explicit NiahTab(QWidget* parent = nullptr);
+
+    // The sweep the tab describes; `base` supplies the codec settings other than the budget. Throws Error.
+    NiahSweepOptions options(const CodecSettings& base) const;
+    // Sensible lengths for the model's positions and an output folder per model.
+    void apply_model(const ModelInfo& info);
+    void set_output_dir(const QString& dir);
+    QString output_dir() const;
+    void set_lengths(const QString& text);
+    void set_depths(const QString& text);
+    void set_samples(int n);
+    void set_methods(const std::vector<std::string>& methods);
+
+    void set_running(bool running);
+    bool running() const { return running_; }
+    void set_progress(const QString& cell, qint64 done, qint64 total, const QString& stage);
+    void show_outcome(const NiahOutcome& outcome);
+    NiahHeatmapView* heatmaps() const { return heatmaps_; }
+    QString status_text() const;
+
+  Q_SIGNALS:
+    void run_requested();
+    void cancel_requested();
+    void load_requested();  // show the records already in the output folder
+
+  private:
+    QLineEdit *lengths_ = nullptr, *depths_ = nullptr, *out_dir_ = nullptr;
+    QSpinBox *samples_ = nullptr, *distractors_ = nullptr, *seed_ = nullptr, *max_new_ = nullptr;
+    QDoubleSpinBox* budget_ = nullptr;
+    QComboBox* mode_ = nullptr;
+    std::vector<QCheckBox*> methods_;
+    QPushButton *run_ = nullptr, *cancel_ = nullptr, *load_ = nullptr;
+    QProgressBar* progress_ = nullptr;
+    QLabel* status_ = nullptr;
+    NiahHeatmapView* heatmaps_ = nullptr;
+    bool running_ = false;
+};
+
+}  // namespace varrate::viz

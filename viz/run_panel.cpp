@@ -1,0 +1,423 @@
+#include "viz/run_panel.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDoubleSpinBox>
+#include <QFileDialog>
+#include <QFormLayout>
+#include <QGridLayout>
+#include <QGroupBox>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QLineEdit>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QSpinBox>
+#include <QTableWidget>
+#include <QVBoxLayout>
+
+#include <algorithm>
+
+#include "codec/registry.h"
+#include "core/error.h"
+#include "models/device.h"
+
+namespace varrate::viz {
+
+std::string to_string(BasisChoice b) {
+    switch (b) {
+        case BasisChoice::File:
+            return "file";
+        case BasisChoice::CalibrateNow:
+            return "calibrate";
+        default:
+            return "shipped";
+    }
+}
+
+BasisChoice parse_basis_choice(const std::string& s) {
+    if (s == "shipped") return BasisChoice::Shipped;
+    if (s == "file") return BasisChoice::File;
+    if (s == "calibrate") return BasisChoice::CalibrateNow;
+    throw Error("unknown basis choice '" + s + "' (use shipped, file or calibrate)");
+}
+
+CompareRequest RunSettings::request(const std::string& context) const {
+    CompareRequest r;
+    r.context = context;
+    r.questions = questions;
+    r.answers = answers;
+    r.methods = methods;
+    r.settings = codec;
+    r.mode = mode;
+    r.max_new_tokens = max_new_tokens;
+    r.chat = chat;
+    return r;
+}
+
+CodecSettings default_codec_settings(int64_t joint_dim) {
+    CodecSettings s;  // the paper's
+    if (joint_dim <= 0 || joint_dim >= 1024) return s;
+    // A narrow model cannot hold the paper's rank 1024 / r_min 16 / 64-token windows: scale them down so
+    // the budget stays feasible on short documents (as the pipeline tests do for D = 64).
+    s.budget = 0.3;
+    s.rank = joint_dim;
+    s.r_min = std::max<int64_t>(2, joint_dim / 16);
+    s.stride = 32;
+    s.window = 16;
+    s.obs_window = 16;
+    return s;
+}
+
+QString describe_defaults(int64_t joint_dim) {
+    const CodecSettings s = default_codec_settings(joint_dim);
+    const QString values = QString("budget %1, r_min %2, rank %3, stride %4, window %5, obs window %6")
+                               .arg(s.budget)
+                               .arg(s.r_min)
+                               .arg(s.rank)
+                               .arg(s.stride)
+                               .arg(s.window)
+                               .arg(s.obs_window);
+    if (joint_dim <= 0) return "Paper defaults (no model loaded): " + values;
+    if (joint_dim >= 1024) return QString("Paper defaults for D = %1: %2").arg(joint_dim).arg(values);
+    return QString("Small-model defaults for D = %1 (< 1024, paper defaults infeasible): %2")
+        .arg(joint_dim)
+        .arg(values);
+}
+
+namespace {
+
+QSpinBox* int_box(int lo, int hi, const QString& tip) {
+    auto* b = new QSpinBox;
+    b->setRange(lo, hi);
+    b->setToolTip(tip);
+    return b;
+}
+
+}  // namespace
+
+RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
+    auto* root = new QVBoxLayout(this);
+    root->setContentsMargins(6, 6, 6, 6);
+
+    // Questions and expected answers.
+    auto* qbox = new QGroupBox("Questions");
+    auto* ql = new QVBoxLayout(qbox);
+    questions_ = new QTableWidget(0, 2);
+    questions_->setObjectName("questions");
+    questions_->setHorizontalHeaderLabels({"Question", "Expected answer"});
+    questions_->horizontalHeader()->setSectionResizeMode(0, QHeaderView::Stretch);
+    questions_->horizontalHeader()->setSectionResizeMode(1, QHeaderView::ResizeToContents);
+    questions_->verticalHeader()->setVisible(false);
+    questions_->setMinimumHeight(90);
+    questions_->setMaximumHeight(140);
+    ql->addWidget(questions_);
+    auto* qbuttons = new QHBoxLayout;
+    auto* add = new QPushButton("Add");
+    auto* remove = new QPushButton("Remove");
+    qbuttons->addWidget(add);
+    qbuttons->addWidget(remove);
+    qbuttons->addStretch();
+    ql->addLayout(qbuttons);
+    connect(add, &QPushButton::clicked, this, [this] { add_question_row({}, {}); });
+    connect(remove, &QPushButton::clicked, this, [this] {
+        const int row = questions_->currentRow() >= 0 ? questions_->currentRow() : questions_->rowCount() - 1;
+        if (row >= 0) questions_->removeRow(row);
+    });
+    root->addWidget(qbox);
+
+    // Methods.
+    auto* mbox = new QGroupBox("Methods");
+    auto* ml = new QGridLayout(mbox);
+    const auto names = method_names();
+    for (size_t i = 0; i < names.size(); ++i) {
+        auto* c = new QCheckBox(QString::fromStdString(names[i]));
+        c->setObjectName("method_" + QString::fromStdString(names[i]));
+        c->setToolTip(QString::fromStdString(method_description(names[i])));
+        c->setChecked(true);
+        ml->addWidget(c, static_cast<int>(i) / 2, static_cast<int>(i) % 2);
+        methods_.push_back(c);
+    }
+    root->addWidget(mbox);
+
+    // Codec settings.
+    auto* cbox = new QGroupBox("Codec");
+    auto* cf = new QFormLayout(cbox);
+    budget_ = new QDoubleSpinBox;
+    budget_->setObjectName("budget");
+    budget_->setRange(0.01, 1.0);
+    budget_->setSingleStep(0.05);
+    budget_->setDecimals(3);
+    budget_->setToolTip("kappa: fraction of the full cache kept");
+    cf->addRow("Budget κ", budget_);
+    r_min_ = int_box(0, 65536, "rank floor of every coded token");
+    rank_ = int_box(1, 1 << 20, "R: basis rank and per-token rank cap (clamped to D)");
+    stride_ = int_box(1, 1 << 20, "Δ: anchors at 0, Δ, 2Δ, ... are stored exactly");
+    anchors_ = int_box(1, 64, "c: a coded token is predicted by the mean of its c nearest anchors");
+    window_ = int_box(0, 1 << 20, "w: the last w tokens are stored exactly");
+    obs_window_ = int_box(1, 1 << 20, "w_obs: queries of the last w_obs tokens score salience");
+    pool_kernel_ = int_box(1, 255, "SnapKV average-pool kernel");
+    rank_->setObjectName("rank");
+    r_min_->setObjectName("r_min");
+    stride_->setObjectName("stride");
+    window_->setObjectName("window");
+    obs_window_->setObjectName("obs_window");
+    cf->addRow("r_min", r_min_);
+    cf->addRow("Rank R", rank_);
+    cf->addRow("Stride Δ", stride_);
+    cf->addRow("Anchors c", anchors_);
+    cf->addRow("Window w", window_);
+    cf->addRow("Obs. window", obs_window_);
+    cf->addRow("Pool kernel", pool_kernel_);
+    paper_accounting_ = new QCheckBox("Paper accounting (indices free)");
+    precise_timing_ = new QCheckBox("Precise stage timing");
+    cf->addRow(paper_accounting_);
+    cf->addRow(precise_timing_);
+    defaults_ = new QLabel;
+    defaults_->setObjectName("defaults_label");
+    defaults_->setWordWrap(true);
+    defaults_->setStyleSheet("color: palette(mid); font-size: 11px;");
+    cf->addRow(defaults_);
+    root->addWidget(cbox);
+
+    // Run settings.
+    auto* rbox = new QGroupBox("Run");
+    auto* rf = new QFormLayout(rbox);
+    mode_ = new QComboBox;
+    mode_->setObjectName("mode");
+    mode_->addItems({"query-aware", "query-agnostic"});
+    rf->addRow("Mode", mode_);
+    device_ = new QComboBox;
+    device_->setObjectName("device");
+    device_->addItem("cpu");
+    if (cuda_available()) device_->addItem("cuda");
+    rf->addRow("Device", device_);
+    dtype_ = new QComboBox;
+    dtype_->setObjectName("dtype");
+    rf->addRow("Dtype", dtype_);
+    connect(device_, &QComboBox::currentTextChanged, this, [this] { update_dtypes(); });
+    update_dtypes();
+    max_new_ = int_box(1, 4096, "tokens generated per answer");
+    rf->addRow("Max new tokens", max_new_);
+    chat_ = new QCheckBox("Chat template");
+    rf->addRow(chat_);
+    basis_ = new QComboBox;
+    basis_->setObjectName("basis");
+    basis_->addItem("Shipped (beside the model)", "shipped");
+    basis_->addItem("File…", "file");
+    basis_->addItem("Calibrate now on the document", "calibrate");
+    rf->addRow("Basis", basis_);
+    auto* fileRow = new QHBoxLayout;
+    basis_file_ = new QLineEdit;
+    basis_file_->setPlaceholderText("basis .safetensors");
+    basis_browse_ = new QPushButton("…");
+    basis_browse_->setMaximumWidth(32);
+    fileRow->addWidget(basis_file_);
+    fileRow->addWidget(basis_browse_);
+    rf->addRow("Basis file", fileRow);
+    auto sync_basis = [this] {
+        const bool file = basis_->currentData().toString() == "file";
+        basis_file_->setEnabled(file);
+        basis_browse_->setEnabled(file);
+    };
+    connect(basis_, &QComboBox::currentIndexChanged, this, sync_basis);
+    sync_basis();
+    connect(basis_browse_, &QPushButton::clicked, this, [this] {
+        const QString f = QFileDialog::getOpenFileName(this, "Codec basis", basis_file_->text(),
+                                                       "Basis (*.safetensors);;All files (*)");
+        if (!f.isEmpty()) basis_file_->setText(f);
+    });
+    basis_status_ = new QLabel("basis: –");
+    basis_status_->setObjectName("basis_status");
+    basis_status_->setWordWrap(true);
+    rf->addRow(basis_status_);
+    root->addWidget(rbox);
+
+    // Run / Cancel / progress.
+    auto* buttons = new QHBoxLayout;
+    run_ = new QPushButton("Run");
+    run_->setObjectName("run_button");
+    run_->setDefault(true);
+    run_->setMinimumHeight(30);
+    cancel_ = new QPushButton("Cancel");
+    cancel_->setObjectName("cancel_button");
+    cancel_->setEnabled(false);
+    cancel_->setMinimumHeight(30);
+    buttons->addWidget(run_, 2);
+    buttons->addWidget(cancel_, 1);
+    root->addLayout(buttons);
+    progress_ = new QProgressBar;
+    progress_->setObjectName("progress");
+    progress_->setRange(0, 1000);
+    progress_->setValue(0);
+    progress_->setTextVisible(false);
+    progress_->setMaximumHeight(8);
+    root->addWidget(progress_);
+    stage_ = new QLabel("Idle");
+    stage_->setObjectName("stage_label");
+    root->addWidget(stage_);
+    root->addStretch();
+    connect(run_, &QPushButton::clicked, this, &RunPanel::run_requested);
+    connect(cancel_, &QPushButton::clicked, this, &RunPanel::cancel_requested);
+
+    RunSettings defaults;
+    defaults.codec = default_codec_settings(0);
+    set_settings(defaults);
+    defaults_->setText(describe_defaults(0));
+}
+
+void RunPanel::update_dtypes() {
+    const QString keep = dtype_->currentText();
+    dtype_->clear();
+    dtype_->addItems({"fp32", "bf16"});
+    if (device_->currentText().startsWith("cuda")) dtype_->addItem("fp16");
+    const int i = dtype_->findText(keep);
+    dtype_->setCurrentIndex(i >= 0 ? i : 0);
+}
+
+void RunPanel::add_question_row(const QString& q, const QString& a) {
+    const int row = questions_->rowCount();
+    questions_->insertRow(row);
+    questions_->setItem(row, 0, new QTableWidgetItem(q));
+    questions_->setItem(row, 1, new QTableWidgetItem(a));
+}
+
+void RunPanel::set_questions(const std::vector<std::string>& questions,
+                             const std::vector<std::string>& answers) {
+    questions_->setRowCount(0);
+    for (size_t i = 0; i < questions.size(); ++i)
+        add_question_row(QString::fromStdString(questions[i]),
+                         i < answers.size() ? QString::fromStdString(answers[i]) : QString());
+}
+
+RunSettings RunPanel::settings() const {
+    RunSettings s;
+    bool any_answer = false;
+    for (int r = 0; r < questions_->rowCount(); ++r) {
+        const auto text = [&](int c) {
+            const QTableWidgetItem* it = questions_->item(r, c);
+            return it ? it->text().trimmed().toStdString() : std::string();
+        };
+        if (text(0).empty()) continue;
+        s.questions.push_back(text(0));
+        s.answers.push_back(text(1));
+        any_answer = any_answer || !text(1).empty();
+    }
+    if (!any_answer) s.answers.clear();  // no expected answers: correctness is not scored
+    s.methods.clear();
+    for (const QCheckBox* c : methods_)
+        if (c->isChecked()) s.methods.push_back(c->text().toStdString());
+    s.codec.budget = budget_->value();
+    s.codec.r_min = r_min_->value();
+    s.codec.rank = rank_->value();
+    s.codec.stride = stride_->value();
+    s.codec.anchors = anchors_->value();
+    s.codec.window = window_->value();
+    s.codec.obs_window = obs_window_->value();
+    s.codec.pool_kernel = pool_kernel_->value();
+    s.codec.paper_accounting = paper_accounting_->isChecked();
+    s.codec.precise_timing = precise_timing_->isChecked();
+    s.mode = parse_mode(mode_->currentText().toStdString());
+    s.max_new_tokens = max_new_->value();
+    s.chat = chat_->isChecked();
+    s.device = device_->currentText().toStdString();
+    s.dtype = dtype_->currentText().toStdString();
+    s.basis = parse_basis_choice(basis_->currentData().toString().toStdString());
+    s.basis_file = basis_file_->text().trimmed().toStdString();
+    return s;
+}
+
+void RunPanel::set_settings(const RunSettings& s) {
+    set_questions(s.questions, s.answers);
+    for (QCheckBox* c : methods_)
+        c->setChecked(std::find(s.methods.begin(), s.methods.end(), c->text().toStdString()) !=
+                      s.methods.end());
+    budget_->setValue(s.codec.budget);
+    r_min_->setValue(static_cast<int>(s.codec.r_min));
+    rank_->setValue(static_cast<int>(s.codec.rank));
+    stride_->setValue(static_cast<int>(s.codec.stride));
+    anchors_->setValue(static_cast<int>(s.codec.anchors));
+    window_->setValue(static_cast<int>(s.codec.window));
+    obs_window_->setValue(static_cast<int>(s.codec.obs_window));
+    pool_kernel_->setValue(static_cast<int>(s.codec.pool_kernel));
+    paper_accounting_->setChecked(s.codec.paper_accounting);
+    precise_timing_->setChecked(s.codec.precise_timing);
+    mode_->setCurrentText(QString::fromStdString(to_string(s.mode)));
+    max_new_->setValue(static_cast<int>(s.max_new_tokens));
+    chat_->setChecked(s.chat);
+    // A saved CUDA session opened on a CPU-only machine falls back to the CPU (the combo has no "cuda").
+    const int d = device_->findText(QString::fromStdString(s.device));
+    device_->setCurrentIndex(d >= 0 ? d : 0);
+    update_dtypes();
+    const int t = dtype_->findText(QString::fromStdString(s.dtype));
+    dtype_->setCurrentIndex(t >= 0 ? t : 0);
+    basis_->setCurrentIndex(std::max(0, basis_->findData(QString::fromStdString(to_string(s.basis)))));
+    basis_file_->setText(QString::fromStdString(s.basis_file));
+}
+
+void RunPanel::apply_model_defaults(int64_t joint_dim) {
+    RunSettings s = settings();
+    s.codec = default_codec_settings(joint_dim);
+    // Keep the user's paper-accounting / timing / SnapKV choices; only the width-dependent ones change.
+    s.codec.paper_accounting = paper_accounting_->isChecked();
+    s.codec.precise_timing = precise_timing_->isChecked();
+    s.codec.pool_kernel = pool_kernel_->value();
+    s.codec.anchors = anchors_->value();
+    set_settings(s);
+    defaults_->setText(describe_defaults(joint_dim));
+}
+
+QString RunPanel::defaults_text() const {
+    return defaults_->text();
+}
+
+void RunPanel::set_basis_status(const QString& source, bool self_calibrated) {
+    self_calibrated_ = self_calibrated;
+    if (self_calibrated)
+        basis_status_->setText(
+            "basis: <b style='color:#EBB839'>self-calibrated</b> on the document (no shipped basis)");
+    else
+        basis_status_->setText("basis: " + (source.isEmpty() ? QString("–") : source.toHtmlEscaped()));
+}
+
+void RunPanel::set_running(bool running) {
+    running_ = running;
+    run_->setEnabled(!running);
+    cancel_->setEnabled(running);
+    if (running) {
+        current_method_.clear();
+        progress_->setValue(0);
+        stage_->setText("Starting…");
+    }
+}
+
+void RunPanel::set_progress(const QString& stage, qint64 done, qint64 total) {
+    QString text;
+    if (stage.startsWith("compress ")) current_method_ = stage.mid(9);
+    if (stage == "load")
+        text = QString("Loading model (%1/%2)").arg(done).arg(total);
+    else if (stage == "prefill")
+        text = QString("%1 prefill: layer step %2/%3")
+                   .arg(current_method_.isEmpty() ? QString() : current_method_ + " ·")
+                   .arg(done)
+                   .arg(total)
+                   .trimmed();
+    else if (stage.startsWith("compress "))
+        text = QString("Compressing with %1 (method %2/%3)").arg(current_method_).arg(done + 1).arg(total);
+    else if (stage == "calibrate")
+        text = QString("Calibrating basis (%1/%2)").arg(done).arg(total);
+    else if (stage == "done")
+        text = "Done";
+    else
+        text = QString("%1 (%2/%3)").arg(stage).arg(done).arg(total);
+    stage_->setText(text);
+    if (total > 0)
+        progress_->setValue(static_cast<int>(1000 * std::clamp<double>(double(done) / total, 0, 1)));
+}
+
+QString RunPanel::stage_text() const {
+    return stage_->text();
+}
+
+}  // namespace varrate::viz

@@ -1,0 +1,98 @@
+#pragma once
+// The run panel: questions and expected answers, budget and every codec setting, the methods to compare,
+// mode, device, dtype and basis, Run/Cancel and the stage-by-stage progress of the running job.
+#include <QWidget>
+
+#include <string>
+#include <vector>
+
+#include "codec/method.h"
+#include "core/compare.h"
+
+class QCheckBox;
+class QComboBox;
+class QDoubleSpinBox;
+class QLabel;
+class QLineEdit;
+class QProgressBar;
+class QPushButton;
+class QSpinBox;
+class QTableWidget;
+
+namespace varrate::viz {
+
+// Where the VarRate/flat basis comes from: beside the model (else self-calibrated per context), a file, or
+// calibrated now on the current document.
+enum class BasisChoice { Shipped, File, CalibrateNow };
+std::string to_string(BasisChoice b);  // "shipped", "file", "calibrate"
+BasisChoice parse_basis_choice(const std::string& s);
+
+// Everything the panel edits; the document comes from the main window.
+struct RunSettings {
+    std::vector<std::string> questions, answers;  // answers: empty, or one per question
+    std::vector<std::string> methods = {"full", "varrate", "flat", "snapkv"};
+    CodecSettings codec;
+    CompressionMode mode = CompressionMode::QueryAware;
+    int64_t max_new_tokens = 32;
+    bool chat = false;
+    std::string device = "cpu", dtype = "fp32";
+    BasisChoice basis = BasisChoice::Shipped;
+    std::string basis_file;
+
+    CompareRequest request(const std::string& context) const;
+};
+
+// Codec defaults for a model of joint width D = 2 * n_kv_head * head_dim: the paper's when D >= 1024, else
+// a scaled-down feasible set (rank D, r_min D/16, stride 32, window and observation window 16, budget 0.3).
+CodecSettings default_codec_settings(int64_t joint_dim);
+QString describe_defaults(int64_t joint_dim);
+
+class RunPanel : public QWidget {
+    Q_OBJECT
+  public:
+    explicit RunPanel(QWidget* parent = nullptr);
+
+    RunSettings settings() const;
+    void set_settings(const RunSettings& s);
+    // Applies the width-dependent codec defaults and says which are in force.
+    void apply_model_defaults(int64_t joint_dim);
+    QString defaults_text() const;
+
+    void set_questions(const std::vector<std::string>& questions, const std::vector<std::string>& answers);
+    // After a run or a model load: "basis: <source>", flagged when the runs were self-calibrated.
+    void set_basis_status(const QString& source, bool self_calibrated);
+    bool self_calibrated_shown() const { return self_calibrated_; }
+
+    void set_running(bool running);
+    bool running() const { return running_; }
+    void set_progress(const QString& stage, qint64 done, qint64 total);
+    QString stage_text() const;
+    QPushButton* run_button() const { return run_; }
+    QPushButton* cancel_button() const { return cancel_; }
+    QProgressBar* progress_bar() const { return progress_; }
+
+  Q_SIGNALS:
+    void run_requested();
+    void cancel_requested();
+
+  private:
+    void add_question_row(const QString& q, const QString& a);
+    void update_dtypes();
+
+    QTableWidget* questions_ = nullptr;
+    QDoubleSpinBox* budget_ = nullptr;
+    QSpinBox *r_min_ = nullptr, *rank_ = nullptr, *stride_ = nullptr, *anchors_ = nullptr, *window_ = nullptr,
+             *obs_window_ = nullptr, *pool_kernel_ = nullptr, *max_new_ = nullptr;
+    QCheckBox *paper_accounting_ = nullptr, *precise_timing_ = nullptr, *chat_ = nullptr;
+    std::vector<QCheckBox*> methods_;
+    QComboBox *mode_ = nullptr, *device_ = nullptr, *dtype_ = nullptr, *basis_ = nullptr;
+    QLineEdit* basis_file_ = nullptr;
+    QPushButton* basis_browse_ = nullptr;
+    QLabel *defaults_ = nullptr, *basis_status_ = nullptr, *stage_ = nullptr;
+    QPushButton *run_ = nullptr, *cancel_ = nullptr;
+    QProgressBar* progress_ = nullptr;
+    QString current_method_;
+    bool running_ = false, self_calibrated_ = false;
+};
+
+}  // namespace varrate::viz

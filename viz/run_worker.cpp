@@ -1,0 +1,328 @@
+#include "viz/run_worker.h"
+
+#include <QDir>
+#include <QFileInfo>
+#include <QThread>
+
+#include <chrono>
+#include <new>
+
+#include <c10/util/Exception.h>
+
+#include "codec/basis.h"
+#include "core/error.h"
+#include "core/prompt.h"
+#include "core/session.h"
+#include "models/device.h"
+
+namespace varrate::viz {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// LibTorch messages carry a C++ backtrace after the first line; the window shows the first line.
+QString first_line(const char* what) {
+    const QString s = QString::fromUtf8(what);
+    const int nl = s.indexOf('\n');
+    return (nl < 0 ? s : s.left(nl)).trimmed();
+}
+
+}  // namespace
+
+std::vector<QString> token_texts(const Tokenizer& tok, const std::vector<int64_t>& ids) {
+    static const std::string kMeta = "\xe2\x96\x81";  // U+2581, SentencePiece's space
+    std::vector<QString> out;
+    out.reserve(ids.size());
+    for (int64_t id : ids) {
+        std::string text = tok.decode({id}, false);
+        const std::string piece = tok.token_string(id);
+        if (piece.rfind(kMeta, 0) == 0 && text.rfind(" ", 0) != 0) text = " " + text;
+        out.push_back(QString::fromStdString(text));
+    }
+    return out;
+}
+
+std::optional<std::pair<int, int>> find_token_span(const std::vector<QString>& texts, const QString& needle) {
+    const QString want = needle.trimmed();
+    if (want.isEmpty()) return std::nullopt;
+    QString joined;
+    std::vector<int> starts;  // char offset of each token in `joined`
+    starts.reserve(texts.size());
+    for (const QString& t : texts) {
+        starts.push_back(static_cast<int>(joined.size()));
+        joined += t;
+    }
+    const int at = static_cast<int>(joined.indexOf(want));
+    if (at < 0) return std::nullopt;
+    const int end_char = at + static_cast<int>(want.size());
+    const auto first = std::upper_bound(starts.begin(), starts.end(), at) - starts.begin() - 1;
+    const auto last = std::lower_bound(starts.begin(), starts.end(), end_char) - starts.begin();
+    return std::make_pair(static_cast<int>(std::max<ptrdiff_t>(0, first)), static_cast<int>(last));
+}
+
+int64_t default_document_length(int64_t max_positions) {
+    // The question and up to ~64 answer tokens follow the context: keep them inside the model's positions.
+    return std::clamp<int64_t>(max_positions - 112, 64, 2048);
+}
+
+struct RunWorker::State {
+    std::shared_ptr<Session> session;
+    QString dir;
+    std::string device, dtype;
+    std::shared_ptr<const Basis> shipped_basis;  // as Session::open found it
+    std::string shipped_source;
+    std::shared_ptr<const Tokenizer> gui_tokenizer;
+
+    Session& ensure(RunWorker& w, const QString& model_dir, const RunSettings& rs, const JobControl& job,
+                    bool* reused = nullptr, double* load_s = nullptr) {
+        const QString clean = QDir::cleanPath(model_dir);
+        if (session && dir == clean && device == rs.device && dtype == rs.dtype) {
+            if (reused) *reused = true;
+            return *session;
+        }
+        if (model_dir.trimmed().isEmpty()) throw Error("no model loaded: use File > Open Model");
+        const QFileInfo fi(clean);
+        if (!fi.exists()) throw Error(clean.toStdString() + ": model directory does not exist");
+        if (!fi.isDir()) throw Error(clean.toStdString() + ": not a directory (a model is a directory)");
+        session.reset();  // free the previous model before loading the next
+        dir.clear();
+        RuntimeOptions ro;
+        ro.device = parse_device(rs.device);
+        ro.dtype = parse_dtype(rs.dtype, ro.device);
+        const auto t0 = Clock::now();
+        session = Session::open(clean.toStdString(), ro, {}, job);
+        dir = clean;
+        device = rs.device;
+        dtype = rs.dtype;
+        shipped_basis = session->basis();
+        shipped_source = session->basis_source();
+        gui_tokenizer = std::make_shared<const Tokenizer>(Tokenizer::load(clean.toStdString()));
+        if (reused) *reused = false;
+        ModelInfo loaded = info(rs);
+        loaded.load_s = seconds_since(t0);
+        if (load_s) *load_s = loaded.load_s;
+        Q_EMIT w.model_loaded(loaded);
+        return *session;
+    }
+
+    ModelInfo info(const RunSettings& rs) const {
+        ModelInfo m;
+        m.model_dir = dir;
+        m.name = QFileInfo(dir).fileName();
+        const ModelConfig& c = session->model().config();
+        m.joint_dim = session->joint_dim();
+        m.n_layers = c.num_layers;
+        m.max_positions = c.max_position_embeddings;
+        m.vocab = session->tokenizer().vocab_size();
+        m.basis_source = shipped_basis ? QString::fromStdString(shipped_source) : QString();
+        m.device = QString::fromStdString(rs.device);
+        m.dtype = QString::fromStdString(rs.dtype);
+        m.tokenizer = gui_tokenizer;
+        return m;
+    }
+
+    // Puts the basis the settings ask for into the session.
+    void select_basis(const RunSettings& rs, const std::string& context, const JobControl& job) {
+        switch (rs.basis) {
+            case BasisChoice::Shipped:
+                session->set_basis(shipped_basis, shipped_source);
+                break;
+            case BasisChoice::File: {
+                if (rs.basis_file.empty())
+                    throw Error(
+                        "basis: 'File' is selected but no basis file is given (Run panel > Basis file)");
+                BasisRequirements req;
+                req.model_fingerprint = session->fingerprint();
+                req.dim = session->joint_dim();
+                auto b = std::make_shared<Basis>(Basis::load(rs.basis_file, req));
+                if (b->n_layers() != session->model().config().num_layers)
+                    throw Error(rs.basis_file + ": basis has " + std::to_string(b->n_layers()) +
+                                " layers, the model has " +
+                                std::to_string(session->model().config().num_layers));
+                session->set_basis(b, rs.basis_file);
+                break;
+            }
+            case BasisChoice::CalibrateNow: {
+                const std::string q = rs.questions.empty() ? std::string() : rs.questions.front();
+                const PromptParts parts = build_prompt(session->tokenizer(), context, q, rs.chat);
+                const int64_t rank = std::min(rs.codec.rank, session->joint_dim());
+                auto b = std::make_shared<Basis>(
+                    session->calibrate({parts.context_ids}, rs.codec, rank, true, job));
+                session->set_basis(b, "calibrated on the document");
+                break;
+            }
+        }
+    }
+};
+
+RunWorker::RunWorker(QObject* parent) : QObject(parent), state_(std::make_unique<State>()) {
+    qRegisterMetaType<ModelInfo>();
+    qRegisterMetaType<GeneratedDocument>();
+    qRegisterMetaType<std::shared_ptr<const RunOutcome>>();
+    qRegisterMetaType<std::shared_ptr<const NiahOutcome>>();
+    thread_ = new QThread(this);
+    thread_->setObjectName("varrate-worker");
+    executor_ = new QObject;
+    executor_->moveToThread(thread_);
+    connect(thread_, &QThread::finished, executor_, &QObject::deleteLater);
+    thread_->start();
+}
+
+RunWorker::~RunWorker() {
+    for (auto& f : flags_) f->store(true);
+    thread_->quit();
+    thread_->wait();
+    state_.reset();
+}
+
+void RunWorker::cancel() {
+    for (auto& f : flags_) f->store(true);
+}
+
+void RunWorker::post(const QString& what, Job job) {
+    auto flag = std::make_shared<std::atomic<bool>>(false);
+    flags_.push_back(flag);
+    ++pending_;
+    QMetaObject::invokeMethod(
+        executor_,
+        [this, what, flag, job = std::move(job)] {
+            JobControl control;
+            control.cancel = flag.get();
+            control.progress = [this](const std::string& stage, int64_t done, int64_t total) {
+                Q_EMIT progress(QString::fromStdString(stage), done, total);
+            };
+            try {
+                check_cancel(control);  // cancelled while queued
+                Q_EMIT started(what);
+                job(*state_, control);
+            } catch (const Cancelled&) {
+                Q_EMIT cancelled();
+            } catch (const Error& e) {
+                Q_EMIT failed(QString::fromUtf8(e.what()));
+            } catch (const c10::Error& e) {
+                const QString msg = first_line(e.what_without_backtrace());
+                Q_EMIT failed(msg.contains("out of memory", Qt::CaseInsensitive)
+                                  ? "Out of memory: " + msg + " (try a shorter document, bf16, or the CPU)"
+                                  : msg);
+            } catch (const std::bad_alloc&) {
+                Q_EMIT failed("Out of memory (try a shorter document or a smaller model)");
+            } catch (const std::exception& e) {
+                Q_EMIT failed(first_line(e.what()));
+            }
+            QMetaObject::invokeMethod(
+                this,
+                [this, flag] {
+                    flags_.erase(std::remove(flags_.begin(), flags_.end(), flag), flags_.end());
+                    --pending_;
+                    Q_EMIT finished();
+                },
+                Qt::QueuedConnection);
+        },
+        Qt::QueuedConnection);
+}
+
+namespace {
+
+GeneratedDocument generate(const Session& s, const NiahDocRequest& req) {
+    NiahDocOptions o;
+    o.seed = req.seed;
+    o.distractors = req.distractors;
+    o.chat = req.chat;
+    NiahGenerator gen(s.tokenizer(), o);
+    const int64_t len =
+        req.length > 0 ? req.length : default_document_length(s.model().config().max_position_embeddings);
+    const NiahDocument d = gen.generate(len, req.depth_percent, req.sample);
+    GeneratedDocument g;
+    g.context = QString::fromStdString(d.context);
+    g.question = QString::fromStdString(d.question);
+    g.expected = QString::fromStdString(d.expected);
+    g.needle = QString::fromStdString(d.needle);
+    g.tokens = d.context_tokens;
+    g.depth_percent = req.depth_percent;
+    return g;
+}
+
+}  // namespace
+
+void RunWorker::load_model(const QString& dir, const RunSettings& settings,
+                           std::optional<NiahDocRequest> doc) {
+    post("load", [this, dir, settings, doc](State& st, const JobControl& job) {
+        bool reused = false;
+        double load_s = 0;
+        Session& s = st.ensure(*this, dir, settings, job, &reused, &load_s);
+        if (reused) {
+            ModelInfo info = st.info(settings);
+            info.reused = true;
+            Q_EMIT model_loaded(info);
+        }
+        if (doc) {
+            check_cancel(job);
+            if (job.progress) job.progress("generate document", 0, 1);
+            Q_EMIT document_ready(generate(s, *doc));
+        }
+    });
+}
+
+void RunWorker::generate_document(const QString& dir, const RunSettings& settings,
+                                  const NiahDocRequest& doc) {
+    post("generate", [this, dir, settings, doc](State& st, const JobControl& job) {
+        Session& s = st.ensure(*this, dir, settings, job);
+        if (job.progress) job.progress("generate document", 0, 1);
+        Q_EMIT document_ready(generate(s, doc));
+    });
+}
+
+void RunWorker::run_compare(const QString& dir, const RunSettings& settings, const QString& document,
+                            const QString& needle) {
+    post("compare", [this, dir, settings, document, needle](State& st, const JobControl& job) {
+        const auto t0 = Clock::now();
+        if (settings.methods.empty()) throw Error("no method selected: tick at least one in the Run panel");
+        if (document.trimmed().isEmpty()) throw Error("the document is empty: open, paste or generate one");
+        Session& s = st.ensure(*this, dir, settings, job);
+        auto out = std::make_shared<RunOutcome>();
+        out->request = settings.request(document.toStdString());
+        st.select_basis(settings, out->request.context, job);
+        out->result = varrate::run_compare(s, out->request, job);
+        if (!out->result.runs.empty())
+            out->token_texts = token_texts(s.tokenizer(), out->result.runs[0].context_ids);
+        out->needle_span = find_token_span(out->token_texts, needle);
+        out->model_dir = st.dir;
+        out->wall_s = seconds_since(t0);
+        Q_EMIT compare_done(out);
+    });
+}
+
+void RunWorker::run_niah(const QString& dir, const RunSettings& settings, const NiahSweepOptions& options) {
+    post("niah", [this, dir, settings, options](State& st, const JobControl& job) {
+        Session& s = st.ensure(*this, dir, settings, job);
+        if (options.out_dir.empty()) throw Error("NIAH sweep: choose an output folder");
+        // Every sweep document is different: "calibrate now" means the per-document self-calibration.
+        if (settings.basis == BasisChoice::CalibrateNow)
+            st.session->set_basis(nullptr, "");
+        else
+            st.select_basis(settings, std::string(), job);
+        auto out = std::make_shared<NiahOutcome>();
+        out->out_dir = QString::fromStdString(options.out_dir.string());
+        try {
+            out->stats = run_niah_sweep(s, options, job, [this](const NiahProgress& p) {
+                Q_EMIT niah_progress(QString::fromStdString(p.cell), p.done, p.total,
+                                     QString::fromStdString(p.stage));
+            });
+        } catch (const Cancelled&) {
+            out->complete = false;
+            out->summary = summarize_niah(options);  // what is finished so far; a rerun resumes
+            Q_EMIT niah_done(out);
+            throw;
+        }
+        out->summary = summarize_niah(options);
+        write_niah_summary(out->summary, options.out_dir);
+        Q_EMIT niah_done(out);
+    });
+}
+
+}  // namespace varrate::viz

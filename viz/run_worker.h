@@ -1,0 +1,123 @@
+#pragma once
+// Runs the long jobs of the desktop app — model load, NIAH document generation, method comparison and NIAH
+// sweeps — one after another on a worker thread, through the same session API as the CLI. Progress, results
+// and errors come back as queued signals; cancel() raises the running job's JobControl flag, and the job
+// unwinds at its next layer step (well under a second). The loaded Session is kept and reused while the
+// model directory, device and dtype stay the same.
+#include <QObject>
+#include <QString>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "core/compare.h"
+#include "core/niah.h"
+#include "viz/run_panel.h"
+
+class QThread;
+
+namespace varrate::viz {
+
+struct ModelInfo {
+    QString model_dir, name;
+    int64_t joint_dim = 0, n_layers = 0, max_positions = 0, vocab = 0;
+    QString basis_source;  // "" when runs self-calibrate
+    QString device, dtype;
+    double load_s = 0;
+    bool reused = false;
+    // A copy of the model's tokenizer for the GUI thread (rank-log export); the session's stays on the
+    // worker.
+    std::shared_ptr<const Tokenizer> tokenizer;
+};
+
+struct NiahDocRequest {
+    int64_t length = 0;  // tokens; <= 0: chosen from the model's positions
+    double depth_percent = 50;
+    int64_t sample = 0;
+    uint64_t seed = 42;
+    int64_t distractors = 0;
+    bool chat = false;
+};
+
+struct GeneratedDocument {
+    QString context, question, expected, needle;
+    int64_t tokens = 0;
+    double depth_percent = 0;
+};
+
+struct RunOutcome {
+    CompareResult result;
+    CompareRequest request;
+    std::vector<QString> token_texts;                // one per context token of the runs
+    std::optional<std::pair<int, int>> needle_span;  // token positions [begin, end)
+    QString model_dir;
+    double wall_s = 0;
+};
+
+struct NiahOutcome {
+    NiahSummary summary;
+    NiahSweepStats stats;
+    QString out_dir;
+    bool complete = true;  // false: cancelled part-way (finished records stay; rerun resumes)
+};
+
+// One display string per token: the decoded piece, with SentencePiece's word-start space put back.
+std::vector<QString> token_texts(const Tokenizer& tokenizer, const std::vector<int64_t>& ids);
+// Token positions covering `needle` inside the concatenated token texts, when found.
+std::optional<std::pair<int, int>> find_token_span(const std::vector<QString>& texts, const QString& needle);
+// The default NIAH document length for a model with `max_positions` positions: room for the question and
+// the answer, at most 2048 tokens.
+int64_t default_document_length(int64_t max_positions);
+
+class RunWorker : public QObject {
+    Q_OBJECT
+  public:
+    explicit RunWorker(QObject* parent = nullptr);
+    ~RunWorker() override;  // cancels and waits for the running job
+
+    bool busy() const { return pending_ > 0; }
+    // Opens (or reuses) the session for `dir` with the settings' device and dtype; with doc, then
+    // generates a NIAH document for the model.
+    void load_model(const QString& dir, const RunSettings& settings, std::optional<NiahDocRequest> doc = {});
+    void generate_document(const QString& dir, const RunSettings& settings, const NiahDocRequest& doc);
+    // needle: marked in the views when found in the document.
+    void run_compare(const QString& dir, const RunSettings& settings, const QString& document,
+                     const QString& needle);
+    void run_niah(const QString& dir, const RunSettings& settings, const NiahSweepOptions& options);
+    // Raises the cancel flag of the running and of every queued job.
+    void cancel();
+
+  Q_SIGNALS:
+    void started(QString what);
+    void progress(QString stage, qint64 done, qint64 total);
+    void model_loaded(varrate::viz::ModelInfo info);
+    void document_ready(varrate::viz::GeneratedDocument doc);
+    void compare_done(std::shared_ptr<const varrate::viz::RunOutcome> outcome);
+    void niah_progress(QString cell, qint64 done, qint64 total, QString stage);
+    void niah_done(std::shared_ptr<const varrate::viz::NiahOutcome> outcome);
+    void failed(QString message);
+    void cancelled();
+    void finished();  // after every job, whatever its outcome
+
+  private:
+    struct State;
+    using Job = std::function<void(State&, const JobControl&)>;
+    void post(const QString& what, Job job);
+
+    QThread* thread_ = nullptr;
+    QObject* executor_ = nullptr;                            // lives in thread_; jobs run in its event loop
+    std::unique_ptr<State> state_;                           // touched only on thread_
+    std::vector<std::shared_ptr<std::atomic<bool>>> flags_;  // of queued + running jobs (GUI thread)
+    int pending_ = 0;
+};
+
+}  // namespace varrate::viz
+
+Q_DECLARE_METATYPE(varrate::viz::ModelInfo)
+Q_DECLARE_METATYPE(varrate::viz::GeneratedDocument)
+Q_DECLARE_METATYPE(std::shared_ptr<const varrate::viz::RunOutcome>)
+Q_DECLARE_METATYPE(std::shared_ptr<const varrate::viz::NiahOutcome>)
