@@ -17,9 +17,12 @@
 
 #include "core/file_io.h"
 #include "viz/answers_table.h"
+#include "viz/app_settings.h"
 #include "viz/document_view.h"
 #include "viz/layer_summary.h"
 #include "viz/main_window.h"
+#include "viz/niah_heatmap_view.h"
+#include "viz/niah_tab.h"
 #include "viz/position_charts.h"
 #include "viz/rank_heatmap.h"
 #include "viz/run_model.h"
@@ -322,6 +325,48 @@ class GuiTestMainWindow : public QObject {
         bool ok = false;
         QVERIFY(run_and_wait(w, &ok));
         QVERIFY2(ok, qPrintable(w.error_text()));
+    }
+
+    void niah_sweep_shows_heatmaps() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        MainWindow& w = window_with_run();
+        NiahTab* tab = w.niah_tab();
+        tab->set_lengths("64, 128");
+        tab->set_depths("25 75");
+        tab->set_samples(1);
+        tab->set_methods({"full", "snapkv"});
+        const QString out = tmp_.filePath("niah");
+        tab->set_output_dir(out);
+        QSignalSpy done(&w, &MainWindow::niah_finished);
+        w.run_niah();
+        QVERIFY(done.wait(kRunTimeoutMs));
+        QVERIFY2(done.takeFirst().at(0).toBool(), qPrintable(w.error_text()));
+        const NiahSummary& s = tab->heatmaps()->summary();
+        QCOMPARE(s.methods, (std::vector<std::string>{"full", "snapkv"}));
+        QCOMPARE(s.cells.size(), size_t{2 * 2 * 2});
+        for (const NiahCell& c : s.cells) QCOMPARE(c.n, int64_t{1});
+        QVERIFY(QFile::exists(out + "/summary.json"));
+        QVERIFY(QFile::exists(out + "/records/snapkv/L128_D75_S0.json") ||
+                QDir(out + "/records/snapkv").entryList(QDir::Files).size() == 4);
+        // Rerunning resumes: every record is reused.
+        w.run_niah();
+        QVERIFY(done.wait(kRunTimeoutMs));
+        QVERIFY(tab->status_text().contains("0 computed"));
+    }
+
+    void theme_and_recent_models_persist() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        {
+            MainWindow w(ini());
+            w.set_theme("light");
+            QCOMPARE(QApplication::palette().color(QPalette::Window).lightness() > 128, true);
+        }
+        MainWindow w2(ini());
+        QCOMPARE(w2.theme(), QString("light"));
+        AppSettings s(ini());
+        QCOMPARE(QDir::cleanPath(s.last_model()), QDir::cleanPath(QString::fromStdString(dir.string())));
+        w2.set_theme("dark");
+        QVERIFY(QApplication::palette().color(QPalette::Window).lightness() < 80);
     }
 
     void cleanupTestCase() { w_.reset(); }

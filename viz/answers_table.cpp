@@ -74,7 +74,7 @@ void AnswersTable::set_result(const CompareResult& result, const CompareRequest&
         horizontalHeaderItem(1 + q)->setToolTip(tip);
     }
     setRowCount(static_cast<int>(result.runs.size()));
-    const QColor good(12, 215, 159, 70), bad(240, 73, 110, 70);
+    const QColor good(12, 215, 159, 55), bad(240, 73, 110, 45);
     const auto right = Qt::AlignRight | Qt::AlignVCenter;
     for (int r = 0; r < static_cast<int>(result.runs.size()); ++r) {
         const MethodRun& run = result.runs[r];

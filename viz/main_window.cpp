@@ -79,11 +79,6 @@ QPalette dark_palette() {
     return p;
 }
 
-bool is_model_dir(const QString& path) {
-    const QFileInfo fi(path);
-    return fi.isDir() && QFileInfo::exists(QDir(path).filePath("config.json"));
-}
-
 }  // namespace
 
 MainWindow::MainWindow(const QString& settings_file, QWidget* parent)
@@ -121,14 +116,10 @@ QString MainWindow::find_demo_model() {
 void MainWindow::build_views() {
     // Left dock: the run panel.
     panel_ = new RunPanel;
-    auto* scroll = new QScrollArea;
-    scroll->setWidget(panel_);
-    scroll->setWidgetResizable(true);
-    scroll->setFrameShape(QFrame::NoFrame);
-    scroll->setMinimumWidth(330);
+    panel_->setMinimumWidth(340);
     auto* run_dock = new QDockWidget("Run", this);
     run_dock->setObjectName("run_dock");
-    run_dock->setWidget(scroll);
+    run_dock->setWidget(panel_);
     run_dock->setFeatures(QDockWidget::DockWidgetMovable | QDockWidget::DockWidgetFloatable);
     addDockWidget(Qt::LeftDockWidgetArea, run_dock);
     connect(panel_, &RunPanel::run_requested, this, &MainWindow::run);
@@ -207,7 +198,8 @@ void MainWindow::build_views() {
     metric_box_->addItem("Reconstruction error", static_cast<int>(TokenMetric::RelError));
     layer_box_ = new QComboBox;
     layer_box_->setObjectName("layer_box");
-    layer_box_->setMinimumWidth(110);
+    layer_box_->setSizeAdjustPolicy(QComboBox::AdjustToContents);
+    metric_box_->setSizeAdjustPolicy(QComboBox::AdjustToContents);
     const auto add_sel = [&](const QString& label, QComboBox* box) {
         selectors->addWidget(new QLabel(label));
         selectors->addWidget(box);
@@ -316,6 +308,8 @@ void MainWindow::build_views() {
     model_label_->setObjectName("model_label");
     doc_label_ = new QLabel;
     doc_label_->setObjectName("document_label");
+    doc_label_->setContentsMargins(10, 0, 10, 0);
+    model_label_->setContentsMargins(10, 0, 6, 0);
     statusBar()->addPermanentWidget(doc_label_);
     statusBar()->addPermanentWidget(model_label_);
 }
@@ -728,213 +722,12 @@ bool MainWindow::eventFilter(QObject* watched, QEvent* e) {
     return QMainWindow::eventFilter(watched, e);
 }
 
-QString MainWindow::ask_save_path(const QString& title, const QString& name, const QString& filter) {
-    const QString f = QFileDialog::getSaveFileName(this, title, settings_->last_dir() + "/" + name, filter);
-    if (!f.isEmpty()) settings_->set_last_dir(QFileInfo(f).absolutePath());
-    return f;
-}
-
-bool MainWindow::export_results_json(const QString& path) {
-    if (!outcome_) {
-        show_error("Nothing to export yet: run a comparison first");
-        return false;
-    }
-    try {
-        const nlohmann::json j = varrate::to_json(outcome_->result, outcome_->request);
-        write_file_atomic_qt(path, QByteArray::fromStdString(j.dump(2) + "\n"));
-        status("Wrote " + path);
-        return true;
-    } catch (const std::exception& e) {
-        show_error(QString::fromUtf8(e.what()));
-        return false;
-    }
-}
-
-bool MainWindow::export_rank_log(const QString& path) {
-    if (!outcome_) {
-        show_error("Nothing to export yet: run a comparison first");
-        return false;
-    }
-    if (!loaded_.tokenizer) {
-        show_error("The rank log names tokens with the model's tokenizer: wait for the model to load");
-        return false;
-    }
-    try {
-        write_file_atomic_qt(path,
-                             QByteArray::fromStdString(rank_log_csv(outcome_->result, *loaded_.tokenizer)));
-        status("Wrote " + path);
-        return true;
-    } catch (const std::exception& e) {
-        show_error(QString::fromUtf8(e.what()));
-        return false;
-    }
-}
-
-bool MainWindow::export_answers_csv(const QString& path) {
-    try {
-        write_file_atomic_qt(path, answers_->to_csv().toUtf8());
-        status("Wrote " + path);
-        return true;
-    } catch (const std::exception& e) {
-        show_error(QString::fromUtf8(e.what()));
-        return false;
-    }
-}
-
-bool MainWindow::export_chart(const QString& path) {
-    try {
-        export_widget(current_chart_ ? current_chart_ : charts_, path);
-        status("Wrote " + path);
-        return true;
-    } catch (const std::exception& e) {
-        show_error(QString::fromUtf8(e.what()));
-        return false;
-    }
-}
-
-bool MainWindow::copy_chart() {
-    copy_widget_to_clipboard(current_chart_ ? current_chart_ : charts_);
-    status("Chart copied to the clipboard");
-    return true;
-}
-
-StudioSession MainWindow::current_session() const {
-    StudioSession s;
-    s.model_dir = model_dir_;
-    s.document = document();
-    s.document_source = document_source_;
-    s.needle = needle_;
-    s.settings = panel_->settings();
-    s.outcome = outcome_;
-    return s;
-}
-
-bool MainWindow::save_session(const QString& path) {
-    try {
-        varrate::viz::save_session(path, current_session());
-        status("Saved session " + path);
-        return true;
-    } catch (const std::exception& e) {
-        show_error(QString::fromUtf8(e.what()));
-        return false;
-    }
-}
-
-bool MainWindow::open_session(const QString& path) {
-    StudioSession s;
-    try {
-        s = varrate::viz::load_session(path);
-    } catch (const std::exception& e) {
-        show_error(QString::fromUtf8(e.what()));
-        return false;
-    }
-    clear_error();
-    set_document(s.document, s.document_source, s.needle);
-    panel_->set_settings(s.settings);
-    if (s.outcome) {
-        apply_outcome(s.outcome);
-    } else {
-        outcome_.reset();
-        model_->clear();
-        answers_->clear_result();
-    }
-    if (!s.model_dir.isEmpty() && QDir::cleanPath(s.model_dir) != QDir::cleanPath(loaded_.model_dir)) {
-        model_dir_ = QDir::cleanPath(s.model_dir);
-        apply_defaults_on_load_ = false;  // the session's settings stay
-        jobs_.push_back("load");
-        worker_->load_model(model_dir_, s.settings);
-    }
-    update_status_labels();
-    update_empty_state();
-    status("Opened session " + path);
-    return true;
-}
-
-void MainWindow::dialog_generate_document() {
-    QDialog d(this);
-    d.setWindowTitle("Generate NIAH document");
-    auto* f = new QFormLayout(&d);
-    auto* length = new QSpinBox;
-    length->setRange(16, 1 << 20);
-    length->setValue(
-        static_cast<int>(default_document_length(loaded_.max_positions > 0 ? loaded_.max_positions : 512)));
-    auto* depth = new QDoubleSpinBox;
-    depth->setRange(0, 100);
-    depth->setValue(50);
-    depth->setSuffix(" %");
-    auto* distractors = new QSpinBox;
-    distractors->setRange(0, 32);
-    auto* seed = new QSpinBox;
-    seed->setRange(0, 1 << 30);
-    seed->setValue(42);
-    auto* sample = new QSpinBox;
-    sample->setRange(0, 100000);
-    f->addRow("Length (tokens)", length);
-    f->addRow("Needle depth", depth);
-    f->addRow("Distractor needles", distractors);
-    f->addRow("Seed", seed);
-    f->addRow("Sample (key/value)", sample);
-    auto* bb = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel);
-    connect(bb, &QDialogButtonBox::accepted, &d, &QDialog::accept);
-    connect(bb, &QDialogButtonBox::rejected, &d, &QDialog::reject);
-    f->addRow(bb);
-    if (d.exec() != QDialog::Accepted) return;
-    NiahDocRequest r;
-    r.length = length->value();
-    r.depth_percent = depth->value();
-    r.distractors = distractors->value();
-    r.seed = static_cast<uint64_t>(seed->value());
-    r.sample = sample->value();
-    r.chat = panel_->settings().chat;
-    generate_document(r);
-}
-
-void MainWindow::dialog_paste_text() {
-    QDialog d(this);
-    d.setWindowTitle("Paste text");
-    d.resize(700, 500);
-    auto* l = new QVBoxLayout(&d);
-    auto* edit = new QPlainTextEdit;
-    edit->setPlaceholderText("Paste the document here");
-    l->addWidget(edit);
-    auto* bb = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel);
-    connect(bb, &QDialogButtonBox::accepted, &d, &QDialog::accept);
-    connect(bb, &QDialogButtonBox::rejected, &d, &QDialog::reject);
-    l->addWidget(bb);
-    if (d.exec() != QDialog::Accepted || edit->toPlainText().trimmed().isEmpty()) return;
-    set_document(edit->toPlainText(), "pasted");
-    tabs_->setCurrentWidget(source_);
-}
-
 void MainWindow::closeEvent(QCloseEvent* e) {
     settings_->set_geometry(saveGeometry());
     settings_->set_window_state(saveState());
     settings_->sync();
     worker_->cancel();
     QMainWindow::closeEvent(e);
-}
-
-void MainWindow::dragEnterEvent(QDragEnterEvent* e) {
-    if (e->mimeData()->hasUrls()) e->acceptProposedAction();
-}
-
-void MainWindow::dropEvent(QDropEvent* e) {
-    for (const QUrl& url : e->mimeData()->urls()) {
-        const QString path = url.toLocalFile();
-        if (path.isEmpty()) continue;
-        if (QFileInfo(path).isDir()) {
-            if (is_model_dir(path))
-                open_model(path);
-            else
-                show_error(path + ": not a model folder (no config.json)");
-        } else if (path.endsWith(".json", Qt::CaseInsensitive)) {
-            open_session(path);
-        } else {
-            open_document(path);
-        }
-        e->acceptProposedAction();
-        return;
-    }
 }
 
 }  // namespace varrate::viz

@@ -5,6 +5,7 @@
 #include <QDoubleSpinBox>
 #include <QFileDialog>
 #include <QFormLayout>
+#include <QFrame>
 #include <QGridLayout>
 #include <QGroupBox>
 #include <QHBoxLayout>
@@ -13,6 +14,7 @@
 #include <QLineEdit>
 #include <QProgressBar>
 #include <QPushButton>
+#include <QScrollArea>
 #include <QSpinBox>
 #include <QTableWidget>
 #include <QVBoxLayout>
@@ -98,7 +100,16 @@ QSpinBox* int_box(int lo, int hi, const QString& tip) {
 }  // namespace
 
 RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
-    auto* root = new QVBoxLayout(this);
+    // Settings scroll; Run/Cancel and the progress stay in view below them.
+    auto* outer = new QVBoxLayout(this);
+    outer->setContentsMargins(0, 0, 0, 0);
+    outer->setSpacing(0);
+    auto* scroll = new QScrollArea;
+    scroll->setWidgetResizable(true);
+    scroll->setFrameShape(QFrame::NoFrame);
+    scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+    auto* content = new QWidget;
+    auto* root = new QVBoxLayout(content);
     root->setContentsMargins(6, 6, 6, 6);
 
     // Questions and expected answers.
@@ -234,7 +245,16 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
     rf->addRow(basis_status_);
     root->addWidget(rbox);
 
+    root->addStretch();
+    scroll->setWidget(content);
+    outer->addWidget(scroll, 1);
+
     // Run / Cancel / progress.
+    auto* footer = new QFrame;
+    footer->setObjectName("run_footer");
+    footer->setFrameShape(QFrame::StyledPanel);
+    auto* fl = new QVBoxLayout(footer);
+    fl->setContentsMargins(6, 6, 6, 6);
     auto* buttons = new QHBoxLayout;
     run_ = new QPushButton("Run");
     run_->setObjectName("run_button");
@@ -246,18 +266,18 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
     cancel_->setMinimumHeight(30);
     buttons->addWidget(run_, 2);
     buttons->addWidget(cancel_, 1);
-    root->addLayout(buttons);
+    fl->addLayout(buttons);
     progress_ = new QProgressBar;
     progress_->setObjectName("progress");
     progress_->setRange(0, 1000);
     progress_->setValue(0);
     progress_->setTextVisible(false);
     progress_->setMaximumHeight(8);
-    root->addWidget(progress_);
+    fl->addWidget(progress_);
     stage_ = new QLabel("Idle");
     stage_->setObjectName("stage_label");
-    root->addWidget(stage_);
-    root->addStretch();
+    fl->addWidget(stage_);
+    outer->addWidget(footer);
     connect(run_, &QPushButton::clicked, this, &RunPanel::run_requested);
     connect(cancel_, &QPushButton::clicked, this, &RunPanel::cancel_requested);
 
