@@ -31,10 +31,10 @@ struct AnchorResiduals {
     at::Tensor residual;  // [n_coded, D] fp32 z - z-bar
 };
 // Nearest anchors by Euclidean distance over all anchors, in fp32 on z's device. Distances use the
-// |a|^2 + |b|^2 - 2ab expansion after centring on the anchor mean (which removes most of the
-// cancellation), in fp32 only; ties go to the lower anchor ordinal (top-k on exact (distance, ordinal)
-// keys, the order a stable sort gives). Processed in chunks
-// of `chunk` coded tokens to bound memory.
+// |a|^2 - 2ab part of the expansion (|b|^2 is the same for every anchor of a token) after centring on the
+// anchor mean (which removes most of the cancellation), in fp32 only, one GEMM per chunk; ties go to the
+// lower anchor ordinal (top-k on exact (distance, ordinal) keys: the order a stable sort gives). Processed
+// in chunks of `chunk` coded tokens to bound memory.
 AnchorResiduals anchor_residuals(const at::Tensor& z, const AnchorLayout& layout, int64_t c,
                                  int64_t chunk = 2048);
 
