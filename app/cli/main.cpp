@@ -10,9 +10,11 @@
 #include "app/cli/commands.h"
 #include "core/error.h"
 #include "core/logging.h"
+#include "core/openmp_env.h"
 
 int main(int argc, char** argv) {
     using namespace varrate;
+    ensure_passive_openmp_wait(argc, argv);
     CLI::App app{"VarRate Studio command line: run Llama-family models and KV-cache codecs", "varrate"};
     app.require_subcommand(1);
     std::string log_level = "warn";

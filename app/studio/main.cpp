@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/openmp_env.h"
 #include "viz/main_window.h"
 
 namespace {
@@ -35,6 +36,7 @@ bool have_display() {
 }  // namespace
 
 int main(int argc, char** argv) {
+    varrate::ensure_passive_openmp_wait(argc, argv);
     const bool screenshot = has_arg(argc, argv, "--screenshot");
     const bool help = has_arg(argc, argv, "--help") || has_arg(argc, argv, "-h");
     if (!have_display()) {
