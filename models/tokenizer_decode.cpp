@@ -193,15 +193,7 @@ std::string TokenizerDecoder::decode(std::vector<std::string> tokens) const {
                         t = replace_all(t, step->pattern, step->content);
                         continue;
                     }
-                    std::string out;
-                    size_t pos = 0;
-                    for (const auto& [b, e] : step->regex->find_all(t)) {
-                        out.append(t, pos, b - pos);
-                        out += step->content;
-                        pos = e;
-                    }
-                    out.append(t, pos, std::string::npos);
-                    t = std::move(out);
+                    t = step->regex->replace_all(t, step->content);
                 }
                 break;
             case Step::Kind::Strip:

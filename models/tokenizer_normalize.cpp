@@ -120,18 +120,9 @@ std::string TokenizerNormalizer::apply(std::string text) const {
             case Step::Kind::ReplaceString:
                 text = replace_all(text, step->text, step->content);
                 break;
-            case Step::Kind::ReplaceRegex: {
-                std::string out;
-                size_t pos = 0;
-                for (const auto& [b, e] : step->regex->find_all(text)) {
-                    out.append(text, pos, b - pos);
-                    out += step->content;
-                    pos = e;
-                }
-                out.append(text, pos, std::string::npos);
-                text = std::move(out);
+            case Step::Kind::ReplaceRegex:
+                text = step->regex->replace_all(text, step->content);
                 break;
-            }
         }
     }
     return text;

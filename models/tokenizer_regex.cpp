@@ -72,4 +72,16 @@ std::vector<std::pair<size_t, size_t>> TokenizerRegex::find_all(std::string_view
     return matches;
 }
 
+std::string TokenizerRegex::replace_all(const std::string& text, const std::string& content) const {
+    std::string out;
+    size_t pos = 0;
+    for (const auto& [b, e] : find_all(text)) {
+        out.append(text, pos, b - pos);
+        out += content;
+        pos = e;
+    }
+    out.append(text, pos, std::string::npos);
+    return out;
+}
+
 }  // namespace varrate

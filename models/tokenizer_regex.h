@@ -21,6 +21,8 @@ class TokenizerRegex {
 
     // All non-overlapping, non-empty matches in `text` (valid UTF-8) as [begin, end) byte offsets.
     std::vector<std::pair<size_t, size_t>> find_all(std::string_view text) const;
+    // `text` with every match replaced by `content` (HF Replace with a Regex pattern).
+    std::string replace_all(const std::string& text, const std::string& content) const;
 
   private:
     struct Code;

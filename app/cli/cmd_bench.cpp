@@ -92,6 +92,13 @@ double measure_gemm_peak_gflops(const RuntimeOptions& o, int64_t n) {
     return median(rates);
 }
 
+// A short prefill before timing: first touch of the weights and of the allocator pools.
+void warm_up(const LlamaModel& model, const std::vector<int64_t>& ids, const ForwardOptions& fo) {
+    KVCache warm = model.new_cache();
+    const std::vector<int64_t> head(ids.begin(), ids.begin() + std::min<size_t>(ids.size(), 64));
+    model.forward(head, warm, fo);
+}
+
 int run_bench_prefill(const BenchPrefillArgs& a) {
     auto model = load_model_for_cli(a.model, a.runtime);
     const ModelConfig& cfg = model->config();
@@ -102,12 +109,7 @@ int run_bench_prefill(const BenchPrefillArgs& a) {
 
     ForwardOptions fo;
     fo.chunk_size = a.chunk_size;
-    {
-        // Warm-up on a short prefix: first-touch of weights and allocator pools.
-        KVCache warm = model->new_cache();
-        std::vector<int64_t> head(ids.begin(), ids.begin() + std::min<int64_t>(a.tokens, 64));
-        model->forward(head, warm, fo);
-    }
+    warm_up(*model, ids, fo);
     std::vector<double> seconds;
     for (int r = 0; r < a.repeats; ++r) {
         KVCache cache = model->new_cache();
@@ -230,12 +232,7 @@ int run_bench_codec(const BenchCodecArgs& a) {
     const std::vector<int64_t> ids = synthetic_ids(a.tokens, cfg.vocab_size);
     ForwardOptions plain;
     plain.chunk_size = a.chunk_size;
-    {
-        // Warm-up on a short prefix: first-touch of weights and allocator pools.
-        KVCache warm = model->new_cache();
-        std::vector<int64_t> head(ids.begin(), ids.begin() + std::min<int64_t>(a.tokens, 64));
-        model->forward(head, warm, plain);
-    }
+    warm_up(*model, ids, plain);
 
     // Each repeat runs the plain prefill and then every method's prefill back to back, so a change in the
     // machine's load hits all of them alike; medians over repeats are reported.
