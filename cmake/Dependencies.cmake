@@ -16,6 +16,19 @@ target_include_directories(varrate_torch SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})
 separate_arguments(_torch_flags UNIX_COMMAND "${TORCH_CXX_FLAGS}")
 target_compile_options(varrate_torch INTERFACE ${_torch_flags})
 
+# A LibTorch built with the pre-C++11 std::string ABI (older PyTorch wheels) cannot link the system's compiled
+# spdlog and fmt, whose functions take std::string: use their header-only forms with such a LibTorch.
+option(VARRATE_HEADER_ONLY_LOGGING "Use spdlog and fmt header-only" OFF)
+add_library(varrate_spdlog INTERFACE)
+if((TORCH_CXX_FLAGS MATCHES "_GLIBCXX_USE_CXX11_ABI=0" OR VARRATE_HEADER_ONLY_LOGGING)
+   AND TARGET spdlog::spdlog_header_only)
+  find_package(fmt REQUIRED)
+  target_link_libraries(varrate_spdlog INTERFACE spdlog::spdlog_header_only fmt::fmt-header-only)
+  message(STATUS "LibTorch uses the pre-C++11 string ABI: spdlog and fmt header-only")
+else()
+  target_link_libraries(varrate_spdlog INTERFACE spdlog::spdlog)
+endif()
+
 # CUDA: AUTO follows what the LibTorch we found was built with.
 set(_torch_has_cuda OFF)
 if(TARGET torch_cuda OR TORCH_CUDA_LIBRARIES OR CUDA_FOUND)

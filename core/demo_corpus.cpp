@@ -1,4 +1,5 @@
 #include "core/demo_corpus.h"
+#include "core/prompt.h"
 
 #include <algorithm>
 #include <cmath>
@@ -148,8 +149,8 @@ const std::vector<std::string>& DemoTextGenerator::keys() {
 }
 
 const std::vector<std::string>& DemoTextGenerator::template_words() {
-    static const std::vector<std::string> words = {"The", "special", "magic", "number",
-                                                   "for", "is",      "What",  "the"};
+    static const std::vector<std::string> words = {"The", "special", "magic", "number",   "for",
+                                                   "is",  "What",    "the",   "Question", "Answer"};
     return words;
 }
 
@@ -158,8 +159,7 @@ const std::vector<std::string>& DemoTextGenerator::line_start_words() {
         std::set<std::string> s;
         for (const auto& w : lexicon())
             if (!w.empty() && w[0] >= 'A' && w[0] <= 'Z') s.insert(w);
-        s.insert("The");
-        s.insert("What");
+        for (const char* w : {"The", "What", "Question", "Answer"}) s.insert(w);
         return std::vector<std::string>(s.begin(), s.end());
     }();
     return words;
@@ -233,7 +233,7 @@ Needle DemoTextGenerator::needle(const std::vector<std::string>& avoid_keys) {
 }
 
 std::string DemoDocument::prompt() const {
-    return text + "\n" + question + "\n";
+    return text + plain_question_suffix(question);
 }
 
 int64_t demo_token_count(const std::string& text) {
@@ -248,8 +248,14 @@ int64_t demo_token_count(const std::string& text) {
         } else if (is_space(c)) {
             size_t j = i;
             while (j < len && is_space(text[j])) ++j;
-            // A run followed by a non-space leaves its last space to the next piece when that space is ' '.
-            if (j < len && j - i > 1 && text[j - 1] == ' ') --j;
+            // A run of several followed by a non-space gives back its last character (\s+(?!\S)): a ' ' joins
+            // the next piece, anything else ("\n" of "\n\nQuestion") is a piece of its own.
+            if (j < len && j - i > 1) {
+                if (text[j - 1] == ' ')
+                    --j;
+                else
+                    ++n;
+            }
             ++n;
             i = j;
             continue;
@@ -268,11 +274,14 @@ int64_t demo_token_count(const std::string& text) {
     return n;
 }
 
-DemoDocument make_document(uint64_t seed, int64_t target_tokens, int n_distractors, double depth_percent) {
+DemoDocument make_document(uint64_t seed, int64_t target_tokens, int n_distractors, double depth_percent,
+                           double repeat_share) {
     if (target_tokens <= 0) throw Error("make_document: target_tokens must be positive");
     if (n_distractors < 0) throw Error("make_document: n_distractors must not be negative");
     if (!(depth_percent >= 0.0 && depth_percent <= 100.0))
         throw Error("make_document: depth_percent must be within [0, 100]");
+    if (!(repeat_share >= 0.0 && repeat_share < 1.0))
+        throw Error("make_document: repeat_share must be within [0, 1)");
     DemoTextGenerator gen(seed);
     DemoDocument doc;
     std::vector<std::string> used;
@@ -286,8 +295,13 @@ DemoDocument make_document(uint64_t seed, int64_t target_tokens, int n_distracto
     int64_t tokens = demo_token_count(doc.needle.sentence());
     for (const auto& d : doc.distractors) tokens += demo_token_count(d.sentence());
     std::vector<std::string> filler;
+    const uint64_t repeat_per_million = static_cast<uint64_t>(repeat_share * 1e6);
     while (tokens < target_tokens || filler.empty()) {
-        filler.push_back(gen.filler_sentence());
+        // No draw at all without repeats, so that such documents do not depend on the feature.
+        if (repeat_per_million > 0 && !filler.empty() && gen.below(1000000) < repeat_per_million)
+            filler.push_back(filler[gen.below(filler.size())]);
+        else
+            filler.push_back(gen.filler_sentence());
         tokens += demo_token_count(filler.back());
     }
     // Slots are the boundaries between filler sentences: 0 = before the first, filler.size() = after the
@@ -325,7 +339,7 @@ DemoDocument make_document(uint64_t seed, int64_t target_tokens, int n_distracto
     }
     doc.text = std::move(text);
     doc.question = DemoTextGenerator::question(doc.needle.key);
-    doc.answer = doc.needle.sentence();
+    doc.answer = " " + doc.needle.sentence();
     doc.n_tokens = demo_token_count(doc.text);
     return doc;
 }

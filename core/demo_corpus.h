@@ -48,19 +48,23 @@ struct DemoDocument {
     Needle needle;                    // the one the question asks about
     std::vector<Needle> distractors;  // needles with other keys (and other values)
     std::string question;             // DemoTextGenerator::question(needle.key)
-    std::string answer;               // needle.sentence(): the expected reply
+    std::string answer;               // " " + needle.sentence(): the expected reply after "Answer:"
     size_t needle_offset = 0;         // char offset of needle.sentence() in text
     int64_t n_tokens = 0;             // demo_token_count(text)
 
-    // What the demo model is trained and evaluated on: text + "\n" + question + "\n", after which the model
-    // replies with `answer` (then end of sequence).
+    // What the demo model is trained and evaluated on: text + "\n\nQuestion: " + question + "\nAnswer:" (the
+    // plain prompt of core/prompt.h, as compare and niah build it), after which the model replies with
+    // `answer` (then end of sequence).
     std::string prompt() const;
 };
 
 // A document of about `target_tokens` tokens of the demo tokenizer (see demo_token_count), never fewer, with
 // the needle's sentence starting at about depth_percent (0 = first sentence, 100 = last sentence) of the text
 // and `n_distractors` distractor needles at random sentence boundaries. Deterministic per seed.
-DemoDocument make_document(uint64_t seed, int64_t target_tokens, int n_distractors, double depth_percent);
+// repeat_share > 0 (training only): that fraction of filler sentences repeats an earlier sentence of the same
+// document, a dense next-token signal for copying (induction) that the needle task then builds on.
+DemoDocument make_document(uint64_t seed, int64_t target_tokens, int n_distractors, double depth_percent,
+                           double repeat_share = 0.0);
 
 // Number of pieces of the demo pre-tokenizer (a word with its leading space, a single digit with its leading
 // space, one punctuation character, a run of whitespace). With the demo tokenizer each piece of corpus text

@@ -11,14 +11,17 @@ namespace {
 const std::string kSplitMark = "\x01\x02varrate-split\x02\x01";
 }  // namespace
 
+std::string plain_question_suffix(const std::string& question) {
+    return "\n\nQuestion: " + question + "\nAnswer:";
+}
+
 PromptParts build_prompt(const Tokenizer& tokenizer, const std::string& context, const std::string& question,
                          bool chat) {
     if (context.empty()) throw Error("the context document is empty");
     PromptParts parts;
     if (!chat) {
         parts.context_ids = tokenizer.encode(context, true);
-        if (!question.empty())
-            parts.question_ids = tokenizer.encode("\n\nQuestion: " + question + "\nAnswer:", false);
+        if (!question.empty()) parts.question_ids = tokenizer.encode(plain_question_suffix(question), false);
         return parts;
     }
     const std::string rendered =

@@ -16,6 +16,10 @@ struct PromptParts {
     std::vector<int64_t> question_ids;  // question + chat suffix (assistant header), no BOS
 };
 
+// The question part without a chat template: "\n\nQuestion: <question>\nAnswer:" (the reply follows with a
+// space).
+std::string plain_question_suffix(const std::string& question);
+
 PromptParts build_prompt(const Tokenizer& tokenizer, const std::string& context, const std::string& question,
                          bool chat);
 

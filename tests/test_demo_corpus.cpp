@@ -6,6 +6,7 @@
 
 #include "core/demo_corpus.h"
 #include "core/error.h"
+#include "core/prompt.h"
 #include "models/tokenizer.h"
 
 using namespace varrate;
@@ -85,8 +86,10 @@ class TestDemoCorpus : public QObject {
             QVERIFY(a.text.find(d.sentence()) != std::string::npos);
         }
         QCOMPARE(a.question, DemoTextGenerator::question(a.needle.key));
-        QCOMPARE(a.answer, a.needle.sentence());
-        QCOMPARE(a.prompt(), a.text + "\n" + a.question + "\n");
+        QCOMPARE(a.answer, " " + a.needle.sentence());
+        // The plain prompt that compare and niah build: the demo model is trained on exactly this format.
+        QCOMPARE(a.prompt(), a.text + "\n\nQuestion: " + a.question + "\nAnswer:");
+        QCOMPARE(a.prompt(), a.text + plain_question_suffix(a.question));
         QVERIFY_EXCEPTION_THROWN(make_document(1, 0, 0, 50), Error);
         QVERIFY_EXCEPTION_THROWN(make_document(1, 100, 0, 101), Error);
     }

@@ -24,7 +24,7 @@ struct DemoModelShape {
     int64_t intermediate = 512;
     double rope_theta = 100000.0;
     double rms_norm_eps = 1e-5;
-    int64_t max_position_embeddings = 4096;
+    int64_t max_position_embeddings = 8192;
 
     // The HF config.json the export carries (LlamaForCausalLM, tied embeddings, fp32).
     ModelConfig to_model_config(int64_t bos_id, int64_t eos_id) const;

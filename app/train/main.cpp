@@ -22,6 +22,21 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     app.add_option("--threads", o.threads, "CPU threads (the run is bit-reproducible for a fixed count)")
         ->capture_default_str();
+    app.add_option("--device", o.device, "cpu, cuda or cuda:N")->capture_default_str();
+    app.add_option("--data-threads", o.data_threads, "Threads generating the next step's documents")
+        ->capture_default_str();
+    app.add_option("--lm-weight", o.lm_weight,
+                   "Weight of the next-token loss on every position (0 = answer spans only)")
+        ->capture_default_str();
+    app.add_option(
+           "--repeat-share", o.curriculum.repeat_share,
+           "Fraction of filler sentences that repeat an earlier one (a copying signal for --lm-weight)")
+        ->capture_default_str();
+    app.add_option("--export-every", o.export_every, "Also export the model every N steps (0 = at the end)")
+        ->capture_default_str();
+    app.add_option("--minutes", o.minutes,
+                   "Fit the run into this many minutes: a timing probe chooses --steps (printed, so that "
+                   "--steps N reproduces the run)");
     app.add_option("--resume", resume, "Continue from this checkpoint directory (step-NNNNNN)");
     app.add_option("--checkpoint-dir", checkpoint_dir, "Write step-NNNNNN checkpoints here");
     app.add_option("--checkpoint-every", o.checkpoint_every, "Steps between checkpoints (0 = none)")
@@ -35,6 +50,7 @@ int main(int argc, char** argv) {
                    "Documents per (length, depth) in the final evaluation (0 = none)")
         ->capture_default_str();
     app.add_option("--eval-lengths", o.eval_lengths, "Document lengths (tokens) of the evaluation")
+        ->delimiter(',')
         ->capture_default_str();
     app.add_option("--tokens-per-step", o.tokens_per_step, "Document tokens per optimizer step")
         ->capture_default_str();
@@ -55,9 +71,11 @@ int main(int argc, char** argv) {
     app.add_option("--rope-theta", o.shape.rope_theta, "RoPE base")->capture_default_str();
     app.add_option("--curriculum-lengths", o.curriculum.lengths,
                    "Curriculum document lengths (tokens), shortest first")
+        ->delimiter(',')
         ->capture_default_str();
     app.add_option("--unlock-at", o.curriculum.unlock_at,
                    "Fraction of the run at which each curriculum length becomes available")
+        ->delimiter(',')
         ->capture_default_str();
     app.add_option("--compute", attention,
                    "dtype of the matmuls and of the T x T attention (fp32 master weights): bf16 or fp32")

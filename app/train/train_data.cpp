@@ -3,8 +3,11 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <future>
+#include <thread>
 
 #include "core/error.h"
+#include "core/prompt.h"
 
 namespace varrate::train {
 
@@ -45,8 +48,8 @@ void append_scored(Sequence& s, const std::vector<int64_t>& ids) {
 }  // namespace
 
 Sequence DemoData::training_sequence(uint64_t doc_seed, int64_t doc_tokens, int n_distractors, double depth,
-                                     int n_questions) const {
-    const DemoDocument doc = make_document(doc_seed, doc_tokens, n_distractors, depth);
+                                     int n_questions, double repeat_share) const {
+    const DemoDocument doc = make_document(doc_seed, doc_tokens, n_distractors, depth, repeat_share);
     Sequence s;
     s.doc_tokens = doc.n_tokens;
     s.n_distractors = n_distractors;
@@ -61,14 +64,15 @@ Sequence DemoData::training_sequence(uint64_t doc_seed, int64_t doc_tokens, int 
         asked.push_back(others[i]);
         others.erase(others.begin() + static_cast<std::ptrdiff_t>(i));
     }
-    // Segments split at line breaks encode exactly as the joined text does (a line break is its own piece).
-    s.ids = tok_.encode(doc.text + "\n", true);
+    // The plain prompt of core/prompt.h (context, then "Question: ...\nAnswer:"), encoded in the same two
+    // parts as compare and niah encode it; further questions follow the first answer in the same format.
+    s.ids = tok_.encode(doc.text, true);
     for (size_t q = 0; q < asked.size(); ++q) {
-        const auto question = tok_.encode(DemoTextGenerator::question(asked[q]->key) + "\n", false);
+        const auto question =
+            tok_.encode(plain_question_suffix(DemoTextGenerator::question(asked[q]->key)), false);
         s.ids.insert(s.ids.end(), question.begin(), question.end());
-        append_scored(s, tok_.encode(asked[q]->sentence(), false));
+        append_scored(s, tok_.encode(" " + asked[q]->sentence(), false));
         if (q == 0) s.first_answer_end = static_cast<int64_t>(s.score_pos.size());
-        if (q + 1 < asked.size()) s.ids.push_back(tok_.encode("\n", false).at(0));
     }
     append_scored(s, {*tok_.eos_id()});
     return s;
@@ -78,24 +82,45 @@ Sequence DemoData::eval_sequence(const DemoDocument& doc) const {
     Sequence s;
     s.doc_tokens = doc.n_tokens;
     s.n_distractors = static_cast<int>(doc.distractors.size());
-    s.ids = tok_.encode(doc.prompt(), true);
+    const PromptParts parts = build_prompt(tok_, doc.text, doc.question, false);
+    s.ids = parts.context_ids;
+    s.ids.insert(s.ids.end(), parts.question_ids.begin(), parts.question_ids.end());
     append_scored(s, tok_.encode(doc.answer, false));
     s.first_answer_end = static_cast<int64_t>(s.score_pos.size());
     return s;
 }
 
 std::vector<Sequence> DemoData::training_step(uint64_t seed, int64_t step, int64_t total_steps,
-                                              int64_t tokens_per_step, const Curriculum& c) const {
+                                              int64_t tokens_per_step, const Curriculum& c,
+                                              int threads) const {
     const int64_t length = c.pick_length(seed, step, total_steps);
     const int64_t n = std::max<int64_t>(1, tokens_per_step / length);
     DemoTextGenerator gen(mix_seed(seed, static_cast<uint64_t>(step)));
-    std::vector<Sequence> out;
+    struct Spec {
+        uint64_t doc_seed;
+        int distractors;
+        double depth;
+    };
+    std::vector<Spec> specs;
     for (int64_t i = 0; i < n; ++i) {
         const uint64_t doc_seed = gen.rng()() & ~kEvalSeedBit;
         const int distractors = static_cast<int>(gen.below(static_cast<uint64_t>(c.max_distractors) + 1));
         const double depth = static_cast<double>(gen.below(10001)) / 100.0;
-        out.push_back(training_sequence(doc_seed, length, distractors, depth, c.max_questions));
+        specs.push_back({doc_seed, distractors, depth});
     }
+    // Documents are independent functions of their specs, so generating them on several threads gives the
+    // same batch as one thread (it keeps a GPU fed; on 2 CPU cores it stays at one).
+    std::vector<Sequence> out(specs.size());
+    auto make = [&](size_t begin, size_t stride) {
+        for (size_t i = begin; i < specs.size(); i += stride)
+            out[i] = training_sequence(specs[i].doc_seed, length, specs[i].distractors, specs[i].depth,
+                                       c.max_questions, c.repeat_share);
+    };
+    const size_t workers = std::min<size_t>(specs.size(), static_cast<size_t>(std::max(1, threads)));
+    std::vector<std::future<void>> jobs;
+    for (size_t w = 1; w < workers; ++w) jobs.push_back(std::async(std::launch::async, make, w, workers));
+    make(0, workers);
+    for (auto& j : jobs) j.get();
     return out;
 }
 
@@ -106,12 +131,16 @@ Batch DemoData::collate(const std::vector<Sequence>& seqs, bool first_answer_onl
     const int64_t B = static_cast<int64_t>(seqs.size());
     Batch b;
     b.ids = at::full({B, T}, pad_id_, at::kLong);
-    std::vector<int64_t> rows, targets;
+    std::vector<int64_t> rows, targets, lm_rows, lm_targets;
     auto ids = b.ids.accessor<int64_t, 2>();
     for (int64_t i = 0; i < B; ++i) {
         const Sequence& s = seqs[static_cast<size_t>(i)];
         for (size_t p = 0; p < s.ids.size(); ++p) ids[i][static_cast<int64_t>(p)] = s.ids[p];
         b.n_tokens += static_cast<int64_t>(s.ids.size());
+        for (size_t p = 0; p + 1 < s.ids.size(); ++p) {
+            lm_rows.push_back(i * T + static_cast<int64_t>(p));
+            lm_targets.push_back(s.ids[p + 1]);
+        }
         const size_t n_scored =
             first_answer_only ? static_cast<size_t>(s.first_answer_end) : s.score_pos.size();
         for (size_t k = 0; k < n_scored; ++k) {
@@ -121,6 +150,8 @@ Batch DemoData::collate(const std::vector<Sequence>& seqs, bool first_answer_onl
     }
     b.rows = at::tensor(rows, at::kLong);
     b.targets = at::tensor(targets, at::kLong);
+    b.lm_rows = at::tensor(lm_rows, at::kLong);
+    b.lm_targets = at::tensor(lm_targets, at::kLong);
     return b;
 }
 

@@ -27,10 +27,12 @@ struct Sequence {
 };
 
 struct Batch {
-    at::Tensor ids;        // [B, T] int64, right-padded with pad_id
-    at::Tensor rows;       // [N] int64 flat indices b*T + p of the scored positions
-    at::Tensor targets;    // [N] int64 next tokens
-    int64_t n_tokens = 0;  // non-pad tokens
+    at::Tensor ids;         // [B, T] int64, right-padded with pad_id
+    at::Tensor rows;        // [N] int64 flat indices b*T + p of the scored positions
+    at::Tensor targets;     // [N] int64 next tokens
+    at::Tensor lm_rows;     // [M] every non-pad position with a next token (the language-modelling rows)
+    at::Tensor lm_targets;  // [M]
+    int64_t n_tokens = 0;   // non-pad tokens
 };
 
 // Training curriculum: document lengths grow with progress; distractors (0..max) from the first step.
@@ -38,7 +40,8 @@ struct Curriculum {
     std::vector<int64_t> lengths = {256, 512, 1024, 1536, 2048, 2304};   // document token buckets
     std::vector<double> unlock_at = {0.0, 0.0, 0.08, 0.16, 0.25, 0.35};  // fraction of the run
     int max_distractors = 3;
-    int max_questions = 4;  // questions per document (the target first, then other needles)
+    int max_questions = 4;    // questions per document (the target first, then other needles)
+    double repeat_share = 0;  // fraction of filler sentences repeating an earlier one (see make_document)
     int64_t pick_length(uint64_t seed, int64_t step, int64_t total_steps) const;
 };
 
@@ -48,12 +51,14 @@ class DemoData {
 
     // One training document: `n_distractors` distractors, several questions (all scored), EOS at the end.
     Sequence training_sequence(uint64_t doc_seed, int64_t doc_tokens, int n_distractors, double depth,
-                               int n_questions) const;
+                               int n_questions, double repeat_share = 0) const;
     // The evaluation format: document, one question, its answer; only the answer sentence is scored.
     Sequence eval_sequence(const DemoDocument& doc) const;
-    // The batch of step `step`: tokens_per_step / length documents of the curriculum's length (at least one).
+    // The batch of step `step`: tokens_per_step / length documents of the curriculum's length (at least one),
+    // generated on `threads` threads (the result does not depend on it).
     std::vector<Sequence> training_step(uint64_t seed, int64_t step, int64_t total_steps,
-                                        int64_t tokens_per_step, const Curriculum& curriculum) const;
+                                        int64_t tokens_per_step, const Curriculum& curriculum,
+                                        int threads = 1) const;
     Batch collate(const std::vector<Sequence>& seqs, bool first_answer_only = false) const;
 
   private:

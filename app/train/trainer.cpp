@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <future>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -61,6 +62,10 @@ json run_identity(const TrainOptions& o) {
             {"fixed_batch", o.fixed_batch},
             {"bf16_attention", o.bf16_attention},
             {"threads", o.threads},
+            {"device", o.device},
+            {"lm_weight", o.lm_weight},
+            {"repeat_share", o.curriculum.repeat_share},
+            {"curriculum", {{"lengths", o.curriculum.lengths}, {"unlock_at", o.curriculum.unlock_at}}},
             {"shape", shape_json(o.shape)}};
 }
 
@@ -70,23 +75,37 @@ struct Run {
           tok_files(std::move(files)),
           tok(Tokenizer::from_json(tok_files.tokenizer, tok_files.tokenizer_config, "demo tokenizer")),
           data(tok, pad_id),
-          model(options.shape) {}
+          model(options.shape),
+          device(parse_device(options.device)) {
+        model->to(device);  // after the seeded CPU initialisation: the same start on every device
+    }
 
     const TrainOptions& o;
     TrainedTokenizer tok_files;
     Tokenizer tok;
     DemoData data;
     DemoLlama model;
+    c10::Device device;
+    torch::Tensor answer_loss;  // the answer-span part of the last loss
     std::unique_ptr<torch::optim::AdamW> optimizer;
     std::ofstream log;
 
     c10::ScalarType attn_dtype() const { return o.bf16_attention ? torch::kBFloat16 : torch::kFloat; }
 
-    // Mean next-token cross-entropy over the scored rows of a batch.
+    // Mean next-token cross-entropy over the answer rows of a batch, plus lm_weight times the mean over every
+    // position (the dense signal of the filler text).
     torch::Tensor loss(const Batch& b) {
-        const torch::Tensor hidden = model->hidden_states(b.ids, attn_dtype());  // [B, T, hidden]
-        const torch::Tensor rows = hidden.reshape({-1, hidden.size(-1)}).index_select(0, b.rows);
-        return torch::nn::functional::cross_entropy(model->logits(rows), b.targets);
+        const torch::Tensor hidden = model->hidden_states(b.ids.to(device), attn_dtype());  // [B, T, hidden]
+        const torch::Tensor flat = hidden.reshape({-1, hidden.size(-1)});
+        const torch::Tensor rows = flat.index_select(0, b.rows.to(device));
+        torch::Tensor l = torch::nn::functional::cross_entropy(model->logits(rows), b.targets.to(device));
+        answer_loss = l.detach();
+        if (o.lm_weight > 0) {
+            const torch::Tensor all = flat.index_select(0, b.lm_rows.to(device));
+            l = l + o.lm_weight *
+                        torch::nn::functional::cross_entropy(model->logits(all), b.lm_targets.to(device));
+        }
+        return l;
     }
 
     void save_checkpoint(int64_t completed) {
@@ -153,9 +172,11 @@ struct Run {
                 const std::vector<Sequence> part(seqs.begin() + static_cast<std::ptrdiff_t>(b0),
                                                  seqs.begin() + static_cast<std::ptrdiff_t>(b1));
                 const Batch batch = data.collate(part);
-                const torch::Tensor hidden = model->hidden_states(batch.ids, attn_dtype());
-                const torch::Tensor rows = hidden.reshape({-1, hidden.size(-1)}).index_select(0, batch.rows);
-                const torch::Tensor hit = model->logits(rows).argmax(-1).eq(batch.targets).to(torch::kLong);
+                const torch::Tensor hidden = model->hidden_states(batch.ids.to(device), attn_dtype());
+                const torch::Tensor rows =
+                    hidden.reshape({-1, hidden.size(-1)}).index_select(0, batch.rows.to(device));
+                const torch::Tensor hit =
+                    model->logits(rows).argmax(-1).cpu().eq(batch.targets).to(torch::kLong);
                 const auto hits = hit.accessor<int64_t, 1>();
                 int64_t k = 0;
                 for (size_t i = 0; i < part.size(); ++i) {
@@ -194,7 +215,7 @@ struct Run {
                                                                         .dump(2) +
                                                                     "\n");
         std::vector<std::pair<std::string, at::Tensor>> tensors;
-        for (auto& [name, t] : model->hf_tensors()) tensors.emplace_back(name, t.contiguous());
+        for (auto& [name, t] : model->hf_tensors()) tensors.emplace_back(name, t.cpu().contiguous());
         write_safetensors(o.out_dir / "model.safetensors", tensors, {{"format", "pt"}});
         write_tokenizer_files(tok_files, o.out_dir);
     }
@@ -205,9 +226,9 @@ struct Run {
         const Sequence s = data.eval_sequence(doc);
         std::vector<int64_t> ids = s.ids;
         ids.insert(ids.end(), s.ids.begin() + 1, s.ids.begin() + 1 + 20);  // answer continuation tokens too
-        const torch::Tensor ids_t = torch::tensor(ids, torch::kLong).unsqueeze(0);   // [1, T]
-        const torch::Tensor hidden = model->hidden_states(ids_t, torch::kFloat);     // fp32 reference path
-        const torch::Tensor logits = model->logits(hidden.squeeze(0)).contiguous();  // [T, vocab]
+        const torch::Tensor ids_t = torch::tensor(ids, torch::kLong).unsqueeze(0);           // [1, T]
+        const torch::Tensor hidden = model->hidden_states(ids_t.to(device), torch::kFloat);  // fp32 path
+        const torch::Tensor logits = model->logits(hidden.squeeze(0)).cpu().contiguous();    // [T, vocab]
         write_safetensors(o.dump_logits, {{"ids", ids_t.squeeze(0).contiguous()}, {"logits", logits}});
     }
 
@@ -216,6 +237,53 @@ struct Run {
         log.flush();
     }
 };
+
+// Seconds of one training step (forward, backward, clipping, no optimizer update) at each curriculum length,
+// from a few timed repetitions on throwaway gradients; the weights and every random state stay untouched.
+std::map<int64_t, double> probe_step_seconds(Run& run, const TrainOptions& o) {
+    std::map<int64_t, double> out;
+    for (int64_t length : o.curriculum.lengths) {
+        const int64_t n = std::max<int64_t>(1, o.tokens_per_step / length);
+        Curriculum only = o.curriculum;
+        only.lengths = {length};
+        only.unlock_at = {0.0};
+        const auto t_data = Clock::now();
+        const Batch batch =
+            run.data.collate(run.data.training_step(o.seed, 0, 1, length * n, only, o.data_threads));
+        const double data_seconds = seconds_since(t_data);
+        double best = 1e30;
+        for (int rep = 0; rep < 3; ++rep) {
+            const auto t0 = Clock::now();
+            run.optimizer->zero_grad();
+            run.loss(batch).backward();
+            torch::nn::utils::clip_grad_norm_(run.model->parameters(), o.grad_clip);  // syncs the device
+            best = std::min(best, seconds_since(t0));
+        }
+        run.optimizer->zero_grad();
+        std::printf("timing probe: length %lld: step %.3f s, data %.3f s\n", static_cast<long long>(length),
+                    best, data_seconds);
+        out[length] = std::max(best * 1.15, data_seconds);  // + the optimizer update; data is prefetched
+    }
+    return out;
+}
+
+// The largest step count whose curriculum, at the probed step times, fits `minutes` (with 10 % for evals).
+int64_t steps_for_minutes(const TrainOptions& o, const std::map<int64_t, double>& seconds) {
+    auto fits = [&](int64_t steps) {
+        double total = 0;
+        for (int64_t s = 0; s < steps; ++s) total += seconds.at(o.curriculum.pick_length(o.seed, s, steps));
+        return total * 1.1 <= o.minutes * 60.0;
+    };
+    int64_t lo = 0, hi = 1;
+    while (fits(hi) && hi < 10000000) lo = hi, hi *= 2;
+    while (hi - lo > 1) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        (fits(mid) ? lo : hi) = mid;
+    }
+    if (lo < 1)
+        throw Error("training: --minutes " + std::to_string(o.minutes) + " is too short for one step");
+    return lo;
+}
 
 json eval_json(const EvalResult& r) {
     json by_length = json::object(), by_distractors = json::object(), by_depth = json::object();
@@ -248,6 +316,10 @@ EvalResult run_training(const TrainOptions& opt_in) {
     if (o.tokens_per_step <= 0) throw Error("training: --tokens-per-step must be positive");
     if (o.warmup < 0) throw Error("training: --warmup must not be negative");
     if (o.stop_at < 0 || o.stop_at > o.steps) throw Error("training: --stop-at must be within [0, --steps]");
+    if (o.curriculum.lengths.empty() || o.curriculum.lengths.size() != o.curriculum.unlock_at.size())
+        throw Error("training: --curriculum-lengths and --unlock-at need the same number of entries (" +
+                    std::to_string(o.curriculum.lengths.size()) + " vs " +
+                    std::to_string(o.curriculum.unlock_at.size()) + ")");
     configure_threads(o.threads);
     torch::manual_seed(o.seed);
 
@@ -269,6 +341,18 @@ EvalResult run_training(const TrainOptions& opt_in) {
     groups.emplace_back(no_decay, group_options(0.0));
     run.optimizer = std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(o.lr));
 
+    if (o.minutes > 0) {
+        if (!o.resume.empty())
+            throw Error("training: --minutes cannot be combined with --resume (use --steps)");
+        const auto seconds = probe_step_seconds(run, o);
+        o.steps = steps_for_minutes(o, seconds);
+        std::printf("timing probe:");
+        for (const auto& [length, sec] : seconds)
+            std::printf(" len %lld %.3f s", static_cast<long long>(length), sec);
+        std::printf(" -> --steps %lld fits %.1f minutes (reproduce with --steps %lld)\n",
+                    static_cast<long long>(o.steps), o.minutes, static_cast<long long>(o.steps));
+        std::fflush(stdout);
+    }
     int64_t step = 0;
     if (!o.resume.empty()) step = run.load_checkpoint(o.resume);
     std::error_code ec;
@@ -285,19 +369,25 @@ EvalResult run_training(const TrainOptions& opt_in) {
     if (step == 0) run.log_json({{"config", run_identity(o)}});
 
     const auto t_start = Clock::now();
-    double loss_sum = 0;
+    double loss_sum = 0, answer_loss_sum = 0;
     int64_t loss_n = 0;
     EvalResult last_eval;
     const int64_t end = o.stop_at > 0 ? o.stop_at : o.steps;
+    // The next step's batch is generated while this one trains (CPU document generation overlaps the GPU).
+    auto make_batch = [&](int64_t at) {
+        return run.data.collate(run.data.training_step(o.seed, o.fixed_batch ? 0 : at, o.steps,
+                                                       o.tokens_per_step, o.curriculum, o.data_threads));
+    };
+    std::future<Batch> next;
+    if (step < end) next = std::async(std::launch::async, make_batch, step);
     while (step < end) {
         const auto t0 = Clock::now();
         const double lr = learning_rate(o, step);
         for (auto& g : run.optimizer->param_groups())
             static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
-        const auto seqs = run.data.training_step(o.seed, o.fixed_batch ? 0 : step, o.steps, o.tokens_per_step,
-                                                 o.curriculum);
-        const Batch batch = run.data.collate(seqs);
-        const double data_seconds = seconds_since(t0);
+        const Batch batch = next.get();
+        if (step + 1 < end) next = std::async(std::launch::async, make_batch, step + 1);
+        const double data_wait_seconds = seconds_since(t0);
         run.optimizer->zero_grad();
         const torch::Tensor loss = run.loss(batch);
         loss.backward();
@@ -305,28 +395,35 @@ EvalResult run_training(const TrainOptions& opt_in) {
         run.optimizer->step();
         ++step;
         const double loss_v = loss.item<double>();
+        const double answer_loss_v = run.answer_loss.item<double>();
         loss_sum += loss_v;
+        answer_loss_sum += answer_loss_v;
         ++loss_n;
         run.log_json({{"step", step},
                       {"loss", loss_v},
+                      {"answer_loss", answer_loss_v},
                       {"lr", lr},
                       {"grad_norm", grad_norm},
-                      {"batch", static_cast<int64_t>(seqs.size())},
+                      {"batch", batch.ids.size(0)},
                       {"seq_len", batch.ids.size(1)},
                       {"tokens", batch.n_tokens},
-                      {"data_seconds", data_seconds},
+                      {"data_wait_seconds", data_wait_seconds},
                       {"seconds", seconds_since(t0)}});
         if (o.log_every > 0 && (step % o.log_every == 0 || step == end)) {
             const double elapsed = seconds_since(t_start);
-            std::printf("step %lld/%lld loss %.4f lr %.2e |g| %.2f len %lld x %lld  %.2f s/step, %.1f min\n",
-                        static_cast<long long>(step), static_cast<long long>(o.steps), loss_sum / loss_n, lr,
-                        grad_norm, static_cast<long long>(batch.ids.size(1)),
-                        static_cast<long long>(seqs.size()), seconds_since(t0), elapsed / 60.0);
+            std::printf(
+                "step %lld/%lld loss %.4f (answers %.4f) lr %.2e |g| %.2f len %lld x %lld  %.2f s/step, "
+                "%.1f min\n",
+                static_cast<long long>(step), static_cast<long long>(o.steps), loss_sum / loss_n,
+                answer_loss_sum / loss_n, lr, grad_norm, static_cast<long long>(batch.ids.size(1)),
+                static_cast<long long>(batch.ids.size(0)), seconds_since(t0), elapsed / 60.0);
             std::fflush(stdout);
             loss_sum = 0;
+            answer_loss_sum = 0;
             loss_n = 0;
         }
         if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0) run.save_checkpoint(step);
+        if (o.export_every > 0 && step % o.export_every == 0 && step < o.steps) run.export_model();
         if (o.eval_every > 0 && step % o.eval_every == 0 && step < o.steps) {
             last_eval = run.evaluate(o.eval_samples);
             print_eval("eval", step, last_eval);
