@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
+#include "core/codec_defaults.h"
 #include "core/error.h"
 #include "models/safetensors.h"
 
@@ -60,6 +61,7 @@ std::unique_ptr<Session> Session::open(const std::filesystem::path& model_dir, c
     s->tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::load(model_dir));
     if (job.progress) job.progress("load", 2, 3);
     s->fingerprint_ = compute_fingerprint(s->model_->config(), model_dir);
+    s->codec_defaults_ = read_codec_defaults(model_dir);
     std::filesystem::path bf = basis_file;
     if (bf.empty() && std::filesystem::exists(model_dir / "varrate-basis.safetensors"))
         bf = model_dir / "varrate-basis.safetensors";

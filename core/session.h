@@ -38,6 +38,8 @@ class Session {
     // The basis given or found beside the model; null when every run self-calibrates.
     std::shared_ptr<const Basis> basis() const { return basis_; }
     std::string basis_source() const { return basis_source_; }
+    // The codec settings recorded beside the model (varrate-codec.json), if any: this model's defaults.
+    const std::optional<CodecSettings>& codec_defaults() const { return codec_defaults_; }
     void set_basis(std::shared_ptr<const Basis> basis, const std::string& source);
 
     // D = 2 * n_kv_head * head_dim.
@@ -62,6 +64,7 @@ class Session {
     std::string fingerprint_;
     std::shared_ptr<const Basis> basis_;
     std::string basis_source_;
+    std::optional<CodecSettings> codec_defaults_;
 };
 
 // Raises Cancelled when the flag is set (between steps of a job).

@@ -111,6 +111,64 @@ class TestCli : public QObject {
             {"generate", "--model", QString::fromStdString(empty.string()), "--prompt-ids", "1"},
             "config.json");
     }
+
+    // Codec settings recorded beside a model are the defaults of compare; a flag given on the command line
+    // wins; a bad file is one clear error naming the file and the field.
+    void model_codec_defaults_apply_unless_given() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        const auto model = varrate::test::temp_dir("cli-codec-defaults") / "model";
+        std::filesystem::create_directories(model);
+        for (const char* f : {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"})
+            std::filesystem::create_symlink(dir / f, model / f);
+        varrate::write_file_atomic(model / "varrate-codec.json",
+                                   R"({"budget": 0.4, "r_min": 3, "rank": 48, "stride": 8, "anchors": 2,
+                                       "window": 12, "obs_window": 10, "why": "test"})");
+        const auto ctx = model.parent_path() / "context.txt";
+        varrate::write_file_atomic(ctx,
+                                   "Once upon a time, there was a little girl named Lily. She loved to "
+                                   "play outside in the park with her big red ball.");
+        const QString m = QString::fromStdString(model.string());
+        auto settings_of = [&](const QStringList& extra) {
+            const auto out = model.parent_path() / "compare.json";
+            QStringList args = {"compare",
+                                "--model",
+                                m,
+                                "--context-file",
+                                QString::fromStdString(ctx.string()),
+                                "--question",
+                                "Who had the ball?",
+                                "--methods",
+                                "full,flat",
+                                "--max-new-tokens",
+                                "2",
+                                "--json",
+                                QString::fromStdString(out.string())};
+            const CliResult r = run_varrate(args + extra);
+            if (r.exit_code != 0) qWarning() << r.err;
+            return r.exit_code == 0 ? varrate::read_json_file(out)["settings"] : nlohmann::json();
+        };
+        const nlohmann::json d = settings_of({});
+        QCOMPARE(d.value("budget", 0.0), 0.4);
+        QCOMPARE(d.value("r_min", 0), 3);
+        QCOMPARE(d.value("rank", 0), 48);
+        QCOMPARE(d.value("stride", 0), 8);
+        QCOMPARE(d.value("anchors", 0), 2);
+        QCOMPARE(d.value("window", 0), 12);
+        QCOMPARE(d.value("obs_window", 0), 10);
+        const nlohmann::json f = settings_of({"--budget", "0.5", "--rmin", "5"});
+        QCOMPARE(f.value("budget", 0.0), 0.5);
+        QCOMPARE(f.value("r_min", 0), 5);
+        QCOMPARE(f.value("rank", 0), 48);
+
+        varrate::write_file_atomic(model / "varrate-codec.json", R"({"budget": 0.4, "rmin": 3})");
+        expect_one_line_error({"compare", "--model", m, "--context-file",
+                               QString::fromStdString(ctx.string()), "--question", "Who?"},
+                              "unknown field \"rmin\"");
+        varrate::write_file_atomic(model / "varrate-codec.json", R"({"budget": 1.5})");
+        expect_one_line_error({"compare", "--model", m, "--context-file",
+                               QString::fromStdString(ctx.string()), "--question", "Who?"},
+                              "\"budget\" must be a number in (0, 1]");
+    }
 };
 
 QTEST_GUILESS_MAIN(TestCli)

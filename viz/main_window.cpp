@@ -466,7 +466,7 @@ void MainWindow::on_model_loaded(const ModelInfo& info) {
     loaded_ = info;
     settings_->add_recent_model(info.model_dir);
     if (new_model && apply_defaults_on_load_) {
-        panel_->apply_model_defaults(info.joint_dim);
+        panel_->apply_model_defaults(info.joint_dim, info.codec_defaults);
         niah_->apply_model(info);
     }
     apply_defaults_on_load_ = true;

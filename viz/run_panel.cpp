@@ -376,16 +376,29 @@ void RunPanel::set_settings(const RunSettings& s) {
     basis_file_->setText(QString::fromStdString(s.basis_file));
 }
 
-void RunPanel::apply_model_defaults(int64_t joint_dim) {
+void RunPanel::apply_model_defaults(int64_t joint_dim, const std::optional<CodecSettings>& recorded) {
     RunSettings s = settings();
-    s.codec = default_codec_settings(joint_dim);
+    s.codec = recorded ? *recorded : default_codec_settings(joint_dim);
     // Keep the user's paper-accounting / timing / SnapKV choices; only the width-dependent ones change.
     s.codec.paper_accounting = paper_accounting_->isChecked();
     s.codec.precise_timing = precise_timing_->isChecked();
     s.codec.pool_kernel = pool_kernel_->value();
-    s.codec.anchors = anchors_->value();
+    if (!recorded) s.codec.anchors = anchors_->value();
     set_settings(s);
-    defaults_->setText(describe_defaults(joint_dim));
+    if (recorded)
+        defaults_->setText(
+            QString("This model's defaults (varrate-codec.json, D = %1): budget %2, r_min %3, rank "
+                    "%4, stride %5, anchors %6, window %7, obs window %8")
+                .arg(joint_dim)
+                .arg(recorded->budget)
+                .arg(recorded->r_min)
+                .arg(recorded->rank)
+                .arg(recorded->stride)
+                .arg(recorded->anchors)
+                .arg(recorded->window)
+                .arg(recorded->obs_window));
+    else
+        defaults_->setText(describe_defaults(joint_dim));
 }
 
 QString RunPanel::defaults_text() const {

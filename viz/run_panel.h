@@ -3,6 +3,7 @@
 // mode, device, dtype and basis, Run/Cancel and the stage-by-stage progress of the running job.
 #include <QWidget>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,7 +56,8 @@ class RunPanel : public QWidget {
     RunSettings settings() const;
     void set_settings(const RunSettings& s);
     // Applies the width-dependent codec defaults and says which are in force.
-    void apply_model_defaults(int64_t joint_dim);
+    // The model's own codec defaults (varrate-codec.json) when it has them, else the width-based ones.
+    void apply_model_defaults(int64_t joint_dim, const std::optional<CodecSettings>& recorded = std::nullopt);
     QString defaults_text() const;
 
     void set_questions(const std::vector<std::string>& questions, const std::vector<std::string>& answers);

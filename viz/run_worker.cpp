@@ -120,6 +120,7 @@ struct RunWorker::State {
         m.max_positions = c.max_position_embeddings;
         m.vocab = session->tokenizer().vocab_size();
         m.basis_source = shipped_basis ? QString::fromStdString(shipped_source) : QString();
+        m.codec_defaults = session->codec_defaults();
         m.device = QString::fromStdString(rs.device);
         m.dtype = QString::fromStdString(rs.dtype);
         m.tokenizer = gui_tokenizer;

@@ -25,7 +25,8 @@ namespace varrate::viz {
 struct ModelInfo {
     QString model_dir, name;
     int64_t joint_dim = 0, n_layers = 0, max_positions = 0, vocab = 0;
-    QString basis_source;  // "" when runs self-calibrate
+    QString basis_source;                         // "" when runs self-calibrate
+    std::optional<CodecSettings> codec_defaults;  // recorded beside the model (varrate-codec.json)
     QString device, dtype;
     double load_s = 0;
     bool reused = false;

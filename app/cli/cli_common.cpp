@@ -8,6 +8,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "core/codec_defaults.h"
 #include "core/error.h"
 
 namespace varrate::cli {
@@ -39,20 +40,45 @@ std::unique_ptr<LlamaModel> load_model_for_cli(const std::filesystem::path& dir,
     return model;
 }
 
-void add_codec_options(CLI::App& sub, CodecSettings& s) {
-    sub.add_option("--budget", s.budget, "kappa: fraction of the KV cache kept, in (0, 1]")
-        ->capture_default_str();
-    sub.add_option("--rmin", s.r_min, "rank floor of every coded token")->capture_default_str();
-    sub.add_option("--rank", s.rank, "R: basis rank and per-token rank cap (clamped to D)")
-        ->capture_default_str();
-    sub.add_option("--stride", s.stride, "anchor stride Delta")->capture_default_str();
-    sub.add_option("--anchors", s.anchors, "c: nearest anchors per coded token")->capture_default_str();
-    sub.add_option("--window", s.window, "w: recent tokens kept exactly")->capture_default_str();
-    sub.add_option("--obs-window", s.obs_window, "w_obs: observation window queries for salience")
-        ->capture_default_str();
+CodecFlags add_codec_options(CLI::App& sub, CodecSettings& s) {
+    CodecFlags f;
+    f.budget = sub.add_option("--budget", s.budget, "kappa: fraction of the KV cache kept, in (0, 1]")
+                   ->capture_default_str();
+    f.r_min = sub.add_option("--rmin", s.r_min, "rank floor of every coded token")->capture_default_str();
+    f.rank = sub.add_option("--rank", s.rank, "R: basis rank and per-token rank cap (clamped to D)")
+                 ->capture_default_str();
+    f.stride = sub.add_option("--stride", s.stride, "anchor stride Delta")->capture_default_str();
+    f.anchors =
+        sub.add_option("--anchors", s.anchors, "c: nearest anchors per coded token")->capture_default_str();
+    f.window = sub.add_option("--window", s.window, "w: recent tokens kept exactly")->capture_default_str();
+    f.obs_window =
+        sub.add_option("--obs-window", s.obs_window, "w_obs: observation window queries for salience")
+            ->capture_default_str();
     sub.add_flag("--paper-accounting", s.paper_accounting,
                  "do not charge anchor indices to the budget (the paper's accounting; footprint slightly "
                  "above kappa)");
+    sub.footer("Codec settings not given come from MODEL/" + std::string(kCodecDefaultsFile) +
+               " when the model directory has one (the shipped demo model does).");
+    return f;
+}
+
+void apply_model_codec_defaults(const CodecFlags& given, const std::filesystem::path& model_dir,
+                                CodecSettings& s) {
+    const std::optional<CodecSettings> d = read_codec_defaults(model_dir, s);
+    if (!d) return;
+    auto take = [](const CLI::Option* o) { return o == nullptr || o->count() == 0; };
+    if (take(given.budget)) s.budget = d->budget;
+    if (take(given.r_min)) s.r_min = d->r_min;
+    if (take(given.rank)) s.rank = d->rank;
+    if (take(given.stride)) s.stride = d->stride;
+    if (take(given.anchors)) s.anchors = d->anchors;
+    if (take(given.window)) s.window = d->window;
+    if (take(given.obs_window)) s.obs_window = d->obs_window;
+    spdlog::info(
+        "codec settings (flags over {}): budget {} r_min {} rank {} stride {} anchors {} window {} "
+        "obs-window {}",
+        (model_dir / kCodecDefaultsFile).string(), s.budget, s.r_min, s.rank, s.stride, s.anchors, s.window,
+        s.obs_window);
 }
 
 JobControl terminal_job() {

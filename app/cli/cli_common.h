@@ -24,8 +24,16 @@ void add_runtime_options(CLI::App& sub, RuntimeArgs& args);
 // Parses the runtime args, sets threads, and loads the model (with load progress logged).
 std::unique_ptr<LlamaModel> load_model_for_cli(const std::filesystem::path& dir, const RuntimeArgs& args);
 RuntimeOptions runtime_options(const RuntimeArgs& args);
+// The codec options of one command, to tell afterwards which ones the user gave.
+struct CodecFlags {
+    CLI::Option *budget = nullptr, *r_min = nullptr, *rank = nullptr, *stride = nullptr, *anchors = nullptr,
+                *window = nullptr, *obs_window = nullptr;
+};
 // --budget, --rmin, --rank, --stride, --anchors, --window, --obs-window, --paper-accounting.
-void add_codec_options(CLI::App& sub, CodecSettings& s);
+CodecFlags add_codec_options(CLI::App& sub, CodecSettings& s);
+// Settings the user did not give come from MODEL_DIR/varrate-codec.json when the model has one.
+void apply_model_codec_defaults(const CodecFlags& given, const std::filesystem::path& model_dir,
+                                CodecSettings& s);
 // Progress of long jobs on stderr (one line, rewritten in place) when stderr is a terminal.
 JobControl terminal_job();
 // "1,2,3" -> {1,2,3}; throws Error naming `what` on a bad entry.

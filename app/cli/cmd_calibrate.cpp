@@ -5,6 +5,7 @@
 
 #include "app/cli/cli_common.h"
 #include "app/cli/commands.h"
+#include "core/demo_corpus.h"
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/session.h"
@@ -21,6 +22,8 @@ struct CalibrateArgs {
     CodecSettings settings;
     RuntimeArgs runtime;
     int64_t max_tokens = 4096;
+    int64_t demo_documents = 0, demo_length = 2048;
+    uint64_t demo_seed = 7;
 };
 
 int run_calibrate(const CalibrateArgs& a) {
@@ -35,6 +38,17 @@ int run_calibrate(const CalibrateArgs& a) {
                 ids.size(), a.settings.window));
         texts.push_back(std::move(ids));
     }
+    // Documents of the demo corpus: seeds below 2^63 (the training range; evaluations use seeds above it).
+    for (int64_t i = 0; i < a.demo_documents; ++i) {
+        const uint64_t seed =
+            (a.demo_seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(i)) & ~(uint64_t(1) << 63);
+        const DemoDocument doc =
+            make_document(seed, a.demo_length, static_cast<int>(i % 4), static_cast<double>((i * 37) % 101));
+        std::vector<int64_t> ids = session->tokenizer().encode(doc.text, true);
+        if (static_cast<int64_t>(ids.size()) > a.max_tokens) ids.resize(a.max_tokens);
+        texts.push_back(std::move(ids));
+    }
+    if (texts.empty()) throw Error("calibrate: give --text-file or --demo-documents");
     const Basis basis = session->calibrate(texts, a.settings, a.rank, false, terminal_job());
     basis.save(a.out);
     const BasisInfo& info = basis.info();
@@ -58,8 +72,15 @@ Command add_calibrate(CLI::App& root) {
         ->required()
         ->check(CLI::ExistingDirectory);
     sub->add_option("--text-file", a->text_files, "unlabeled calibration text (repeatable)")
-        ->required()
         ->check(CLI::ExistingFile);
+    sub->add_option("--demo-documents", a->demo_documents,
+                    "also calibrate on N generated documents of the demo corpus (the demo model's data)")
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t{0}, int64_t{100000}));
+    sub->add_option("--demo-length", a->demo_length, "tokens per generated document")
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t{64}, int64_t{1} << 20));
+    sub->add_option("--demo-seed", a->demo_seed, "seed of the generated documents")->capture_default_str();
     sub->add_option("--out", a->out, "basis file to write (.safetensors)")->required();
     sub->add_option("--rank", a->rank, "R: rows kept per layer (clamped to D)")->capture_default_str();
     sub->add_option("--stride", a->settings.stride, "anchor stride")->capture_default_str();

@@ -35,6 +35,7 @@ struct SessionArgs {
     RuntimeArgs runtime;
     std::string methods = "full,varrate,flat,snapkv";
     CodecSettings settings;
+    CodecFlags codec_flags;
 };
 
 void add_session_options(CLI::App& sub, SessionArgs& a) {
@@ -45,7 +46,7 @@ void add_session_options(CLI::App& sub, SessionArgs& a) {
     sub.add_option("--methods", a.methods,
                    "comma-separated methods (" + fmt::format("{}", fmt::join(method_names(), ", ")) + ")")
         ->capture_default_str();
-    add_codec_options(sub, a.settings);
+    a.codec_flags = add_codec_options(sub, a.settings);
     add_runtime_options(sub, a.runtime);
 }
 
@@ -67,6 +68,7 @@ int run_compare_cmd(const CompareArgs& a) {
     CompareRequest req;
     req.methods = split_methods(a.session.methods);
     req.settings = a.session.settings;
+    apply_model_codec_defaults(a.session.codec_flags, a.session.model, req.settings);
     req.mode = parse_mode(a.mode);
     req.context = read_text_file(a.context_file);
     req.questions = a.questions;
@@ -111,6 +113,7 @@ int run_ppl_cmd(const PplArgs& a) {
     PplRequest req;
     req.methods = split_methods(a.session.methods);
     req.settings = a.session.settings;
+    apply_model_codec_defaults(a.session.codec_flags, a.session.model, req.settings);
     req.ids = session->tokenizer().encode(read_text_file(a.text_file), true);
     req.prefix_tokens = a.prefix_tokens;
     const auto runs = run_perplexity(*session, req, terminal_job());

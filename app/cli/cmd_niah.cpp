@@ -130,6 +130,7 @@ struct NiahArgs {
     std::string lengths, depths = "0,25,50,75,100";
     std::string mode = "query-agnostic";
     CodecSettings settings;
+    CodecFlags codec_flags;
     int64_t samples = 1, distractors = 0, max_new_tokens = 32;
     uint64_t seed = 42;
     bool chat = false;
@@ -181,6 +182,7 @@ int run_niah_cmd(const NiahArgs& a) {
     if (o.methods.empty()) throw Error("--methods: no method named");
     for (const auto& m : o.methods) method_needs_basis(m);  // throws for an unknown name
     o.settings = a.settings;
+    apply_model_codec_defaults(a.codec_flags, a.model, o.settings);
     o.mode = parse_mode(a.mode);
     o.doc.seed = a.seed;
     o.doc.distractors = a.distractors;
@@ -248,7 +250,7 @@ Command add_niah(CLI::App& root) {
                     "comma-separated methods (" + fmt::format("{}", fmt::join(method_names(), ", ")) + ")")
         ->capture_default_str();
     sub->add_option("--mode", a->mode, "query-aware or query-agnostic")->capture_default_str();
-    add_codec_options(*sub, a->settings);
+    a->codec_flags = add_codec_options(*sub, a->settings);
     sub->add_option("--distractors", a->distractors, "extra needles with other keys")
         ->capture_default_str()
         ->check(CLI::Range(int64_t{0}, int64_t{1000}));

@@ -23,5 +23,6 @@ Command add_compare(CLI::App& root);
 Command add_ppl(CLI::App& root);
 Command add_calibrate(CLI::App& root);
 Command add_niah(CLI::App& root);
+Command add_demo(CLI::App& root);
 
 }  // namespace varrate::cli
