@@ -13,7 +13,7 @@ int main(int argc, char** argv) {
     TrainOptions o;
     CLI::App app{
         "Train the VarRate demo retrieval model (Llama architecture) on the procedural needle corpus"};
-    std::string out, checkpoint_dir, resume, dump_logits, attention = "bf16";
+    std::string out, checkpoint_dir, resume, init_from, dump_logits, attention = "bf16";
     app.add_option("--out", out,
                    "Directory for the exported model (config.json, model.safetensors, tokenizer)")
         ->required();
@@ -37,6 +37,8 @@ int main(int argc, char** argv) {
     app.add_option("--minutes", o.minutes,
                    "Fit the run into this many minutes: a timing probe chooses --steps (printed, so that "
                    "--steps N reproduces the run)");
+    app.add_option("--init-from", init_from,
+                   "Start from the weights of this exported model directory (a new optimizer and schedule)");
     app.add_option("--resume", resume, "Continue from this checkpoint directory (step-NNNNNN)");
     app.add_option("--checkpoint-dir", checkpoint_dir, "Write step-NNNNNN checkpoints here");
     app.add_option("--checkpoint-every", o.checkpoint_every, "Steps between checkpoints (0 = none)")
@@ -89,6 +91,7 @@ int main(int argc, char** argv) {
     o.out_dir = out;
     o.checkpoint_dir = checkpoint_dir;
     o.resume = resume;
+    o.init_from = init_from;
     o.dump_logits = dump_logits;
     o.bf16_attention = attention == "bf16";
     try {

@@ -64,6 +64,7 @@ json run_identity(const TrainOptions& o) {
             {"threads", o.threads},
             {"device", o.device},
             {"lm_weight", o.lm_weight},
+            {"init_from", o.init_from.string()},
             {"repeat_share", o.curriculum.repeat_share},
             {"curriculum", {{"lengths", o.curriculum.lengths}, {"unlock_at", o.curriculum.unlock_at}}},
             {"shape", shape_json(o.shape)}};
@@ -144,6 +145,20 @@ struct Run {
         at::Generator gen = at::detail::getDefaultCPUGenerator();
         gen.set_state(rng);
         return state.at("step").get<int64_t>();
+    }
+
+    // Weights of an exported model (same shape and vocabulary) as the starting point of a new run.
+    void load_weights(const std::filesystem::path& dir) {
+        const SafetensorsArchive archive = SafetensorsArchive::open(dir);
+        torch::NoGradGuard no_grad;
+        for (auto& [name, param] : model->hf_tensors()) {
+            const at::Tensor t = archive.tensor(name);
+            if (t.sizes() != param.sizes())
+                throw Error((dir / "model.safetensors").string() + ": tensor '" + name +
+                            "' has another shape than this run's model");
+            param.copy_(t.to(torch::kFloat));
+        }
+        std::printf("initialised from %s\n", dir.string().c_str());
     }
 
     EvalResult evaluate(int samples_per_cell) {
@@ -352,6 +367,10 @@ EvalResult run_training(const TrainOptions& opt_in) {
         std::printf(" -> --steps %lld fits %.1f minutes (reproduce with --steps %lld)\n",
                     static_cast<long long>(o.steps), o.minutes, static_cast<long long>(o.steps));
         std::fflush(stdout);
+    }
+    if (!o.init_from.empty()) {
+        if (!o.resume.empty()) throw Error("training: --init-from and --resume exclude each other");
+        run.load_weights(o.init_from);
     }
     int64_t step = 0;
     if (!o.resume.empty()) step = run.load_checkpoint(o.resume);

@@ -16,6 +16,7 @@ struct TrainOptions {
     std::filesystem::path out_dir;         // the exported model
     std::filesystem::path checkpoint_dir;  // step-NNNNNN/ subdirectories ("" = no checkpoints)
     std::filesystem::path resume;          // a checkpoint directory to continue from
+    std::filesystem::path init_from;       // start from these weights (an exported model dir), new optimizer
     int64_t steps = 1200;
     int64_t stop_at = 0;  // end early (after checkpointing) at this step, as if interrupted
     uint64_t seed = 1234;
