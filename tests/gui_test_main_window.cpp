@@ -98,6 +98,32 @@ class GuiTestMainWindow : public QObject {
         QVERIFY(w.error_text().contains("No model"));
     }
 
+    // Default start-up on a fresh machine: the embedded demo model with its recorded codec defaults, a
+    // generated needle document, and a run whose uncompressed answer is right.
+    void starts_with_the_embedded_demo_model() {
+        if (!std::filesystem::exists(test::source_dir() / "resources/models/varrate-demo/model.safetensors"))
+            QSKIP("resources/models/varrate-demo has no weights yet (train them: see its MODEL_CARD.md)");
+        MainWindow w(tmp_.filePath("fresh.ini"));
+        w.resize(1400, 900);
+        w.show();
+        QSignalSpy idle(&w, &MainWindow::idle);
+        w.start(StartupOptions{});
+        QVERIFY(idle.wait(kLoadTimeoutMs));
+        QVERIFY2(w.error_text().isEmpty(), qPrintable(w.error_text()));
+        QCOMPARE(w.model_info().name, QString("varrate-demo"));
+        QCOMPARE(w.model_info().joint_dim, int64_t{256});
+        QVERIFY(!w.model_info().basis_source.isEmpty());
+        QVERIFY(w.run_panel()->defaults_text().contains("varrate-codec.json"));
+        const RunSettings s = w.run_panel()->settings();
+        QCOMPARE(s.codec.rank, w.model_info().codec_defaults->rank);
+        QCOMPARE(s.codec.budget, w.model_info().codec_defaults->budget);
+        bool ok = false;
+        QVERIFY(run_and_wait(w, &ok) && ok);
+        QVERIFY(w.outcome());
+        QCOMPARE(w.outcome()->result.runs.at(0).method, std::string("full"));
+        QCOMPARE(w.outcome()->result.runs.at(0).correct.at(0), 1);
+    }
+
     void opens_with_model_and_default_document() {
         VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
         MainWindow w(ini());
