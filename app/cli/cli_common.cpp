@@ -8,6 +8,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "codec/registry.h"
 #include "core/codec_defaults.h"
 #include "core/error.h"
 
@@ -91,6 +92,20 @@ JobControl terminal_job() {
         std::fflush(stderr);
     };
     return job;
+}
+
+std::vector<std::string> parse_methods(const std::string& list) {
+    std::vector<std::string> out;
+    std::stringstream ss(list);
+    for (std::string item; std::getline(ss, item, ',');) {
+        const auto b = item.find_first_not_of(" \t");
+        if (b == std::string::npos) continue;
+        const auto e = item.find_last_not_of(" \t");
+        out.push_back(item.substr(b, e - b + 1));
+        method_needs_basis(out.back());  // throws for an unknown name, listing the known ones
+    }
+    if (out.empty()) throw Error("--methods: no method named");
+    return out;
 }
 
 std::vector<int64_t> parse_id_list(const std::string& text, const std::string& what) {

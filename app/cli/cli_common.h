@@ -36,6 +36,9 @@ void apply_model_codec_defaults(const CodecFlags& given, const std::filesystem::
                                 CodecSettings& s);
 // Progress of long jobs on stderr (one line, rewritten in place) when stderr is a terminal.
 JobControl terminal_job();
+// "full, varrate,flat" -> registered method names (entries trimmed, empty ones skipped); throws Error naming
+// an unknown method (with the known ones) or an empty list.
+std::vector<std::string> parse_methods(const std::string& list);
 // "1,2,3" -> {1,2,3}; throws Error naming `what` on a bad entry.
 std::vector<int64_t> parse_id_list(const std::string& text, const std::string& what);
 

@@ -156,20 +156,6 @@ int run_bench_prefill(const BenchPrefillArgs& a) {
     return 0;
 }
 
-std::vector<std::string> split_names(const std::string& text) {
-    std::vector<std::string> names;
-    std::stringstream ss(text);
-    std::string item;
-    while (std::getline(ss, item, ',')) {
-        const auto b = item.find_first_not_of(" \t");
-        const auto e = item.find_last_not_of(" \t");
-        if (b == std::string::npos) throw Error("bench codec: empty entry in --methods '" + text + "'");
-        names.push_back(item.substr(b, e - b + 1));
-    }
-    if (names.empty()) throw Error("bench codec: --methods lists no method");
-    return names;
-}
-
 // Per-repeat sums over layers of one method's compress() calls.
 struct CodecRun {
     StageTiming stages;      // the method's own stage timings, summed over layers
@@ -187,7 +173,7 @@ struct CodecSummary {
 
 int run_bench_codec(const BenchCodecArgs& a) {
     if (a.tokens < 1) throw Error("bench codec: --tokens must be positive");
-    const std::vector<std::string> names = split_names(a.methods);
+    const std::vector<std::string> names = parse_methods(a.methods);
     CodecSettings settings = a.settings;
     settings.precise_timing = true;  // stage times must be real on CUDA too
     if (settings.rank <= 0)

@@ -17,19 +17,6 @@ namespace varrate::cli {
 
 namespace {
 
-std::vector<std::string> split_methods(const std::string& list) {
-    std::vector<std::string> out;
-    std::stringstream ss(list);
-    std::string m;
-    while (std::getline(ss, m, ',')) {
-        if (m.empty()) continue;
-        method_needs_basis(m);  // throws for an unknown name, listing the known ones
-        out.push_back(m);
-    }
-    if (out.empty()) throw Error("--methods: no method named");
-    return out;
-}
-
 struct SessionArgs {
     std::string model, basis;
     RuntimeArgs runtime;
@@ -66,7 +53,7 @@ struct CompareArgs {
 
 int run_compare_cmd(const CompareArgs& a) {
     CompareRequest req;
-    req.methods = split_methods(a.session.methods);
+    req.methods = parse_methods(a.session.methods);
     req.settings = a.session.settings;
     apply_model_codec_defaults(a.session.codec_flags, a.session.model, req.settings);
     req.mode = parse_mode(a.mode);
@@ -111,7 +98,7 @@ struct PplArgs {
 int run_ppl_cmd(const PplArgs& a) {
     auto session = open_session(a.session);
     PplRequest req;
-    req.methods = split_methods(a.session.methods);
+    req.methods = parse_methods(a.session.methods);
     req.settings = a.session.settings;
     apply_model_codec_defaults(a.session.codec_flags, a.session.model, req.settings);
     req.ids = session->tokenizer().encode(read_text_file(a.text_file), true);

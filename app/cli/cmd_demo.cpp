@@ -3,7 +3,6 @@
 // demo model, so a fresh checkout runs it without downloading weights.
 #include <cstdio>
 #include <iostream>
-#include <sstream>
 
 #include <fmt/format.h>
 
@@ -64,10 +63,7 @@ int run_demo(const DemoArgs& a) {
     req.context = doc.context;
     req.questions = {doc.question};
     req.answers = {doc.expected};
-    std::stringstream ss(a.methods);
-    req.methods.clear();
-    for (std::string m; std::getline(ss, m, ',');)
-        if (!m.empty()) req.methods.push_back(m);
+    req.methods = parse_methods(a.methods);
     req.settings = settings;
     req.max_new_tokens = 24;
     std::cout << fmt::format("{:<15} {:<8} {:>9} {:>8}  {}\n", "mode", "method", "footprint", "correct",

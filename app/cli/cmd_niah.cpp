@@ -178,9 +178,7 @@ int run_niah_cmd(const NiahArgs& a) {
     }
     o.depths = parse_depths(a.depths);
     o.samples = a.samples;
-    o.methods = split_list(a.methods);
-    if (o.methods.empty()) throw Error("--methods: no method named");
-    for (const auto& m : o.methods) method_needs_basis(m);  // throws for an unknown name
+    o.methods = parse_methods(a.methods);
     o.settings = a.settings;
     apply_model_codec_defaults(a.codec_flags, a.model, o.settings);
     o.mode = parse_mode(a.mode);
