@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <future>
-#include <thread>
 
 #include "core/error.h"
 #include "core/prompt.h"
