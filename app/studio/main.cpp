@@ -1,5 +1,7 @@
 // varrate-studio: the desktop app. Parses the command line, shows the main window, and for --screenshot
-// renders the window (after an optional --run) to a PNG and exits; that mode works without a display.
+// renders the window (after an optional --run) to a PNG and exits; --bench-interaction times hover, scroll,
+// repaint, zoom and re-shading on a real run (viz/interaction_bench.h) and writes the latencies to JSON. Both
+// modes work without a display.
 #include <QApplication>
 #include <QCommandLineParser>
 #include <QDir>
@@ -12,6 +14,7 @@
 #include <cstring>
 
 #include "core/openmp_env.h"
+#include "viz/interaction_bench.h"
 #include "viz/main_window.h"
 
 namespace {
@@ -37,10 +40,11 @@ bool have_display() {
 
 int main(int argc, char** argv) {
     varrate::ensure_passive_openmp_wait(argc, argv);
-    const bool screenshot = has_arg(argc, argv, "--screenshot");
+    const bool offscreen_ok =
+        has_arg(argc, argv, "--screenshot") || has_arg(argc, argv, "--bench-interaction");
     const bool help = has_arg(argc, argv, "--help") || has_arg(argc, argv, "-h");
     if (!have_display()) {
-        if (screenshot || help) {
+        if (offscreen_ok || help) {
             qputenv("QT_QPA_PLATFORM", "offscreen");  // rendering to a file needs no display
         } else {
             std::fprintf(stderr,
@@ -65,9 +69,52 @@ int main(int argc, char** argv) {
     const QCommandLineOption run("run", "compare the methods as soon as the model and document are ready");
     const QCommandLineOption shot("screenshot", "render the main window to a PNG and exit", "FILE");
     const QCommandLineOption settings("settings", "use this ini file for the app settings", "FILE");
-    const QCommandLineOption size("size", "window size for --screenshot", "WxH", "1600x1000");
-    p.addOptions({model, document, run, shot, settings, size});
+    const QCommandLineOption size("size", "window size for --screenshot and --bench-interaction", "WxH",
+                                  "1600x1000");
+    const QCommandLineOption bench("bench-interaction",
+                                   "time hover, scroll, repaint, zoom and re-shading on a real run of a "
+                                   "generated NIAH document; write the latencies to a JSON file and exit",
+                                   "OUT.json");
+    const QCommandLineOption tokens(
+        "tokens", "document length in tokens for --bench-interaction (default 32768)", "N", "32768");
+    const QCommandLineOption repeats(
+        "repeats", "timed events per interaction for --bench-interaction (default 50)", "N", "50");
+    p.addOptions({model, document, run, shot, settings, size, bench, tokens, repeats});
     p.process(app);
+    const QStringList wh = p.value(size).split('x');
+    const QSize window_size(wh.value(0).toInt() > 0 ? wh.value(0).toInt() : 1600,
+                            wh.value(1).toInt() > 0 ? wh.value(1).toInt() : 1000);
+
+    if (p.isSet(bench)) {
+        varrate::viz::InteractionBenchOptions o;
+        o.model_dir = p.isSet(model) ? p.value(model) : varrate::viz::MainWindow::find_demo_model();
+        if (o.model_dir.isEmpty()) {
+            std::fprintf(stderr,
+                         "varrate-studio: --bench-interaction: no model (the demo model has no weights "
+                         "yet): give --model DIR\n");
+            return 2;
+        }
+        bool ok_tokens = false, ok_repeats = false;
+        o.tokens = p.value(tokens).toLongLong(&ok_tokens);
+        o.repeats = p.value(repeats).toInt(&ok_repeats);
+        if (!ok_tokens || o.tokens < 16 || !ok_repeats || o.repeats < 1) {
+            std::fprintf(stderr, "varrate-studio: --tokens must be >= 16 and --repeats >= 1\n");
+            return 2;
+        }
+        o.window_size = window_size;
+        o.settings_file = p.value(settings);
+        o.log = [](const QString& line) { std::fprintf(stderr, "%s\n", qPrintable(line)); };
+        try {
+            const auto report = varrate::viz::run_interaction_bench(o);
+            varrate::viz::write_report(report, p.value(bench));
+            std::printf("%s", qPrintable(varrate::viz::format_table(report)));
+            std::printf("wrote %s\n", qPrintable(p.value(bench)));
+        } catch (const std::exception& e) {
+            std::fprintf(stderr, "varrate-studio: error: %s\n", e.what());
+            return 1;
+        }
+        return 0;
+    }
 
     // Screenshots must not depend on (or change) the user's settings: use a scratch ini unless one is given.
     QString ini = p.value(settings);
@@ -89,9 +136,7 @@ int main(int argc, char** argv) {
         return app.exec();
     }
 
-    const QStringList wh = p.value(size).split('x');
-    w.resize(wh.value(0).toInt() > 0 ? wh.value(0).toInt() : 1600,
-             wh.value(1).toInt() > 0 ? wh.value(1).toInt() : 1000);
+    w.resize(window_size);
     w.show();
     const QString out = p.value(shot);
     int rc = 0;
