@@ -5,6 +5,8 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
+
 #include <QProcess>
 
 #include "core/file_io.h"
@@ -168,6 +170,50 @@ class TestTrain : public QObject {
         QCOMPARE(tok.vocab_size(), model->config().vocab_size);
         QCOMPARE(tok.encode("What is the special magic number for tealotter?", true).size(), size_t(1 + 9));
         QCOMPARE(*tok.bos_id(), ids.front());
+    }
+
+    // The recipe of the shipped model: a separate lm_head and attention supervision of the digit copies. The
+    // supervised attention falls on a fixed batch (the copy targets are reachable positions, and the term
+    // trains), and the untied export carries lm_head.weight with logits equal to the trainer's.
+    void untied_model_with_copy_attention_trains_and_exports() {
+        const auto dir = varrate::test::temp_dir("train_untied");
+        QStringList args = tiny(dir / "out", 30);
+        args << "--fixed-batch"
+             << "--compute"
+             << "fp32"
+             << "--untied"
+             << "--copy-attention"
+             << "1"
+             << "--dump-logits" << QString::fromStdString((dir / "logits.safetensors").string());
+        EXPECT_RUN(args);
+        std::vector<double> copy, digits;
+        for (const auto& j : varrate::test::read_jsonl(dir / "out" / "train_log.jsonl"))
+            if (j.contains("copy_attention_loss")) {
+                copy.push_back(j["copy_attention_loss"].get<double>());
+                digits.push_back(j["digit_loss"].get<double>());
+            }
+        QCOMPARE(copy.size(), size_t(30));
+        // At the start the head spreads over ~100-200 positions: -ln p is about ln(positions).
+        QVERIFY2(copy.front() > 3.0, qPrintable(QString::number(copy.front())));
+        QVERIFY2(copy.back() < 0.5 * copy.front(),
+                 qPrintable(QString("copy attention loss %1 -> %2").arg(copy.front()).arg(copy.back())));
+        QVERIFY(digits.front() > 1.5 && std::isfinite(digits.back()));
+
+        varrate::RuntimeOptions ro;
+        ro.threads = 2;
+        const auto model = varrate::LlamaModel::load(dir / "out", ro);
+        QVERIFY(!model->config().tie_word_embeddings);
+        const auto weights = varrate::SafetensorsArchive::open(dir / "out" / "model.safetensors");
+        QVERIFY(weights.contains("lm_head.weight"));
+        const auto dump = varrate::SafetensorsArchive::open(dir / "logits.safetensors");
+        const at::Tensor ids_t = dump.tensor("ids");
+        std::vector<int64_t> ids(ids_t.data_ptr<int64_t>(), ids_t.data_ptr<int64_t>() + ids_t.numel());
+        varrate::KVCache cache = model->new_cache();
+        varrate::ForwardOptions fo;
+        fo.all_logits = true;
+        const at::Tensor got = model->forward(ids, cache, fo);
+        const double diff = (got - dump.tensor("logits")).abs().max().item<double>();
+        QVERIFY2(diff < 1e-4, qPrintable(QString("max |logit difference| %1").arg(diff)));
     }
 };
 

@@ -22,7 +22,7 @@ ModelConfig DemoModelShape::to_model_config(int64_t bos_id, int64_t eos_id) cons
     c.max_position_embeddings = max_position_embeddings;
     c.rms_norm_eps = rms_norm_eps;
     c.rope_theta = rope_theta;
-    c.tie_word_embeddings = true;
+    c.tie_word_embeddings = tie_embeddings;
     c.bos_token_id = bos_id;
     c.eos_token_ids = {eos_id};
     c.torch_dtype = "float32";
@@ -103,6 +103,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
     const torch::Tensor scores =
         torch::baddbmm(bias, qg, kt, /*beta=*/1.0, /*alpha=*/scale);  // [B nkv, group T, T]
     const torch::Tensor probs = torch::softmax(scores, -1);
+    if (keep_head0) head0_probs = probs.view({B, kv_heads, group * T, T}).select(1, 0).narrow(1, 0, T);
     const torch::Tensor out = torch::bmm(probs, v.reshape({B * kv_heads, T, head_dim}).to(attn_dtype))
                                   .to(torch::kFloat)
                                   .view({B, heads, T, head_dim})
@@ -145,6 +146,7 @@ LlamaBodyImpl::LlamaBodyImpl(const DemoModelShape& s) {
 DemoLlamaImpl::DemoLlamaImpl(const DemoModelShape& s) : shape(s) {
     s.validate();
     model = register_module("model", LlamaBody(s));
+    if (!s.tie_embeddings) lm_head = register_module("lm_head", linear(s.hidden, s.vocab_size));
     torch::NoGradGuard no_grad;
     const double out_std = 0.02 / std::sqrt(2.0 * static_cast<double>(s.layers));
     for (auto& item : named_parameters()) {
@@ -176,7 +178,17 @@ torch::Tensor DemoLlamaImpl::hidden_states(const torch::Tensor& ids, c10::Scalar
 }
 
 torch::Tensor DemoLlamaImpl::logits(const torch::Tensor& hidden_rows) {
-    return torch::matmul(hidden_rows, model->embed_tokens->weight.t());
+    return torch::matmul(hidden_rows, (lm_head ? lm_head->weight : model->embed_tokens->weight).t());
+}
+
+void DemoLlamaImpl::keep_last_head0(bool keep) {
+    auto last = (*model->layers)[model->layers->size() - 1]->as<DecoderLayer>();
+    last->self_attn->keep_head0 = keep;
+    if (!keep) last->self_attn->head0_probs = torch::Tensor();
+}
+
+torch::Tensor DemoLlamaImpl::last_head0_probs() {
+    return (*model->layers)[model->layers->size() - 1]->as<DecoderLayer>()->self_attn->head0_probs;
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> DemoLlamaImpl::hf_tensors() {

@@ -1,8 +1,8 @@
 #pragma once
 // The trainable Llama of the demo model: the same architecture and the same Hugging Face parameter names as
 // models/llama_model.h reads (embeddings, RMSNorm, RoPE in rotate_half layout, grouped-query attention,
-// SwiGLU, tied lm_head), in LibTorch autograd modules. fp32 master weights; the T x T attention work can run
-// in bf16.
+// SwiGLU, tied or separate lm_head), in LibTorch autograd modules. fp32 master weights; the T x T attention
+// work can run in bf16.
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -24,9 +24,12 @@ struct DemoModelShape {
     int64_t intermediate = 512;
     double rope_theta = 100000.0;
     double rms_norm_eps = 1e-5;
-    int64_t max_position_embeddings = 8192;
+    int64_t max_position_embeddings = 32768;
+    // A separate lm_head. Tied, every token that is rarely a target (keys, digits under an answer-only loss)
+    // is pushed along one shared "not next" direction, which also blurs those tokens as inputs.
+    bool tie_embeddings = true;
 
-    // The HF config.json the export carries (LlamaForCausalLM, tied embeddings, fp32).
+    // The HF config.json the export carries (LlamaForCausalLM, fp32).
     ModelConfig to_model_config(int64_t bos_id, int64_t eos_id) const;
     void validate() const;  // throws Error naming the bad size
 };
@@ -46,6 +49,8 @@ struct AttentionImpl : torch::nn::Module {
                           const torch::Tensor& bias, c10::ScalarType attn_dtype);
     torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
     int64_t heads, kv_heads, head_dim;
+    bool keep_head0 = false;    // keep the attention probabilities of query head 0 (with their graph)
+    torch::Tensor head0_probs;  // [B, T, T] in attn_dtype, when keep_head0
 };
 TORCH_MODULE(Attention);
 
@@ -82,14 +87,19 @@ struct DemoLlamaImpl : torch::nn::Module {
 
     // ids [B, T] int64 -> final-norm hidden states [B, T, hidden] fp32. attn_dtype: kFloat or kBFloat16.
     torch::Tensor hidden_states(const torch::Tensor& ids, c10::ScalarType attn_dtype);
-    // Logits of chosen rows of `hidden` ([N, hidden]) with the tied embedding: [N, vocab] fp32.
+    // Logits of chosen rows of `hidden` ([N, hidden]) with the lm_head (or the tied embedding): [N, vocab].
     torch::Tensor logits(const torch::Tensor& hidden_rows);
+    // Attention probabilities of query head 0 of the last layer in the last hidden_states() call, [B, T, T]
+    // (kept only while keep_last_head0(true)): the head that attention supervision trains to copy from.
+    void keep_last_head0(bool keep);
+    torch::Tensor last_head0_probs();
 
     // Parameters by HF name, in the order of ModelConfig::expected_tensors().
     std::vector<std::pair<std::string, torch::Tensor>> hf_tensors();
 
     DemoModelShape shape;
     LlamaBody model{nullptr};
+    torch::nn::Linear lm_head{nullptr};  // only when !shape.tie_embeddings
 
   private:
     torch::Tensor inv_freq_;  // [head_dim/2] fp32, as models/rope.h computes it

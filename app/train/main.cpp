@@ -32,6 +32,18 @@ int main(int argc, char** argv) {
            "--repeat-share", o.curriculum.repeat_share,
            "Fraction of filler sentences that repeat an earlier one (a copying signal for --lm-weight)")
         ->capture_default_str();
+    app.add_option("--copy-attention", o.copy_attention_weight,
+                   "Weight of attention supervision: query head 0 of the last layer attends to the needle "
+                   "digit each answer digit copies (0 = off)")
+        ->capture_default_str();
+    app.add_option("--max-distractors", o.curriculum.max_distractors,
+                   "Distractor needles per training document: 0..N, drawn uniformly")
+        ->check(CLI::Range(0, 16))
+        ->capture_default_str();
+    app.add_option("--max-questions", o.curriculum.max_questions,
+                   "Questions per training document (the target first, then other needles), all scored")
+        ->check(CLI::Range(1, 17))
+        ->capture_default_str();
     app.add_option("--export-every", o.export_every, "Also export the model every N steps (0 = at the end)")
         ->capture_default_str();
     app.add_option("--minutes", o.minutes,
@@ -70,6 +82,8 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     app.add_option("--head-dim", o.shape.head_dim, "Head dimension")->capture_default_str();
     app.add_option("--intermediate", o.shape.intermediate, "SwiGLU width")->capture_default_str();
+    app.add_flag("!--untied", o.shape.tie_embeddings,
+                 "A separate lm_head instead of the tied embedding (config tie_word_embeddings false)");
     app.add_option("--rope-theta", o.shape.rope_theta, "RoPE base")->capture_default_str();
     app.add_option("--curriculum-lengths", o.curriculum.lengths,
                    "Curriculum document lengths (tokens), shortest first")

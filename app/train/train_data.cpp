@@ -46,6 +46,30 @@ void append_scored(Sequence& s, const std::vector<int64_t>& ids) {
 
 }  // namespace
 
+// The reply's digits are the tokens after "<key> is"; their source is the same span after the key in the
+// document (keys are unique within a document, so the first match is the needle).
+void DemoData::add_copy_targets(Sequence& s, size_t doc_end, const std::vector<int64_t>& reply,
+                                const std::string& key) const {
+    const auto key_ids = tok_.encode(" " + key, false);
+    if (key_ids.size() != 1) return;
+    const int64_t key_id = key_ids[0];
+    size_t in_reply = 0;
+    while (in_reply < reply.size() && reply[in_reply] != key_id) ++in_reply;
+    if (in_reply + 2 >= reply.size()) return;
+    const int64_t is_id = reply[in_reply + 1];
+    for (size_t p = 0; p + 2 < doc_end; ++p) {
+        if (s.ids[p] != key_id || s.ids[p + 1] != is_id) continue;
+        const int64_t reply_start = static_cast<int64_t>(s.ids.size());
+        for (size_t j = in_reply + 2; j < reply.size() && p + j - in_reply < doc_end; ++j) {
+            const size_t source = p + j - in_reply;
+            if (s.ids[source] != reply[j]) break;  // the end of the number (the full stop matches too)
+            s.copy_query.push_back(reply_start + static_cast<int64_t>(j) - 1);
+            s.copy_source.push_back(static_cast<int64_t>(source));
+        }
+        return;
+    }
+}
+
 Sequence DemoData::training_sequence(uint64_t doc_seed, int64_t doc_tokens, int n_distractors, double depth,
                                      int n_questions, double repeat_share) const {
     const DemoDocument doc = make_document(doc_seed, doc_tokens, n_distractors, depth, repeat_share);
@@ -66,11 +90,14 @@ Sequence DemoData::training_sequence(uint64_t doc_seed, int64_t doc_tokens, int 
     // The plain prompt of core/prompt.h (context, then "Question: ...\nAnswer:"), encoded in the same two
     // parts as compare and niah encode it; further questions follow the first answer in the same format.
     s.ids = tok_.encode(doc.text, true);
+    const size_t doc_end = s.ids.size();
     for (size_t q = 0; q < asked.size(); ++q) {
         const auto question =
             tok_.encode(plain_question_suffix(DemoTextGenerator::question(asked[q]->key)), false);
         s.ids.insert(s.ids.end(), question.begin(), question.end());
-        append_scored(s, tok_.encode(" " + asked[q]->sentence(), false));
+        const auto reply = tok_.encode(" " + asked[q]->sentence(), false);
+        add_copy_targets(s, doc_end, reply, asked[q]->key);
+        append_scored(s, reply);
         if (q == 0) s.first_answer_end = static_cast<int64_t>(s.score_pos.size());
     }
     append_scored(s, {*tok_.eos_id()});
@@ -130,7 +157,7 @@ Batch DemoData::collate(const std::vector<Sequence>& seqs, bool first_answer_onl
     const int64_t B = static_cast<int64_t>(seqs.size());
     Batch b;
     b.ids = at::full({B, T}, pad_id_, at::kLong);
-    std::vector<int64_t> rows, targets, lm_rows, lm_targets;
+    std::vector<int64_t> rows, targets, lm_rows, lm_targets, copy_index;
     auto ids = b.ids.accessor<int64_t, 2>();
     for (int64_t i = 0; i < B; ++i) {
         const Sequence& s = seqs[static_cast<size_t>(i)];
@@ -140,6 +167,8 @@ Batch DemoData::collate(const std::vector<Sequence>& seqs, bool first_answer_onl
             lm_rows.push_back(i * T + static_cast<int64_t>(p));
             lm_targets.push_back(s.ids[p + 1]);
         }
+        for (size_t k = 0; k < s.copy_query.size(); ++k)
+            copy_index.push_back((i * T + s.copy_query[k]) * T + s.copy_source[k]);
         const size_t n_scored =
             first_answer_only ? static_cast<size_t>(s.first_answer_end) : s.score_pos.size();
         for (size_t k = 0; k < n_scored; ++k) {
@@ -151,6 +180,7 @@ Batch DemoData::collate(const std::vector<Sequence>& seqs, bool first_answer_onl
     b.targets = at::tensor(targets, at::kLong);
     b.lm_rows = at::tensor(lm_rows, at::kLong);
     b.lm_targets = at::tensor(lm_targets, at::kLong);
+    b.copy_index = at::tensor(copy_index, at::kLong);
     return b;
 }
 

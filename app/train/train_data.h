@@ -24,6 +24,9 @@ struct Sequence {
     int n_distractors = 0;
     double depth = 0;
     int64_t first_answer_end = 0;  // score_pos entries of the first answer (the evaluated one) are [0, this)
+    // Copy targets of the answers' digits: the position predicting a digit of a reply (copy_query) and the
+    // position of that digit in the asked needle of the document (copy_source), for attention supervision.
+    std::vector<int64_t> copy_query, copy_source;
 };
 
 struct Batch {
@@ -33,6 +36,7 @@ struct Batch {
     at::Tensor lm_rows;     // [M] every non-pad position with a next token (the language-modelling rows)
     at::Tensor lm_targets;  // [M]
     int64_t n_tokens = 0;   // non-pad tokens
+    at::Tensor copy_index;  // [K] flat indices (b*T + query)*T + source into a [B, T, T] attention map
 };
 
 // Training curriculum: document lengths grow with progress; distractors (0..max) from the first step.
@@ -62,6 +66,8 @@ class DemoData {
     Batch collate(const std::vector<Sequence>& seqs, bool first_answer_only = false) const;
 
   private:
+    void add_copy_targets(Sequence& s, size_t doc_end, const std::vector<int64_t>& reply,
+                          const std::string& key) const;
     const Tokenizer& tok_;
     int64_t pad_id_;
 };

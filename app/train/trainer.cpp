@@ -45,7 +45,8 @@ json shape_json(const DemoModelShape& s) {
             {"intermediate", s.intermediate},
             {"rope_theta", s.rope_theta},
             {"rms_norm_eps", s.rms_norm_eps},
-            {"max_position_embeddings", s.max_position_embeddings}};
+            {"max_position_embeddings", s.max_position_embeddings},
+            {"tie_embeddings", s.tie_embeddings}};
 }
 
 // What must be equal for a resumed run to continue the original one exactly.
@@ -66,6 +67,9 @@ json run_identity(const TrainOptions& o) {
             {"lm_weight", o.lm_weight},
             {"init_from", o.init_from.string()},
             {"repeat_share", o.curriculum.repeat_share},
+            {"max_distractors", o.curriculum.max_distractors},
+            {"max_questions", o.curriculum.max_questions},
+            {"copy_attention_weight", o.copy_attention_weight},
             {"curriculum", {{"lengths", o.curriculum.lengths}, {"unlock_at", o.curriculum.unlock_at}}},
             {"shape", shape_json(o.shape)}};
 }
@@ -79,6 +83,15 @@ struct Run {
           model(options.shape),
           device(parse_device(options.device)) {
         model->to(device);  // after the seeded CPU initialisation: the same start on every device
+        // The digit tokens (with and without a leading space): their loss is the part of the answer only
+        // retrieval can lower, so it is logged on its own.
+        std::vector<int64_t> digits;
+        for (char d = '0'; d <= '9'; ++d)
+            for (const std::string& piece : {std::string(1, d), std::string(" ") + d}) {
+                const auto ids = tok.encode(piece, false);
+                if (ids.size() == 1) digits.push_back(ids[0]);
+            }
+        digit_ids = torch::tensor(digits, torch::kLong).to(device);
     }
 
     const TrainOptions& o;
@@ -87,7 +100,10 @@ struct Run {
     DemoData data;
     DemoLlama model;
     c10::Device device;
-    torch::Tensor answer_loss;  // the answer-span part of the last loss
+    torch::Tensor answer_loss;                        // the answer-span part of the last loss
+    torch::Tensor digit_loss;                         // its digit tokens alone (chance: ln 10 = 2.30)
+    torch::Tensor digit_ids;                          // [n] token ids of the digits
+    torch::Tensor copy_attention = torch::zeros({});  // the attention-supervision term of the last loss
     std::unique_ptr<torch::optim::AdamW> optimizer;
     std::ofstream log;
 
@@ -96,15 +112,33 @@ struct Run {
     // Mean next-token cross-entropy over the answer rows of a batch, plus lm_weight times the mean over every
     // position (the dense signal of the filler text).
     torch::Tensor loss(const Batch& b) {
+        const bool supervise = o.copy_attention_weight > 0 && b.copy_index.numel() > 0;
+        model->keep_last_head0(supervise);
         const torch::Tensor hidden = model->hidden_states(b.ids.to(device), attn_dtype());  // [B, T, hidden]
         const torch::Tensor flat = hidden.reshape({-1, hidden.size(-1)});
         const torch::Tensor rows = flat.index_select(0, b.rows.to(device));
-        torch::Tensor l = torch::nn::functional::cross_entropy(model->logits(rows), b.targets.to(device));
+        const torch::Tensor targets = b.targets.to(device);
+        const torch::Tensor per_row = torch::nn::functional::cross_entropy(
+            model->logits(rows), targets,
+            torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));  // [N]
+        torch::Tensor l = per_row.mean();
         answer_loss = l.detach();
+        const torch::Tensor is_digit = (targets.unsqueeze(1) == digit_ids.unsqueeze(0)).any(1);  // [N]
+        digit_loss = (per_row.detach() * is_digit).sum() / is_digit.sum().clamp_min(1);
         if (o.lm_weight > 0) {
             const torch::Tensor all = flat.index_select(0, b.lm_rows.to(device));
             l = l + o.lm_weight *
                         torch::nn::functional::cross_entropy(model->logits(all), b.lm_targets.to(device));
+        }
+        if (supervise) {
+            // Attention supervision: query head 0 of the last layer puts its weight on the needle digit that
+            // the answer copies (the retrieval an induction head would do, taught directly).
+            const torch::Tensor p =
+                model->last_head0_probs().reshape({-1}).index_select(0, b.copy_index.to(device));  // [K]
+            copy_attention = -torch::log(p.to(torch::kFloat).clamp_min(1e-6)).mean();
+            l = l + o.copy_attention_weight * copy_attention;
+            copy_attention = copy_attention.detach();
+            model->keep_last_head0(false);
         }
         return l;
     }
@@ -388,7 +422,7 @@ EvalResult run_training(const TrainOptions& opt_in) {
     if (step == 0) run.log_json({{"config", run_identity(o)}});
 
     const auto t_start = Clock::now();
-    double loss_sum = 0, answer_loss_sum = 0;
+    double loss_sum = 0, answer_loss_sum = 0, digit_loss_sum = 0;
     int64_t loss_n = 0;
     EvalResult last_eval;
     const int64_t end = o.stop_at > 0 ? o.stop_at : o.steps;
@@ -415,12 +449,17 @@ EvalResult run_training(const TrainOptions& opt_in) {
         ++step;
         const double loss_v = loss.item<double>();
         const double answer_loss_v = run.answer_loss.item<double>();
+        const double digit_loss_v = run.digit_loss.item<double>();
+        const double copy_attention_v = run.copy_attention.item<double>();
+        digit_loss_sum += digit_loss_v;
         loss_sum += loss_v;
         answer_loss_sum += answer_loss_v;
         ++loss_n;
         run.log_json({{"step", step},
                       {"loss", loss_v},
                       {"answer_loss", answer_loss_v},
+                      {"digit_loss", digit_loss_v},
+                      {"copy_attention_loss", copy_attention_v},
                       {"lr", lr},
                       {"grad_norm", grad_norm},
                       {"batch", batch.ids.size(0)},
@@ -431,14 +470,17 @@ EvalResult run_training(const TrainOptions& opt_in) {
         if (o.log_every > 0 && (step % o.log_every == 0 || step == end)) {
             const double elapsed = seconds_since(t_start);
             std::printf(
-                "step %lld/%lld loss %.4f (answers %.4f) lr %.2e |g| %.2f len %lld x %lld  %.2f s/step, "
+                "step %lld/%lld loss %.4f (answers %.4f digits %.3f) lr %.2e |g| %.2f len %lld x %lld  %.2f "
+                "s/step, "
                 "%.1f min\n",
                 static_cast<long long>(step), static_cast<long long>(o.steps), loss_sum / loss_n,
-                answer_loss_sum / loss_n, lr, grad_norm, static_cast<long long>(batch.ids.size(1)),
-                static_cast<long long>(batch.ids.size(0)), seconds_since(t0), elapsed / 60.0);
+                answer_loss_sum / loss_n, digit_loss_sum / loss_n, lr, grad_norm,
+                static_cast<long long>(batch.ids.size(1)), static_cast<long long>(batch.ids.size(0)),
+                seconds_since(t0), elapsed / 60.0);
             std::fflush(stdout);
             loss_sum = 0;
             answer_loss_sum = 0;
+            digit_loss_sum = 0;
             loss_n = 0;
         }
         if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0) run.save_checkpoint(step);

@@ -24,8 +24,11 @@ struct TrainOptions {
     std::string device = "cpu";  // "cuda" trains on the GPU (minutes instead of an hour)
     int data_threads = 1;        // threads generating the documents of the next step (prefetched)
     double lm_weight = 0;        // weight of next-token loss on every position, besides the answer spans
-    int64_t export_every = 0;    // also export the model every N steps (a long run leaves a usable model)
-    double minutes = 0;          // > 0: choose `steps` so that the run fits this time (timing probe first)
+    // > 0: weight of attention supervision (query head 0 of the last layer attends to the needle digit each
+    // answer digit copies; cross-entropy of that attention weight)
+    double copy_attention_weight = 0;
+    int64_t export_every = 0;  // also export the model every N steps (a long run leaves a usable model)
+    double minutes = 0;        // > 0: choose `steps` so that the run fits this time (timing probe first)
     int64_t tokens_per_step = 8192;
     double lr = 2e-3, min_lr_ratio = 0.1, weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, grad_clip = 1.0;
     int64_t warmup = 100;
