@@ -172,7 +172,7 @@ class TestTrain : public QObject {
         QCOMPARE(*tok.bos_id(), ids.front());
     }
 
-    // The recipe of the shipped model: a separate lm_head and attention supervision of the digit copies. The
+    // The recipe of the shipped model: a separate lm_head and attention supervision of the copies. The
     // supervised attention falls on a fixed batch (the copy targets are reachable positions, and the term
     // trains), and the untied export carries lm_head.weight with logits equal to the trainer's.
     void untied_model_with_copy_attention_trains_and_exports() {
@@ -184,6 +184,7 @@ class TestTrain : public QObject {
              << "--untied"
              << "--copy-attention"
              << "1"
+             << "--copy-key"
              << "--dump-logits" << QString::fromStdString((dir / "logits.safetensors").string());
         EXPECT_RUN(args);
         std::vector<double> copy, digits;

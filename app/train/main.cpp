@@ -36,6 +36,8 @@ int main(int argc, char** argv) {
                    "Weight of attention supervision: query head 0 of the last layer attends to the needle "
                    "digit each answer digit copies (0 = off)")
         ->capture_default_str();
+    app.add_flag("--copy-key", o.curriculum.copy_key,
+                 "Attention supervision also of the reply's key, copied from the question");
     app.add_option("--max-distractors", o.curriculum.max_distractors,
                    "Distractor needles per training document: 0..N, drawn uniformly")
         ->check(CLI::Range(0, 16))

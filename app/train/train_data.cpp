@@ -46,10 +46,11 @@ void append_scored(Sequence& s, const std::vector<int64_t>& ids) {
 
 }  // namespace
 
-// The reply's digits are the tokens after "<key> is"; their source is the same span after the key in the
-// document (keys are unique within a document, so the first match is the needle).
+// The reply's key comes from the question just before it; the reply's digits are the tokens after
+// "<key> is", and their source is the same span after the key in the document (keys are unique within a
+// document, so the first match is the needle).
 void DemoData::add_copy_targets(Sequence& s, size_t doc_end, const std::vector<int64_t>& reply,
-                                const std::string& key) const {
+                                const std::string& key, bool copy_key) const {
     const auto key_ids = tok_.encode(" " + key, false);
     if (key_ids.size() != 1) return;
     const int64_t key_id = key_ids[0];
@@ -57,9 +58,17 @@ void DemoData::add_copy_targets(Sequence& s, size_t doc_end, const std::vector<i
     while (in_reply < reply.size() && reply[in_reply] != key_id) ++in_reply;
     if (in_reply + 2 >= reply.size()) return;
     const int64_t is_id = reply[in_reply + 1];
+    const int64_t reply_start = static_cast<int64_t>(s.ids.size());
+    for (size_t p = s.ids.size(); p-- > doc_end;)
+        if (s.ids[p] == key_id) {
+            if (copy_key && in_reply > 0) {
+                s.copy_query.push_back(reply_start + static_cast<int64_t>(in_reply) - 1);
+                s.copy_source.push_back(static_cast<int64_t>(p));
+            }
+            break;
+        }
     for (size_t p = 0; p + 2 < doc_end; ++p) {
         if (s.ids[p] != key_id || s.ids[p + 1] != is_id) continue;
-        const int64_t reply_start = static_cast<int64_t>(s.ids.size());
         for (size_t j = in_reply + 2; j < reply.size() && p + j - in_reply < doc_end; ++j) {
             const size_t source = p + j - in_reply;
             if (s.ids[source] != reply[j]) break;  // the end of the number (the full stop matches too)
@@ -71,7 +80,7 @@ void DemoData::add_copy_targets(Sequence& s, size_t doc_end, const std::vector<i
 }
 
 Sequence DemoData::training_sequence(uint64_t doc_seed, int64_t doc_tokens, int n_distractors, double depth,
-                                     int n_questions, double repeat_share) const {
+                                     int n_questions, double repeat_share, bool copy_key) const {
     const DemoDocument doc = make_document(doc_seed, doc_tokens, n_distractors, depth, repeat_share);
     Sequence s;
     s.doc_tokens = doc.n_tokens;
@@ -96,7 +105,7 @@ Sequence DemoData::training_sequence(uint64_t doc_seed, int64_t doc_tokens, int 
             tok_.encode(plain_question_suffix(DemoTextGenerator::question(asked[q]->key)), false);
         s.ids.insert(s.ids.end(), question.begin(), question.end());
         const auto reply = tok_.encode(" " + asked[q]->sentence(), false);
-        add_copy_targets(s, doc_end, reply, asked[q]->key);
+        add_copy_targets(s, doc_end, reply, asked[q]->key, copy_key);
         append_scored(s, reply);
         if (q == 0) s.first_answer_end = static_cast<int64_t>(s.score_pos.size());
     }
@@ -140,7 +149,7 @@ std::vector<Sequence> DemoData::training_step(uint64_t seed, int64_t step, int64
     auto make = [&](size_t begin, size_t stride) {
         for (size_t i = begin; i < specs.size(); i += stride)
             out[i] = training_sequence(specs[i].doc_seed, length, specs[i].distractors, specs[i].depth,
-                                       c.max_questions, c.repeat_share);
+                                       c.max_questions, c.repeat_share, c.copy_key);
     };
     const size_t workers = std::min<size_t>(specs.size(), static_cast<size_t>(std::max(1, threads)));
     std::vector<std::future<void>> jobs;

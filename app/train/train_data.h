@@ -46,6 +46,7 @@ struct Curriculum {
     int max_distractors = 3;
     int max_questions = 4;    // questions per document (the target first, then other needles)
     double repeat_share = 0;  // fraction of filler sentences repeating an earlier one (see make_document)
+    bool copy_key = false;    // copy targets include the reply's key (from the question), not only digits
     int64_t pick_length(uint64_t seed, int64_t step, int64_t total_steps) const;
 };
 
@@ -55,7 +56,7 @@ class DemoData {
 
     // One training document: `n_distractors` distractors, several questions (all scored), EOS at the end.
     Sequence training_sequence(uint64_t doc_seed, int64_t doc_tokens, int n_distractors, double depth,
-                               int n_questions, double repeat_share = 0) const;
+                               int n_questions, double repeat_share = 0, bool copy_key = false) const;
     // The evaluation format: document, one question, its answer; only the answer sentence is scored.
     Sequence eval_sequence(const DemoDocument& doc) const;
     // The batch of step `step`: tokens_per_step / length documents of the curriculum's length (at least one),
@@ -67,7 +68,7 @@ class DemoData {
 
   private:
     void add_copy_targets(Sequence& s, size_t doc_end, const std::vector<int64_t>& reply,
-                          const std::string& key) const;
+                          const std::string& key, bool copy_key) const;
     const Tokenizer& tok_;
     int64_t pad_id_;
 };
