@@ -17,9 +17,11 @@ bin=${BIN:-build/bin}
 mkdir -p "$out"
 
 if [ "${1:-}" != --skip-calibration ]; then
-  # rank 256 = D (2 x 2 KV heads x 64): the whole spectrum is kept; stride/anchors/window as varrate-codec.json.
-  "$bin/varrate" calibrate --model "$model" --demo-documents 64 --demo-length 2048 --rank 256 --stride 32 \
-    --anchors 4 --window 16 --out "$model/varrate-basis.safetensors" | tee "$out/spectrum.txt"
+  # --rank 1024 is clamped to D (K and V of every KV head): the whole spectrum is kept; stride, anchors and
+  # window as in the model's varrate-codec.json.
+  "$bin/varrate" calibrate --model "$model" --demo-documents 64 --demo-length 2048 --rank 1024 \
+    --stride "${STRIDE:-32}" --anchors "${ANCHORS:-4}" --window "${WINDOW:-16}" \
+    --out "$model/varrate-basis.safetensors" | tee "$out/spectrum.txt"
 fi
 
 "$bin/varrate" niah --model "$model" --lengths 512,1024,2048,4096 --samples "$samples" --seed 9001 \

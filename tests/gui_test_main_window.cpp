@@ -111,7 +111,7 @@ class GuiTestMainWindow : public QObject {
         QVERIFY(idle.wait(kLoadTimeoutMs));
         QVERIFY2(w.error_text().isEmpty(), qPrintable(w.error_text()));
         QCOMPARE(w.model_info().name, QString("varrate-demo"));
-        QCOMPARE(w.model_info().joint_dim, int64_t{256});
+        QCOMPARE(w.model_info().joint_dim, int64_t{128});  // 2 * 2 kv heads * 32
         QVERIFY(!w.model_info().basis_source.isEmpty());
         QVERIFY(w.run_panel()->defaults_text().contains("varrate-codec.json"));
         const RunSettings s = w.run_panel()->settings();

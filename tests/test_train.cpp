@@ -182,6 +182,7 @@ class TestTrain : public QObject {
              << "--compute"
              << "fp32"
              << "--untied"
+             << "--lm-head-from-embedding"
              << "--copy-attention"
              << "1"
              << "--copy-key"

@@ -86,6 +86,8 @@ int main(int argc, char** argv) {
     app.add_option("--intermediate", o.shape.intermediate, "SwiGLU width")->capture_default_str();
     app.add_flag("!--untied", o.shape.tie_embeddings,
                  "A separate lm_head instead of the tied embedding (config tie_word_embeddings false)");
+    app.add_flag("--lm-head-from-embedding", o.lm_head_from_embedding,
+                 "With --untied: initialise the lm_head as a copy of the input embedding");
     app.add_option("--rope-theta", o.shape.rope_theta, "RoPE base")->capture_default_str();
     app.add_option("--curriculum-lengths", o.curriculum.lengths,
                    "Curriculum document lengths (tokens), shortest first")

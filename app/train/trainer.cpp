@@ -71,6 +71,7 @@ json run_identity(const TrainOptions& o) {
             {"max_questions", o.curriculum.max_questions},
             {"copy_attention_weight", o.copy_attention_weight},
             {"copy_key", o.curriculum.copy_key},
+            {"lm_head_from_embedding", o.lm_head_from_embedding},
             {"curriculum", {{"lengths", o.curriculum.lengths}, {"unlock_at", o.curriculum.unlock_at}}},
             {"shape", shape_json(o.shape)}};
 }
@@ -83,6 +84,12 @@ struct Run {
           data(tok, pad_id),
           model(options.shape),
           device(parse_device(options.device)) {
+        if (options.lm_head_from_embedding && model->lm_head) {
+            // Separate matrices that start equal: copying a token (attention + an identity-like value/output
+            // path) works for every token from the start, while the output side no longer blurs the inputs.
+            torch::NoGradGuard no_grad;
+            model->lm_head->weight.copy_(model->model->embed_tokens->weight);
+        }
         model->to(device);  // after the seeded CPU initialisation: the same start on every device
         // The digit tokens (with and without a leading space): their loss is the part of the answer only
         // retrieval can lower, so it is logged on its own.

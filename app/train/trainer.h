@@ -27,6 +27,7 @@ struct TrainOptions {
     // > 0: weight of attention supervision (query head 0 of the last layer attends to the needle digit each
     // answer digit copies; cross-entropy of that attention weight)
     double copy_attention_weight = 0;
+    bool lm_head_from_embedding = false;  // with --untied: the lm_head starts as a copy of the embedding
     int64_t export_every = 0;  // also export the model every N steps (a long run leaves a usable model)
     double minutes = 0;        // > 0: choose `steps` so that the run fits this time (timing probe first)
     int64_t tokens_per_step = 8192;
