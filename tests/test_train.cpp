@@ -186,6 +186,8 @@ class TestTrain : public QObject {
              << "--copy-attention"
              << "1"
              << "--copy-key"
+             << "--key-head"
+             << "1"
              << "--dump-logits" << QString::fromStdString((dir / "logits.safetensors").string());
         EXPECT_RUN(args);
         std::vector<double> copy, digits;

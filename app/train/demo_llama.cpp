@@ -103,7 +103,11 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
     const torch::Tensor scores =
         torch::baddbmm(bias, qg, kt, /*beta=*/1.0, /*alpha=*/scale);  // [B nkv, group T, T]
     const torch::Tensor probs = torch::softmax(scores, -1);
-    if (keep_head0) head0_probs = probs.view({B, kv_heads, group * T, T}).select(1, 0).narrow(1, 0, T);
+    if (keep_head0)
+        head0_probs = probs.view({B, kv_heads, group * T, T})
+                          .select(1, 0)
+                          .narrow(1, 0, std::min<int64_t>(group, 2) * T)
+                          .reshape({B, -1, T, T});
     const torch::Tensor out = torch::bmm(probs, v.reshape({B * kv_heads, T, head_dim}).to(attn_dtype))
                                   .to(torch::kFloat)
                                   .view({B, heads, T, head_dim})

@@ -49,8 +49,8 @@ struct AttentionImpl : torch::nn::Module {
                           const torch::Tensor& bias, c10::ScalarType attn_dtype);
     torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
     int64_t heads, kv_heads, head_dim;
-    bool keep_head0 = false;    // keep the attention probabilities of query head 0 (with their graph)
-    torch::Tensor head0_probs;  // [B, T, T] in attn_dtype, when keep_head0
+    bool keep_head0 = false;    // keep the attention probabilities of query heads 0 and 1 (with their graph)
+    torch::Tensor head0_probs;  // [B, 2, T, T] in attn_dtype, when keep_head0 (heads 0, 1 of KV head 0)
 };
 TORCH_MODULE(Attention);
 
@@ -89,8 +89,8 @@ struct DemoLlamaImpl : torch::nn::Module {
     torch::Tensor hidden_states(const torch::Tensor& ids, c10::ScalarType attn_dtype);
     // Logits of chosen rows of `hidden` ([N, hidden]) with the lm_head (or the tied embedding): [N, vocab].
     torch::Tensor logits(const torch::Tensor& hidden_rows);
-    // Attention probabilities of query head 0 of the last layer in the last hidden_states() call, [B, T, T]
-    // (kept only while keep_last_head0(true)): the head that attention supervision trains to copy from.
+    // Attention probabilities of query heads 0 and 1 of the last layer in the last hidden_states() call,
+    // [B, 2, T, T] (kept only while keep_last_head0(true)): the heads that attention supervision trains.
     void keep_last_head0(bool keep);
     torch::Tensor last_head0_probs();
 

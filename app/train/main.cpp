@@ -38,6 +38,10 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     app.add_flag("--copy-key", o.curriculum.copy_key,
                  "Attention supervision also of the reply's key, copied from the question");
+    app.add_option("--key-head", o.curriculum.key_head,
+                   "With --copy-key: supervise the key's copy on query head 0 or 1 of the last layer")
+        ->check(CLI::Range(0, 1))
+        ->capture_default_str();
     app.add_option("--max-distractors", o.curriculum.max_distractors,
                    "Distractor needles per training document: 0..N, drawn uniformly")
         ->check(CLI::Range(0, 16))

@@ -50,7 +50,7 @@ void append_scored(Sequence& s, const std::vector<int64_t>& ids) {
 // "<key> is", and their source is the same span after the key in the document (keys are unique within a
 // document, so the first match is the needle).
 void DemoData::add_copy_targets(Sequence& s, size_t doc_end, const std::vector<int64_t>& reply,
-                                const std::string& key, bool copy_key) const {
+                                const std::string& key, bool copy_key, int key_head) const {
     const auto key_ids = tok_.encode(" " + key, false);
     if (key_ids.size() != 1) return;
     const int64_t key_id = key_ids[0];
@@ -64,6 +64,7 @@ void DemoData::add_copy_targets(Sequence& s, size_t doc_end, const std::vector<i
             if (copy_key && in_reply > 0) {
                 s.copy_query.push_back(reply_start + static_cast<int64_t>(in_reply) - 1);
                 s.copy_source.push_back(static_cast<int64_t>(p));
+                s.copy_head.push_back(key_head);
             }
             break;
         }
@@ -74,13 +75,15 @@ void DemoData::add_copy_targets(Sequence& s, size_t doc_end, const std::vector<i
             if (s.ids[source] != reply[j]) break;  // the end of the number (the full stop matches too)
             s.copy_query.push_back(reply_start + static_cast<int64_t>(j) - 1);
             s.copy_source.push_back(static_cast<int64_t>(source));
+            s.copy_head.push_back(0);
         }
         return;
     }
 }
 
 Sequence DemoData::training_sequence(uint64_t doc_seed, int64_t doc_tokens, int n_distractors, double depth,
-                                     int n_questions, double repeat_share, bool copy_key) const {
+                                     int n_questions, double repeat_share, bool copy_key,
+                                     int key_head) const {
     const DemoDocument doc = make_document(doc_seed, doc_tokens, n_distractors, depth, repeat_share);
     Sequence s;
     s.doc_tokens = doc.n_tokens;
@@ -105,7 +108,7 @@ Sequence DemoData::training_sequence(uint64_t doc_seed, int64_t doc_tokens, int 
             tok_.encode(plain_question_suffix(DemoTextGenerator::question(asked[q]->key)), false);
         s.ids.insert(s.ids.end(), question.begin(), question.end());
         const auto reply = tok_.encode(" " + asked[q]->sentence(), false);
-        add_copy_targets(s, doc_end, reply, asked[q]->key, copy_key);
+        add_copy_targets(s, doc_end, reply, asked[q]->key, copy_key, key_head);
         append_scored(s, reply);
         if (q == 0) s.first_answer_end = static_cast<int64_t>(s.score_pos.size());
     }
@@ -149,7 +152,7 @@ std::vector<Sequence> DemoData::training_step(uint64_t seed, int64_t step, int64
     auto make = [&](size_t begin, size_t stride) {
         for (size_t i = begin; i < specs.size(); i += stride)
             out[i] = training_sequence(specs[i].doc_seed, length, specs[i].distractors, specs[i].depth,
-                                       c.max_questions, c.repeat_share, c.copy_key);
+                                       c.max_questions, c.repeat_share, c.copy_key, c.key_head);
     };
     const size_t workers = std::min<size_t>(specs.size(), static_cast<size_t>(std::max(1, threads)));
     std::vector<std::future<void>> jobs;
@@ -177,7 +180,7 @@ Batch DemoData::collate(const std::vector<Sequence>& seqs, bool first_answer_onl
             lm_targets.push_back(s.ids[p + 1]);
         }
         for (size_t k = 0; k < s.copy_query.size(); ++k)
-            copy_index.push_back((i * T + s.copy_query[k]) * T + s.copy_source[k]);
+            copy_index.push_back(((i * 2 + s.copy_head[k]) * T + s.copy_query[k]) * T + s.copy_source[k]);
         const size_t n_scored =
             first_answer_only ? static_cast<size_t>(s.first_answer_end) : s.score_pos.size();
         for (size_t k = 0; k < n_scored; ++k) {

@@ -27,6 +27,7 @@ struct Sequence {
     // Copy targets of the answers' digits: the position predicting a digit of a reply (copy_query) and the
     // position of that digit in the asked needle of the document (copy_source), for attention supervision.
     std::vector<int64_t> copy_query, copy_source;
+    std::vector<int64_t> copy_head;  // query head (0 or 1 of the last layer) supervised for each pair
 };
 
 struct Batch {
@@ -36,7 +37,7 @@ struct Batch {
     at::Tensor lm_rows;     // [M] every non-pad position with a next token (the language-modelling rows)
     at::Tensor lm_targets;  // [M]
     int64_t n_tokens = 0;   // non-pad tokens
-    at::Tensor copy_index;  // [K] flat indices (b*T + query)*T + source into a [B, T, T] attention map
+    at::Tensor copy_index;  // [K] flat indices ((b*2 + head)*T + query)*T + source into [B, 2, T, T]
 };
 
 // Training curriculum: document lengths grow with progress; distractors (0..max) from the first step.
@@ -47,6 +48,7 @@ struct Curriculum {
     int max_questions = 4;    // questions per document (the target first, then other needles)
     double repeat_share = 0;  // fraction of filler sentences repeating an earlier one (see make_document)
     bool copy_key = false;    // copy targets include the reply's key (from the question), not only digits
+    int key_head = 0;         // the query head (0 or 1) whose attention the key's copy supervises
     int64_t pick_length(uint64_t seed, int64_t step, int64_t total_steps) const;
 };
 
@@ -56,7 +58,8 @@ class DemoData {
 
     // One training document: `n_distractors` distractors, several questions (all scored), EOS at the end.
     Sequence training_sequence(uint64_t doc_seed, int64_t doc_tokens, int n_distractors, double depth,
-                               int n_questions, double repeat_share = 0, bool copy_key = false) const;
+                               int n_questions, double repeat_share = 0, bool copy_key = false,
+                               int key_head = 0) const;
     // The evaluation format: document, one question, its answer; only the answer sentence is scored.
     Sequence eval_sequence(const DemoDocument& doc) const;
     // The batch of step `step`: tokens_per_step / length documents of the curriculum's length (at least one),
@@ -68,7 +71,7 @@ class DemoData {
 
   private:
     void add_copy_targets(Sequence& s, size_t doc_end, const std::vector<int64_t>& reply,
-                          const std::string& key, bool copy_key) const;
+                          const std::string& key, bool copy_key, int key_head) const;
     const Tokenizer& tok_;
     int64_t pad_id_;
 };

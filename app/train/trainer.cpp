@@ -71,6 +71,7 @@ json run_identity(const TrainOptions& o) {
             {"max_questions", o.curriculum.max_questions},
             {"copy_attention_weight", o.copy_attention_weight},
             {"copy_key", o.curriculum.copy_key},
+            {"key_head", o.curriculum.key_head},
             {"lm_head_from_embedding", o.lm_head_from_embedding},
             {"curriculum", {{"lengths", o.curriculum.lengths}, {"unlock_at", o.curriculum.unlock_at}}},
             {"shape", shape_json(o.shape)}};
@@ -370,6 +371,8 @@ EvalResult run_training(const TrainOptions& opt_in) {
     TrainOptions o = opt_in;
     if (o.out_dir.empty()) throw Error("training: --out is required");
     if (o.steps <= 0) throw Error("training: --steps must be positive");
+    if (o.copy_attention_weight > 0 && o.shape.heads / o.shape.kv_heads < 2)
+        throw Error("training: --copy-attention needs at least two query heads per KV head (grouped-query)");
     if (o.tokens_per_step <= 0) throw Error("training: --tokens-per-step must be positive");
     if (o.warmup < 0) throw Error("training: --warmup must not be negative");
     if (o.stop_at < 0 || o.stop_at > o.steps) throw Error("training: --stop-at must be within [0, --steps]");
