@@ -103,11 +103,11 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
     const torch::Tensor scores =
         torch::baddbmm(bias, qg, kt, /*beta=*/1.0, /*alpha=*/scale);  // [B nkv, group T, T]
     const torch::Tensor probs = torch::softmax(scores, -1);
-    if (keep_head0)
-        head0_probs = probs.view({B, kv_heads, group * T, T})
-                          .select(1, 0)
-                          .narrow(1, 0, std::min<int64_t>(group, 2) * T)
-                          .reshape({B, -1, T, T});
+    if (keep_copy_heads)
+        copy_head_probs = probs.view({B, kv_heads, group * T, T})
+                              .select(1, 0)
+                              .narrow(1, 0, std::min<int64_t>(group, 2) * T)
+                              .reshape({B, -1, T, T});
     const torch::Tensor out = torch::bmm(probs, v.reshape({B * kv_heads, T, head_dim}).to(attn_dtype))
                                   .to(torch::kFloat)
                                   .view({B, heads, T, head_dim})
@@ -185,14 +185,14 @@ torch::Tensor DemoLlamaImpl::logits(const torch::Tensor& hidden_rows) {
     return torch::matmul(hidden_rows, (lm_head ? lm_head->weight : model->embed_tokens->weight).t());
 }
 
-void DemoLlamaImpl::keep_last_head0(bool keep) {
+void DemoLlamaImpl::keep_last_copy_heads(bool keep) {
     auto last = (*model->layers)[model->layers->size() - 1]->as<DecoderLayer>();
-    last->self_attn->keep_head0 = keep;
-    if (!keep) last->self_attn->head0_probs = torch::Tensor();
+    last->self_attn->keep_copy_heads = keep;
+    if (!keep) last->self_attn->copy_head_probs = torch::Tensor();
 }
 
-torch::Tensor DemoLlamaImpl::last_head0_probs() {
-    return (*model->layers)[model->layers->size() - 1]->as<DecoderLayer>()->self_attn->head0_probs;
+torch::Tensor DemoLlamaImpl::last_copy_head_probs() {
+    return (*model->layers)[model->layers->size() - 1]->as<DecoderLayer>()->self_attn->copy_head_probs;
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> DemoLlamaImpl::hf_tensors() {

@@ -49,8 +49,10 @@ struct AttentionImpl : torch::nn::Module {
                           const torch::Tensor& bias, c10::ScalarType attn_dtype);
     torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
     int64_t heads, kv_heads, head_dim;
-    bool keep_head0 = false;    // keep the attention probabilities of query heads 0 and 1 (with their graph)
-    torch::Tensor head0_probs;  // [B, 2, T, T] in attn_dtype, when keep_head0 (heads 0, 1 of KV head 0)
+    bool keep_copy_heads =
+        false;  // keep the attention probabilities of query heads 0 and 1 (with their graph)
+    torch::Tensor
+        copy_head_probs;  // [B, 2, T, T] in attn_dtype, when keep_copy_heads (heads 0, 1 of KV head 0)
 };
 TORCH_MODULE(Attention);
 
@@ -90,9 +92,9 @@ struct DemoLlamaImpl : torch::nn::Module {
     // Logits of chosen rows of `hidden` ([N, hidden]) with the lm_head (or the tied embedding): [N, vocab].
     torch::Tensor logits(const torch::Tensor& hidden_rows);
     // Attention probabilities of query heads 0 and 1 of the last layer in the last hidden_states() call,
-    // [B, 2, T, T] (kept only while keep_last_head0(true)): the heads that attention supervision trains.
-    void keep_last_head0(bool keep);
-    torch::Tensor last_head0_probs();
+    // [B, 2, T, T] (kept only while keep_last_copy_heads(true)): the heads that attention supervision trains.
+    void keep_last_copy_heads(bool keep);
+    torch::Tensor last_copy_head_probs();
 
     // Parameters by HF name, in the order of ModelConfig::expected_tensors().
     std::vector<std::pair<std::string, torch::Tensor>> hf_tensors();

@@ -122,7 +122,7 @@ struct Run {
     // position (the dense signal of the filler text).
     torch::Tensor loss(const Batch& b) {
         const bool supervise = o.copy_attention_weight > 0 && b.copy_index.numel() > 0;
-        model->keep_last_head0(supervise);
+        model->keep_last_copy_heads(supervise);
         const torch::Tensor hidden = model->hidden_states(b.ids.to(device), attn_dtype());  // [B, T, hidden]
         const torch::Tensor flat = hidden.reshape({-1, hidden.size(-1)});
         const torch::Tensor rows = flat.index_select(0, b.rows.to(device));
@@ -143,11 +143,11 @@ struct Run {
             // Attention supervision: query head 0 of the last layer puts its weight on the needle digit that
             // the answer copies (the retrieval an induction head would do, taught directly).
             const torch::Tensor p =
-                model->last_head0_probs().reshape({-1}).index_select(0, b.copy_index.to(device));  // [K]
+                model->last_copy_head_probs().reshape({-1}).index_select(0, b.copy_index.to(device));  // [K]
             copy_attention = -torch::log(p.to(torch::kFloat).clamp_min(1e-6)).mean();
             l = l + o.copy_attention_weight * copy_attention;
             copy_attention = copy_attention.detach();
-            model->keep_last_head0(false);
+            model->keep_last_copy_heads(false);
         }
         return l;
     }
