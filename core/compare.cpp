@@ -150,6 +150,10 @@ CompareResult run_compare(const Session& s, const CompareRequest& req, const Job
     if (!req.answers.empty() && req.answers.size() != req.questions.size())
         throw Error(fmt::format("{} expected answers for {} questions: give one --answer per --question",
                                 req.answers.size(), req.questions.size()));
+    if (!req.answer_prefixes.empty() && req.answer_prefixes.size() != req.questions.size())
+        throw Error(
+            fmt::format("{} answer prefixes for {} questions: give one --answer-prefix per --question",
+                        req.answer_prefixes.size(), req.questions.size()));
     if (req.max_new_tokens < 1) throw Error("--max-new-tokens must be at least 1");
     const Tokenizer& tok = s.tokenizer();
 
@@ -157,7 +161,9 @@ CompareResult run_compare(const Session& s, const CompareRequest& req, const Job
     std::vector<std::string> questions = req.questions;
     if (questions.empty()) questions.emplace_back();  // compress only, diagnostics without answers
     std::vector<PromptParts> parts;
-    for (const auto& q : questions) parts.push_back(build_prompt(tok, req.context, q, req.chat));
+    for (size_t qi = 0; qi < questions.size(); ++qi)
+        parts.push_back(build_prompt(tok, req.context, questions[qi], req.chat,
+                                     req.answer_prefixes.empty() ? std::string() : req.answer_prefixes[qi]));
     const std::vector<int64_t>& context_ids = parts[0].context_ids;
 
     std::shared_ptr<const Basis> basis;
@@ -193,7 +199,9 @@ CompareResult run_compare(const Session& s, const CompareRequest& req, const Job
             for (size_t qi = 0; qi < req.questions.size(); ++qi) {
                 if (parts[qi].question_ids.empty())
                     throw Error("question " + std::to_string(qi + 1) + " is empty");
-                at::Tensor logits = s.model().forward(parts[qi].question_ids, cache);
+                std::vector<int64_t> ids = parts[qi].question_ids;
+                ids.insert(ids.end(), parts[qi].prefix_ids.begin(), parts[qi].prefix_ids.end());
+                at::Tensor logits = s.model().forward(ids, cache);
                 run.answer_ids.push_back(greedy_from(s, cache, logits, req.max_new_tokens, job));
                 cache.restore(compressed);
             }
@@ -210,6 +218,7 @@ CompareResult run_compare(const Session& s, const CompareRequest& req, const Job
                     run.context_ids = ids;
                     run.layers = prefill.layers;
                 }
+                if (!parts[qi].prefix_ids.empty()) logits = s.model().forward(parts[qi].prefix_ids, cache);
                 if (!req.questions.empty())
                     run.answer_ids.push_back(greedy_from(s, cache, logits, req.max_new_tokens, job));
             }
@@ -252,6 +261,7 @@ nlohmann::json to_json(const CompareResult& r, const CompareRequest& req) {
     j["mode"] = to_string(req.mode);
     j["questions"] = req.questions;
     j["expected_answers"] = req.answers;
+    if (!req.answer_prefixes.empty()) j["answer_prefixes"] = req.answer_prefixes;
     j["settings"] = {{"budget", req.settings.budget},
                      {"r_min", req.settings.r_min},
                      {"rank", req.settings.rank},

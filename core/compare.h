@@ -20,6 +20,9 @@ struct CompareRequest {
     std::string context;
     std::vector<std::string> questions;
     std::vector<std::string> answers;  // expected answers (optional; same count as questions when given)
+    // The start of each reply, given to the model after the question (optional; same count as questions when
+    // given; "" for none); see build_prompt.
+    std::vector<std::string> answer_prefixes;
     std::vector<std::string> methods = {"full", "varrate", "flat", "snapkv"};
     CodecSettings settings;
     CompressionMode mode = CompressionMode::QueryAware;

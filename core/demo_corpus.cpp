@@ -169,6 +169,10 @@ std::string DemoTextGenerator::question(const std::string& key) {
     return "What is the special magic number for " + key + "?";
 }
 
+std::string DemoTextGenerator::answer_prefix(const std::string& key) {
+    return "The special magic number for " + key + " is";
+}
+
 std::string DemoTextGenerator::filler_sentence() {
     auto pick = [&](const std::vector<std::string>& v) -> const std::string& { return v[below(v.size())]; };
     auto noun_phrase = [&](bool adjective) {
@@ -233,7 +237,7 @@ Needle DemoTextGenerator::needle(const std::vector<std::string>& avoid_keys) {
 }
 
 std::string DemoDocument::prompt() const {
-    return text + plain_question_suffix(question);
+    return text + plain_question_suffix(question, answer_prefix);
 }
 
 int64_t demo_token_count(const std::string& text) {
@@ -339,7 +343,8 @@ DemoDocument make_document(uint64_t seed, int64_t target_tokens, int n_distracto
     }
     doc.text = std::move(text);
     doc.question = DemoTextGenerator::question(doc.needle.key);
-    doc.answer = " " + doc.needle.sentence();
+    doc.answer_prefix = DemoTextGenerator::answer_prefix(doc.needle.key);
+    doc.answer = " " + doc.needle.value + ".";
     doc.n_tokens = demo_token_count(doc.text);
     return doc;
 }

@@ -26,8 +26,11 @@ class DemoTextGenerator {
     std::string filler_sentence();                                   // ends with "." and no trailing space
     Needle needle(const std::vector<std::string>& avoid_keys = {});  // a fresh key not in avoid_keys
     static std::string question(const std::string& key);  // "What is the special magic number for <key>?"
-    static const std::vector<std::string>& lexicon();     // filler words
-    static const std::vector<std::string>& keys();        // needle keys
+    // "The special magic number for <key> is": the start of the reply, given in the prompt (RULER's
+    // convention)
+    static std::string answer_prefix(const std::string& key);
+    static const std::vector<std::string>& lexicon();  // filler words
+    static const std::vector<std::string>& keys();     // needle keys
     std::mt19937_64& rng() { return rng_; }
 
     // Words that also occur without a leading space (first word of a text or of a line): the capitalised
@@ -48,13 +51,14 @@ struct DemoDocument {
     Needle needle;                    // the one the question asks about
     std::vector<Needle> distractors;  // needles with other keys (and other values)
     std::string question;             // DemoTextGenerator::question(needle.key)
-    std::string answer;               // " " + needle.sentence(): the expected reply after "Answer:"
+    std::string answer_prefix;        // DemoTextGenerator::answer_prefix(needle.key), the end of the prompt
+    std::string answer;               // " " + needle.value + ".": the expected reply after the prefix
     size_t needle_offset = 0;         // char offset of needle.sentence() in text
     int64_t n_tokens = 0;             // demo_token_count(text)
 
-    // What the demo model is trained and evaluated on: text + "\n\nQuestion: " + question + "\nAnswer:" (the
-    // plain prompt of core/prompt.h, as compare and niah build it), after which the model replies with
-    // `answer` (then end of sequence).
+    // What the demo model is trained and evaluated on: text + "\n\nQuestion: " + question + "\nAnswer: " +
+    // answer_prefix (the plain prompt of core/prompt.h, as compare and niah build it), after which the model
+    // completes the needle sentence with `answer` (then end of sequence).
     std::string prompt() const;
 };
 

@@ -258,6 +258,7 @@ NiahDocument NiahGenerator::generate(int64_t context_length, double depth_percen
     ins.push_back({-1, main.sentence(), 0});  // fraction < 0 marks the main needle while sorting
     NiahDocument doc;
     doc.question = DemoTextGenerator::question(main.key);
+    doc.answer_prefix = DemoTextGenerator::answer_prefix(main.key);
     doc.expected = main.value;
     doc.needle = main.sentence();
     std::vector<double> fractions = {depth_percent / 100.0};
@@ -481,6 +482,7 @@ NiahSweepStats run_niah_sweep(const Session& session, const NiahSweepOptions& o,
         req.context = doc.context;
         req.questions = {doc.question};
         req.answers = {doc.expected};
+        req.answer_prefixes = {doc.answer_prefix};
         req.methods = cell.missing;
         req.settings = o.settings;
         req.mode = o.mode;
@@ -510,6 +512,7 @@ NiahSweepStats run_niah_sweep(const Session& session, const NiahSweepOptions& o,
             r["sample"] = cell.sample;
             r["needle"] = doc.needle;
             r["question"] = doc.question;
+            r["answer_prefix"] = doc.answer_prefix;
             r["expected"] = doc.expected;
             r["response"] = run.answers.empty() ? "" : run.answers[0];
             r["correct"] = !run.correct.empty() && run.correct[0] != 0;

@@ -32,6 +32,8 @@ struct NiahDocOptions {
 struct NiahDocument {
     std::string context;   // the haystack with the needle(s) inserted
     std::string question;  // "What is the special magic number for <key>?"
+    // "The special magic number for <key> is": the reply's start, given after the question (RULER's prompt)
+    std::string answer_prefix;
     std::string expected;  // the needle's value
     std::string needle;    // the needle sentence
     std::vector<std::string> distractor_needles;

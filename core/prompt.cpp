@@ -11,17 +11,18 @@ namespace {
 const std::string kSplitMark = "\x01\x02varrate-split\x02\x01";
 }  // namespace
 
-std::string plain_question_suffix(const std::string& question) {
-    return "\n\nQuestion: " + question + "\nAnswer:";
+std::string plain_question_suffix(const std::string& question, const std::string& answer_prefix) {
+    return "\n\nQuestion: " + question + "\nAnswer:" + (answer_prefix.empty() ? "" : " " + answer_prefix);
 }
 
 PromptParts build_prompt(const Tokenizer& tokenizer, const std::string& context, const std::string& question,
-                         bool chat) {
+                         bool chat, const std::string& answer_prefix) {
     if (context.empty()) throw Error("the context document is empty");
     PromptParts parts;
     if (!chat) {
         parts.context_ids = tokenizer.encode(context, true);
         if (!question.empty()) parts.question_ids = tokenizer.encode(plain_question_suffix(question), false);
+        if (!answer_prefix.empty()) parts.prefix_ids = tokenizer.encode(" " + answer_prefix, false);
         return parts;
     }
     const std::string rendered =
@@ -31,6 +32,7 @@ PromptParts build_prompt(const Tokenizer& tokenizer, const std::string& context,
         throw Error("chat template dropped the message content; cannot split the prompt");
     parts.context_ids = tokenizer.encode(rendered.substr(0, at), false);
     parts.question_ids = tokenizer.encode(rendered.substr(at + kSplitMark.size()), false);
+    if (!answer_prefix.empty()) parts.prefix_ids = tokenizer.encode(answer_prefix, false);
     return parts;
 }
 

@@ -14,13 +14,17 @@ class Tokenizer;
 struct PromptParts {
     std::vector<int64_t> context_ids;   // BOS/chat header + context
     std::vector<int64_t> question_ids;  // question + chat suffix (assistant header), no BOS
+    std::vector<int64_t> prefix_ids;    // the answer prefix (empty without one): never compressed
 };
 
 // The question part without a chat template: "\n\nQuestion: <question>\nAnswer:" (the reply follows with a
-// space).
-std::string plain_question_suffix(const std::string& question);
+// space), then " <answer_prefix>" when one is given.
+std::string plain_question_suffix(const std::string& question, const std::string& answer_prefix = "");
 
+// answer_prefix: the start of the reply, given to the model as RULER's NIAH prompts do ("The special magic
+// number for <key> is"), so that the model only completes the value; it follows the question part (after
+// the assistant header with a chat template) and, as in kvpress, is decoded after any compression.
 PromptParts build_prompt(const Tokenizer& tokenizer, const std::string& context, const std::string& question,
-                         bool chat);
+                         bool chat, const std::string& answer_prefix = "");
 
 }  // namespace varrate

@@ -19,13 +19,14 @@ mkdir -p "$work"
 
 "$bin/varrate-train" --out "$work/stage1" "${shape[@]}" "${task[@]}" --threads 1 --seed 7 --steps 2500 \
   --warmup 50 --lr 5e-3 --tokens-per-step 1024 --curriculum-lengths 32,64,128,256,512 \
-  --unlock-at 0,0,0.2,0.4,0.6 --eval-every 500 --eval-samples 2 --eval-lengths 256,512,1024 \
-  --final-eval-samples 0 --log-every 100 | tee "$work/stage1.log"
+  --unlock-at 0,0,0.2,0.4,0.6 --eval-every 250 --eval-samples 2 --eval-lengths 256,512,1024 \
+  --final-eval-samples 0 --log-every 50 | tee "$work/stage1.log"
 
-# --steps 1047 is what --minutes 42 chose on two cores; the reply's key copy is supervised too (--copy-key).
-"$bin/varrate-train" --out "$work/stage2" --init-from "$work/stage1" "${shape[@]}" "${task[@]}" --copy-key \
-  --threads 2 --seed 8 --steps 1047 --warmup 30 --lr 1e-3 --tokens-per-step 4096 \
-  --curriculum-lengths 256,512,1024,2048,4096 --unlock-at 0,0,0.2,0.45,0.8 --eval-every 250 \
+# Stage 2: more needles per document (up to six, all asked) give more supervised answer tokens per haystack.
+# --steps STAGE2_STEPS is what --minutes 60 chose on two cores.
+"$bin/varrate-train" --out "$work/stage2" --init-from "$work/stage1" "${shape[@]}" --copy-attention 1 \
+  --max-distractors 5 --max-questions 6 --threads 2 --seed 8 --steps STAGE2_STEPS --warmup 50 --lr 1e-3 \
+  --tokens-per-step 4096 --curriculum-lengths 512,1024,2048,3072 --unlock-at 0,0,0.15,0.35 --eval-every 250 \
   --eval-samples 2 --eval-lengths 512,1024,2048 --final-eval-samples 4 --log-every 50 | tee "$work/stage2.log"
 
 for f in config.json generation_config.json model.safetensors tokenizer.json tokenizer_config.json \

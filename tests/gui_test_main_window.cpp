@@ -138,6 +138,11 @@ class GuiTestMainWindow : public QObject {
         QVERIFY(QString::fromStdString(s.questions[0]).startsWith("What is the special magic number"));
         QCOMPARE(s.answers.size(), size_t{1});
         QVERIFY(w.document().contains(QString::fromStdString(s.answers[0])));
+        // RULER's prompt: the reply's start is given, and with the expected value it is the needle's
+        // sentence.
+        QCOMPARE(s.answer_prefixes.size(), size_t{1});
+        QVERIFY(
+            w.document().contains(QString::fromStdString(s.answer_prefixes[0] + " " + s.answers[0] + ".")));
         // Small-model defaults for D = 64, and the UI says so.
         QCOMPARE(s.codec.rank, int64_t{64});
         QCOMPARE(s.codec.r_min, int64_t{4});
@@ -245,6 +250,8 @@ class GuiTestMainWindow : public QObject {
         s.max_new_tokens = 9;
         s.questions.push_back("Who is Lily?");
         s.answers.push_back("girl");
+        s.answer_prefixes.resize(s.questions.size());
+        s.answer_prefixes.back() = "Lily is a";
         w.run_panel()->set_settings(s);
         const QString path = tmp_.filePath("s.varrate.json");
         QVERIFY(w.save_session(path));
@@ -259,6 +266,7 @@ class GuiTestMainWindow : public QObject {
         QCOMPARE(r.max_new_tokens, int64_t{9});
         QCOMPARE(r.questions, s.questions);
         QCOMPARE(r.answers, s.answers);
+        QCOMPARE(r.answer_prefixes, s.answer_prefixes);
         QCOMPARE(r.methods, s.methods);
         QCOMPARE(w2.document(), w.document());
         QCOMPARE(w2.model_dir(), w.model_dir());

@@ -86,10 +86,13 @@ class TestDemoCorpus : public QObject {
             QVERIFY(a.text.find(d.sentence()) != std::string::npos);
         }
         QCOMPARE(a.question, DemoTextGenerator::question(a.needle.key));
-        QCOMPARE(a.answer, " " + a.needle.sentence());
-        // The plain prompt that compare and niah build: the demo model is trained on exactly this format.
-        QCOMPARE(a.prompt(), a.text + "\n\nQuestion: " + a.question + "\nAnswer:");
-        QCOMPARE(a.prompt(), a.text + plain_question_suffix(a.question));
+        QCOMPARE(a.answer_prefix, "The special magic number for " + a.needle.key + " is");
+        QCOMPARE(a.answer, " " + a.needle.value + ".");
+        // The plain prompt that compare and niah build: the demo model is trained on exactly this format, and
+        // the prefix plus the reply is the needle's sentence.
+        QCOMPARE(a.prompt(), a.text + "\n\nQuestion: " + a.question + "\nAnswer: " + a.answer_prefix);
+        QCOMPARE(a.prompt(), a.text + plain_question_suffix(a.question, a.answer_prefix));
+        QCOMPARE(" " + a.answer_prefix + a.answer, " " + a.needle.sentence());
         QVERIFY_EXCEPTION_THROWN(make_document(1, 0, 0, 50), Error);
         QVERIFY_EXCEPTION_THROWN(make_document(1, 100, 0, 101), Error);
     }
@@ -118,8 +121,9 @@ class TestDemoCorpus : public QObject {
         }
         // At depth 100 the needle is the last sentence unless a distractor shares its slot before it.
         const DemoDocument last = make_document(5, 300, 0, 100.0);
-        QVERIFY(last.text.size() >= last.answer.size());
-        QCOMPARE(last.text.substr(last.text.size() - last.answer.size()), last.answer);
+        const std::string sentence = last.needle.sentence();
+        QVERIFY(last.text.size() >= sentence.size());
+        QCOMPARE(last.text.substr(last.text.size() - sentence.size()), sentence);
     }
 
     void tokenizer_one_token_per_word() {

@@ -22,6 +22,7 @@ class TestDemoModel : public QObject {
         req.context = doc.text;
         req.questions = {doc.question};
         req.answers = {doc.needle.value};
+        req.answer_prefixes = {doc.answer_prefix};
         req.methods = {method};
         req.settings = *session_->codec_defaults();
         req.mode = mode;
@@ -59,7 +60,7 @@ class TestDemoModel : public QObject {
             QVERIFY2(run.correct.at(0) == 1, qPrintable(QString("expected %1, got '%2'")
                                                             .arg(QString::fromStdString(doc.needle.value),
                                                                  QString::fromStdString(run.answers.at(0)))));
-            // The reply is the needle's sentence, not just its number.
+            // The reply completes the needle's sentence and stops: the number and the full stop.
             QCOMPARE(QString::fromStdString(run.answers.at(0)).trimmed(),
                      QString::fromStdString(doc.answer).trimmed());
         }

@@ -373,7 +373,10 @@ class TestNiah : public QObject {
             const int64_t question_tokens = static_cast<int64_t>(
                 build_prompt(session->tokenizer(), "x", r["question"].get<std::string>(), false)
                     .question_ids.size());
+            // The answer prefix follows uncompressed; with the expected value it is the needle's sentence.
             QCOMPARE(r["compressed_tokens"].get<int64_t>(), 200 + question_tokens);
+            QCOMPARE(r["needle"].get<std::string>(),
+                     r["answer_prefix"].get<std::string>() + " " + r["expected"].get<std::string>() + ".");
             QCOMPARE(r["distractor_needles"].size(), size_t{2});
         }
         fs::remove_all(out);

@@ -82,6 +82,38 @@ class TestPipeline : public QObject {
         }
     }
 
+    // An answer prefix is decoded after the (compressed) prompt, never compressed itself: "full" equals plain
+    // generation from context + question + prefix, and query-aware methods compress context + question only.
+    void answer_prefix_follows_the_compressed_prompt() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        need_session();
+        const std::string q = "What did Sara find?", prefix = "Sara found a";
+        const PromptParts parts = build_prompt(session_->tokenizer(), context_, q, false, prefix);
+        QVERIFY(!parts.prefix_ids.empty());
+        QCOMPARE(parts.prefix_ids, session_->tokenizer().encode(" " + prefix, false));
+        std::vector<int64_t> ids = parts.context_ids;
+        ids.insert(ids.end(), parts.question_ids.begin(), parts.question_ids.end());
+        const size_t prompt_without_prefix = ids.size();
+        ids.insert(ids.end(), parts.prefix_ids.begin(), parts.prefix_ids.end());
+        KVCache cache = session_->model().new_cache();
+        GenerateOptions go;
+        go.max_new_tokens = 12;
+        go.stop_ids = session_->model().config().eos_token_ids;
+        const auto plain = generate_greedy(session_->model(), cache, ids, go).generated;
+        for (auto mode : {CompressionMode::QueryAware, CompressionMode::QueryAgnostic}) {
+            CompareRequest req = request({"full", "snapkv"}, mode, {q});
+            req.answer_prefixes = {prefix};
+            const CompareResult r = run_compare(*session_, req);
+            QCOMPARE(r.runs.at(0).answer_ids.at(0), plain);
+            QCOMPARE(r.runs.at(1).context_ids.size(),
+                     mode == CompressionMode::QueryAware ? prompt_without_prefix : parts.context_ids.size());
+            QCOMPARE(to_json(r, req)["answer_prefixes"], nlohmann::json(req.answer_prefixes));
+        }
+        CompareRequest bad = request({"full"}, CompressionMode::QueryAware, {q});
+        bad.answer_prefixes = {prefix, prefix};
+        QVERIFY_EXCEPTION_THROWN(run_compare(*session_, bad), Error);
+    }
+
     void query_agnostic_reuse_equals_separate_compressions() {
         VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
         need_session();

@@ -185,9 +185,8 @@ class TestTrain : public QObject {
              << "--lm-head-from-embedding"
              << "--copy-attention"
              << "1"
-             << "--copy-key"
-             << "--key-head"
-             << "1"
+             << "--copy-heads"
+             << "2"
              << "--dump-logits" << QString::fromStdString((dir / "logits.safetensors").string());
         EXPECT_RUN(args);
         std::vector<double> copy, digits;

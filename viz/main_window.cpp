@@ -409,7 +409,8 @@ void MainWindow::connect_worker() {
     connect(worker_, &RunWorker::model_loaded, this, &MainWindow::on_model_loaded);
     connect(worker_, &RunWorker::document_ready, this, [this](const GeneratedDocument& d) {
         set_document(d.context, "generated", d.needle);
-        panel_->set_questions({d.question.toStdString()}, {d.expected.toStdString()});
+        panel_->set_questions({d.question.toStdString()}, {d.expected.toStdString()},
+                              {d.answer_prefix.toStdString()});
         status(QString("Generated a %1-token NIAH document (needle at %2 %)")
                    .arg(d.tokens)
                    .arg(d.depth_percent));

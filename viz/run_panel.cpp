@@ -50,6 +50,7 @@ CompareRequest RunSettings::request(const std::string& context) const {
     r.context = context;
     r.questions = questions;
     r.answers = answers;
+    r.answer_prefixes = answer_prefixes;
     r.methods = methods;
     r.settings = codec;
     r.mode = mode;
@@ -115,11 +116,13 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
     // Questions and expected answers.
     auto* qbox = new QGroupBox("Questions");
     auto* ql = new QVBoxLayout(qbox);
-    questions_ = new QTableWidget(0, 2);
+    // The reply's start is given to the model after the question (RULER's NIAH prompts); optional.
+    questions_ = new QTableWidget(0, 3);
     questions_->setObjectName("questions");
-    questions_->setHorizontalHeaderLabels({"Question", "Expected answer"});
+    questions_->setHorizontalHeaderLabels({"Question", "Answer starts with", "Expected answer"});
     questions_->horizontalHeader()->setSectionResizeMode(0, QHeaderView::Stretch);
-    questions_->horizontalHeader()->setSectionResizeMode(1, QHeaderView::ResizeToContents);
+    questions_->horizontalHeader()->setSectionResizeMode(1, QHeaderView::Stretch);
+    questions_->horizontalHeader()->setSectionResizeMode(2, QHeaderView::ResizeToContents);
     questions_->verticalHeader()->setVisible(false);
     questions_->setMinimumHeight(90);
     questions_->setMaximumHeight(140);
@@ -131,7 +134,7 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
     qbuttons->addWidget(remove);
     qbuttons->addStretch();
     ql->addLayout(qbuttons);
-    connect(add, &QPushButton::clicked, this, [this] { add_question_row({}, {}); });
+    connect(add, &QPushButton::clicked, this, [this] { add_question_row({}, {}, {}); });
     connect(remove, &QPushButton::clicked, this, [this] {
         const int row = questions_->currentRow() >= 0 ? questions_->currentRow() : questions_->rowCount() - 1;
         if (row >= 0) questions_->removeRow(row);
@@ -296,24 +299,28 @@ void RunPanel::update_dtypes() {
     dtype_->setCurrentIndex(i >= 0 ? i : 0);
 }
 
-void RunPanel::add_question_row(const QString& q, const QString& a) {
+void RunPanel::add_question_row(const QString& q, const QString& prefix, const QString& a) {
     const int row = questions_->rowCount();
     questions_->insertRow(row);
     questions_->setItem(row, 0, new QTableWidgetItem(q));
-    questions_->setItem(row, 1, new QTableWidgetItem(a));
+    questions_->setItem(row, 1, new QTableWidgetItem(prefix));
+    questions_->setItem(row, 2, new QTableWidgetItem(a));
 }
 
 void RunPanel::set_questions(const std::vector<std::string>& questions,
-                             const std::vector<std::string>& answers) {
+                             const std::vector<std::string>& answers,
+                             const std::vector<std::string>& answer_prefixes) {
     questions_->setRowCount(0);
+    const auto at = [](const std::vector<std::string>& v, size_t i) {
+        return i < v.size() ? QString::fromStdString(v[i]) : QString();
+    };
     for (size_t i = 0; i < questions.size(); ++i)
-        add_question_row(QString::fromStdString(questions[i]),
-                         i < answers.size() ? QString::fromStdString(answers[i]) : QString());
+        add_question_row(QString::fromStdString(questions[i]), at(answer_prefixes, i), at(answers, i));
 }
 
 RunSettings RunPanel::settings() const {
     RunSettings s;
-    bool any_answer = false;
+    bool any_answer = false, any_prefix = false;
     for (int r = 0; r < questions_->rowCount(); ++r) {
         const auto text = [&](int c) {
             const QTableWidgetItem* it = questions_->item(r, c);
@@ -321,10 +328,13 @@ RunSettings RunPanel::settings() const {
         };
         if (text(0).empty()) continue;
         s.questions.push_back(text(0));
-        s.answers.push_back(text(1));
-        any_answer = any_answer || !text(1).empty();
+        s.answer_prefixes.push_back(text(1));
+        s.answers.push_back(text(2));
+        any_prefix = any_prefix || !text(1).empty();
+        any_answer = any_answer || !text(2).empty();
     }
     if (!any_answer) s.answers.clear();  // no expected answers: correctness is not scored
+    if (!any_prefix) s.answer_prefixes.clear();
     s.methods.clear();
     for (const QCheckBox* c : methods_)
         if (c->isChecked()) s.methods.push_back(c->text().toStdString());
@@ -349,7 +359,7 @@ RunSettings RunPanel::settings() const {
 }
 
 void RunPanel::set_settings(const RunSettings& s) {
-    set_questions(s.questions, s.answers);
+    set_questions(s.questions, s.answers, s.answer_prefixes);
     for (QCheckBox* c : methods_)
         c->setChecked(std::find(s.methods.begin(), s.methods.end(), c->text().toStdString()) !=
                       s.methods.end());

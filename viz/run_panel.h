@@ -31,6 +31,7 @@ BasisChoice parse_basis_choice(const std::string& s);
 // Everything the panel edits; the document comes from the main window.
 struct RunSettings {
     std::vector<std::string> questions, answers;  // answers: empty, or one per question
+    std::vector<std::string> answer_prefixes;     // the start of each reply: empty, or one per question
     std::vector<std::string> methods = {"full", "varrate", "flat", "snapkv"};
     CodecSettings codec;
     CompressionMode mode = CompressionMode::QueryAware;
@@ -60,7 +61,8 @@ class RunPanel : public QWidget {
     void apply_model_defaults(int64_t joint_dim, const std::optional<CodecSettings>& recorded = std::nullopt);
     QString defaults_text() const;
 
-    void set_questions(const std::vector<std::string>& questions, const std::vector<std::string>& answers);
+    void set_questions(const std::vector<std::string>& questions, const std::vector<std::string>& answers,
+                       const std::vector<std::string>& answer_prefixes = {});
     // After a run or a model load: "basis: <source>", flagged when the runs were self-calibrated.
     void set_basis_status(const QString& source, bool self_calibrated);
     bool self_calibrated_shown() const { return self_calibrated_; }
@@ -78,7 +80,7 @@ class RunPanel : public QWidget {
     void cancel_requested();
 
   private:
-    void add_question_row(const QString& q, const QString& a);
+    void add_question_row(const QString& q, const QString& prefix, const QString& a);
     void update_dtypes();
 
     QTableWidget* questions_ = nullptr;

@@ -241,6 +241,7 @@ GeneratedDocument generate(const Session& s, const NiahDocRequest& req) {
     GeneratedDocument g;
     g.context = QString::fromStdString(d.context);
     g.question = QString::fromStdString(d.question);
+    g.answer_prefix = QString::fromStdString(d.answer_prefix);
     g.expected = QString::fromStdString(d.expected);
     g.needle = QString::fromStdString(d.needle);
     g.tokens = d.context_tokens;

@@ -45,7 +45,7 @@ struct NiahDocRequest {
 };
 
 struct GeneratedDocument {
-    QString context, question, expected, needle;
+    QString context, question, answer_prefix, expected, needle;
     int64_t tokens = 0;
     double depth_percent = 0;
 };

@@ -169,6 +169,7 @@ nlohmann::json to_json(const RunSettings& s) {
     const CodecSettings& c = s.codec;
     return {{"questions", s.questions},
             {"answers", s.answers},
+            {"answer_prefixes", s.answer_prefixes},
             {"methods", s.methods},
             {"codec",
              {{"budget", c.budget},
@@ -194,6 +195,7 @@ RunSettings run_settings_from_json(const nlohmann::json& j, const std::string& w
     RunSettings s;
     s.questions = field<std::vector<std::string>>(j, "questions", where, {});
     s.answers = field<std::vector<std::string>>(j, "answers", where, {});
+    s.answer_prefixes = field<std::vector<std::string>>(j, "answer_prefixes", where, {});
     s.methods = field<std::vector<std::string>>(j, "methods", where, s.methods);
     if (j.contains("codec")) {
         const auto& c = j["codec"];
@@ -241,6 +243,7 @@ void save_session(const QString& path, const StudioSession& s) {
         RunSettings rs;
         rs.questions = q.questions;
         rs.answers = q.answers;
+        rs.answer_prefixes = q.answer_prefixes;
         rs.methods = q.methods;
         rs.codec = q.settings;
         rs.mode = q.mode;

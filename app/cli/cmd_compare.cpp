@@ -44,7 +44,7 @@ std::unique_ptr<Session> open_session(const SessionArgs& a) {
 struct CompareArgs {
     SessionArgs session;
     std::string context_file;
-    std::vector<std::string> questions, answers;
+    std::vector<std::string> questions, answers, answer_prefixes;
     std::string mode = "query-aware";
     int64_t max_new_tokens = 32;
     bool chat = false;
@@ -60,6 +60,7 @@ int run_compare_cmd(const CompareArgs& a) {
     req.context = read_text_file(a.context_file);
     req.questions = a.questions;
     req.answers = a.answers;
+    req.answer_prefixes = a.answer_prefixes;
     req.max_new_tokens = a.max_new_tokens;
     req.chat = a.chat;
     auto session = open_session(a.session);
@@ -144,6 +145,9 @@ Command add_compare(CLI::App& root) {
     sub->add_option("--question", a->questions, "a question (repeatable)");
     sub->add_option("--answer", a->answers,
                     "the expected answer of each question (repeatable, containment match)");
+    sub->add_option("--answer-prefix", a->answer_prefixes,
+                    "the start of each question's reply, given to the model after the question and decoded "
+                    "after compression (repeatable; RULER-style prompts)");
     sub->add_option("--mode", a->mode, "query-aware or query-agnostic")->capture_default_str();
     sub->add_option("--max-new-tokens", a->max_new_tokens, "tokens per answer")
         ->capture_default_str()

@@ -52,6 +52,7 @@ int run_demo(const DemoArgs& a) {
     std::cout << fmt::format("needle    {}\n", doc.needle);
     for (const auto& d : doc.distractor_needles) std::cout << fmt::format("distractor {}\n", d);
     std::cout << fmt::format("question  {}\n", doc.question);
+    std::cout << fmt::format("prompt    ... Answer: {}\n", doc.answer_prefix);
     std::cout << fmt::format("expected  {}\n", doc.expected);
     std::cout << fmt::format(
         "budget    kappa {:g}, r_min {}, rank {}, stride {}, anchors {}, window {}, "
@@ -63,6 +64,7 @@ int run_demo(const DemoArgs& a) {
     req.context = doc.context;
     req.questions = {doc.question};
     req.answers = {doc.expected};
+    req.answer_prefixes = {doc.answer_prefix};
     req.methods = parse_methods(a.methods);
     req.settings = settings;
     req.max_new_tokens = 24;

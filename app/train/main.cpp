@@ -36,11 +36,9 @@ int main(int argc, char** argv) {
                    "Weight of attention supervision: query head 0 of the last layer attends to the needle "
                    "digit each answer digit copies (0 = off)")
         ->capture_default_str();
-    app.add_flag("--copy-key", o.curriculum.copy_key,
-                 "Attention supervision also of the reply's key, copied from the question");
-    app.add_option("--key-head", o.curriculum.key_head,
-                   "With --copy-key: supervise the key's copy on query head 0 or 1 of the last layer")
-        ->check(CLI::Range(0, 1))
+    app.add_option("--copy-heads", o.curriculum.copy_heads,
+                   "With --copy-attention: supervise query head 0 (1) or heads 0 and 1 (2) of the last layer")
+        ->check(CLI::Range(1, 2))
         ->capture_default_str();
     app.add_option("--max-distractors", o.curriculum.max_distractors,
                    "Distractor needles per training document: 0..N, drawn uniformly")

@@ -46,44 +46,33 @@ void append_scored(Sequence& s, const std::vector<int64_t>& ids) {
 
 }  // namespace
 
-// The reply's key comes from the question just before it; the reply's digits are the tokens after
-// "<key> is", and their source is the same span after the key in the document (keys are unique within a
-// document, so the first match is the needle).
+// The prompt ends with the answer prefix "... for <key> is"; the reply's tokens (the digits, then the full
+// stop) are the tokens after "<key> is" in the asked needle (keys are unique within a document, so the first
+// match is the needle). Each position that predicts a reply token gets that token's needle position as its
+// target.
 void DemoData::add_copy_targets(Sequence& s, size_t doc_end, const std::vector<int64_t>& reply,
-                                const std::string& key, bool copy_key, int key_head) const {
-    const auto key_ids = tok_.encode(" " + key, false);
-    if (key_ids.size() != 1) return;
-    const int64_t key_id = key_ids[0];
-    size_t in_reply = 0;
-    while (in_reply < reply.size() && reply[in_reply] != key_id) ++in_reply;
-    if (in_reply + 2 >= reply.size()) return;
-    const int64_t is_id = reply[in_reply + 1];
-    const int64_t reply_start = static_cast<int64_t>(s.ids.size());
-    for (size_t p = s.ids.size(); p-- > doc_end;)
-        if (s.ids[p] == key_id) {
-            if (copy_key && in_reply > 0) {
-                s.copy_query.push_back(reply_start + static_cast<int64_t>(in_reply) - 1);
-                s.copy_source.push_back(static_cast<int64_t>(p));
-                s.copy_head.push_back(key_head);
-            }
-            break;
-        }
+                                int copy_heads) const {
+    const size_t reply_start = s.ids.size();
+    if (reply_start < 2) return;
+    const int64_t key_id = s.ids[reply_start - 2];
+    const int64_t is_id = s.ids[reply_start - 1];
     for (size_t p = 0; p + 2 < doc_end; ++p) {
         if (s.ids[p] != key_id || s.ids[p + 1] != is_id) continue;
-        for (size_t j = in_reply + 2; j < reply.size() && p + j - in_reply < doc_end; ++j) {
-            const size_t source = p + j - in_reply;
+        for (size_t j = 0; j < reply.size() && p + 2 + j < doc_end; ++j) {
+            const size_t source = p + 2 + j;
             if (s.ids[source] != reply[j]) break;  // the end of the number (the full stop matches too)
-            s.copy_query.push_back(reply_start + static_cast<int64_t>(j) - 1);
-            s.copy_source.push_back(static_cast<int64_t>(source));
-            s.copy_head.push_back(0);
+            for (int h = 0; h < copy_heads; ++h) {
+                s.copy_query.push_back(static_cast<int64_t>(reply_start + j) - 1);
+                s.copy_source.push_back(static_cast<int64_t>(source));
+                s.copy_head.push_back(h);
+            }
         }
         return;
     }
 }
 
 Sequence DemoData::training_sequence(uint64_t doc_seed, int64_t doc_tokens, int n_distractors, double depth,
-                                     int n_questions, double repeat_share, bool copy_key,
-                                     int key_head) const {
+                                     int n_questions, double repeat_share, int copy_heads) const {
     const DemoDocument doc = make_document(doc_seed, doc_tokens, n_distractors, depth, repeat_share);
     Sequence s;
     s.doc_tokens = doc.n_tokens;
@@ -99,16 +88,19 @@ Sequence DemoData::training_sequence(uint64_t doc_seed, int64_t doc_tokens, int 
         asked.push_back(others[i]);
         others.erase(others.begin() + static_cast<std::ptrdiff_t>(i));
     }
-    // The plain prompt of core/prompt.h (context, then "Question: ...\nAnswer:"), encoded in the same two
-    // parts as compare and niah encode it; further questions follow the first answer in the same format.
+    // The plain prompt of core/prompt.h (context, then "Question: ...\nAnswer: <answer prefix>"), encoded in
+    // the same two parts as compare and niah encode it; further questions follow the first answer the same
+    // way.
     s.ids = tok_.encode(doc.text, true);
     const size_t doc_end = s.ids.size();
     for (size_t q = 0; q < asked.size(); ++q) {
-        const auto question =
-            tok_.encode(plain_question_suffix(DemoTextGenerator::question(asked[q]->key)), false);
+        const std::string& key = asked[q]->key;
+        const auto question = tok_.encode(
+            plain_question_suffix(DemoTextGenerator::question(key), DemoTextGenerator::answer_prefix(key)),
+            false);
         s.ids.insert(s.ids.end(), question.begin(), question.end());
-        const auto reply = tok_.encode(" " + asked[q]->sentence(), false);
-        add_copy_targets(s, doc_end, reply, asked[q]->key, copy_key, key_head);
+        const auto reply = tok_.encode(" " + asked[q]->value + ".", false);
+        add_copy_targets(s, doc_end, reply, copy_heads);
         append_scored(s, reply);
         if (q == 0) s.first_answer_end = static_cast<int64_t>(s.score_pos.size());
     }
@@ -120,9 +112,10 @@ Sequence DemoData::eval_sequence(const DemoDocument& doc) const {
     Sequence s;
     s.doc_tokens = doc.n_tokens;
     s.n_distractors = static_cast<int>(doc.distractors.size());
-    const PromptParts parts = build_prompt(tok_, doc.text, doc.question, false);
+    const PromptParts parts = build_prompt(tok_, doc.text, doc.question, false, doc.answer_prefix);
     s.ids = parts.context_ids;
     s.ids.insert(s.ids.end(), parts.question_ids.begin(), parts.question_ids.end());
+    s.ids.insert(s.ids.end(), parts.prefix_ids.begin(), parts.prefix_ids.end());
     append_scored(s, tok_.encode(doc.answer, false));
     s.first_answer_end = static_cast<int64_t>(s.score_pos.size());
     return s;
@@ -152,7 +145,7 @@ std::vector<Sequence> DemoData::training_step(uint64_t seed, int64_t step, int64
     auto make = [&](size_t begin, size_t stride) {
         for (size_t i = begin; i < specs.size(); i += stride)
             out[i] = training_sequence(specs[i].doc_seed, length, specs[i].distractors, specs[i].depth,
-                                       c.max_questions, c.repeat_share, c.copy_key, c.key_head);
+                                       c.max_questions, c.repeat_share, c.copy_heads);
     };
     const size_t workers = std::min<size_t>(specs.size(), static_cast<size_t>(std::max(1, threads)));
     std::vector<std::future<void>> jobs;

@@ -47,8 +47,7 @@ struct Curriculum {
     int max_distractors = 3;
     int max_questions = 4;    // questions per document (the target first, then other needles)
     double repeat_share = 0;  // fraction of filler sentences repeating an earlier one (see make_document)
-    bool copy_key = false;    // copy targets include the reply's key (from the question), not only digits
-    int key_head = 0;         // the query head (0 or 1) whose attention the key's copy supervises
+    int copy_heads = 1;  // query heads (0, or 0 and 1) of the last layer whose copy attention is supervised
     int64_t pick_length(uint64_t seed, int64_t step, int64_t total_steps) const;
 };
 
@@ -58,9 +57,9 @@ class DemoData {
 
     // One training document: `n_distractors` distractors, several questions (all scored), EOS at the end.
     Sequence training_sequence(uint64_t doc_seed, int64_t doc_tokens, int n_distractors, double depth,
-                               int n_questions, double repeat_share = 0, bool copy_key = false,
-                               int key_head = 0) const;
-    // The evaluation format: document, one question, its answer; only the answer sentence is scored.
+                               int n_questions, double repeat_share = 0, int copy_heads = 1) const;
+    // The evaluation format: document, one question with the answer prefix, the answer; only the answer is
+    // scored.
     Sequence eval_sequence(const DemoDocument& doc) const;
     // The batch of step `step`: tokens_per_step / length documents of the curriculum's length (at least one),
     // generated on `threads` threads (the result does not depend on it).
@@ -71,7 +70,7 @@ class DemoData {
 
   private:
     void add_copy_targets(Sequence& s, size_t doc_end, const std::vector<int64_t>& reply,
-                          const std::string& key, bool copy_key, int key_head) const;
+                          int copy_heads) const;
     const Tokenizer& tok_;
     int64_t pad_id_;
 };

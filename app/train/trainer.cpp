@@ -70,8 +70,7 @@ json run_identity(const TrainOptions& o) {
             {"max_distractors", o.curriculum.max_distractors},
             {"max_questions", o.curriculum.max_questions},
             {"copy_attention_weight", o.copy_attention_weight},
-            {"copy_key", o.curriculum.copy_key},
-            {"key_head", o.curriculum.key_head},
+            {"copy_heads", o.curriculum.copy_heads},
             {"lm_head_from_embedding", o.lm_head_from_embedding},
             {"curriculum", {{"lengths", o.curriculum.lengths}, {"unlock_at", o.curriculum.unlock_at}}},
             {"shape", shape_json(o.shape)}};
