@@ -3,7 +3,8 @@
 #   1. calibrates the shipped basis on generated demo-corpus documents (training seed range, never the
 #      evaluation documents) and prints the per-layer residual spectrum (directions for 90 / 99 % energy)
 #   2. NIAH exact match of the uncompressed model: lengths 512-4096 x depths 0-100 % x SAMPLES documents
-#   3. NIAH full / varrate / flat / snapkv at each budget in BUDGETS, query-aware and query-agnostic
+#   3. NIAH full / varrate / flat / snapkv (METHODS) at each budget in BUDGETS, query-aware and query-agnostic,
+#      COMPARE_SAMPLES documents per cell (default SAMPLES)
 # Results (records, summary.json/csv, heatmap.png per sweep) go to OUT_DIR (default results/demo).
 # Usage: scripts/demo-eval.sh [--skip-calibration]
 set -euo pipefail
@@ -11,6 +12,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 model=${MODEL:-resources/models/varrate-demo}
 out=${OUT_DIR:-results/demo}
 samples=${SAMPLES:-10}
+compare_samples=${COMPARE_SAMPLES:-$samples}
 budgets=${BUDGETS:-"0.2 0.1"}
 lengths=${LENGTHS:-512,1024,2048}
 bin=${BIN:-build/bin}
@@ -29,8 +31,8 @@ fi
 
 for kappa in $budgets; do
   for mode in query-aware query-agnostic; do
-    "$bin/varrate" niah --model "$model" --lengths "$lengths" --samples "$samples" --seed 9001 \
-      --methods full,varrate,flat,snapkv --budget "$kappa" --mode "$mode" ${EXTRA_FLAGS:-} \
+    "$bin/varrate" niah --model "$model" --lengths "$lengths" --samples "$compare_samples" --seed 9001 \
+      --methods "${METHODS:-full,varrate,flat,snapkv}" --budget "$kappa" --mode "$mode" ${EXTRA_FLAGS:-} \
       --out "$out/kappa-$kappa-$mode" | tee "$out/kappa-$kappa-$mode.txt"
   done
 done

@@ -23,9 +23,9 @@ mkdir -p "$work"
   --final-eval-samples 0 --log-every 50 | tee "$work/stage1.log"
 
 # Stage 2: more needles per document (up to six, all asked) give more supervised answer tokens per haystack.
-# --steps STAGE2_STEPS is what --minutes 60 chose on two cores.
+# --steps 1392 is what --minutes 60 chose on two cores.
 "$bin/varrate-train" --out "$work/stage2" --init-from "$work/stage1" "${shape[@]}" --copy-attention 1 \
-  --max-distractors 5 --max-questions 6 --threads 2 --seed 8 --steps STAGE2_STEPS --warmup 50 --lr 1e-3 \
+  --max-distractors 5 --max-questions 6 --threads 2 --seed 8 --steps 1392 --warmup 50 --lr 1e-3 \
   --tokens-per-step 4096 --curriculum-lengths 512,1024,2048,3072 --unlock-at 0,0,0.15,0.35 --eval-every 250 \
   --eval-samples 2 --eval-lengths 512,1024,2048 --final-eval-samples 4 --log-every 50 | tee "$work/stage2.log"
 
