@@ -61,6 +61,15 @@ class TestPipeline : public QObject {
         return r;
     }
 
+    // Uncompressed greedy generation from `ids`, as run_compare's requests decode (12 tokens, stop at EOS).
+    std::vector<int64_t> plain_greedy(const std::vector<int64_t>& ids) {
+        KVCache cache = session_->model().new_cache();
+        GenerateOptions go;
+        go.max_new_tokens = 12;
+        go.stop_ids = session_->model().config().eos_token_ids;
+        return generate_greedy(session_->model(), cache, ids, go).generated;
+    }
+
   private Q_SLOTS:
     void full_equals_plain_generation() {
         VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
@@ -69,11 +78,7 @@ class TestPipeline : public QObject {
         const PromptParts parts = build_prompt(session_->tokenizer(), context_, q, false);
         std::vector<int64_t> ids = parts.context_ids;
         ids.insert(ids.end(), parts.question_ids.begin(), parts.question_ids.end());
-        KVCache cache = session_->model().new_cache();
-        GenerateOptions go;
-        go.max_new_tokens = 12;
-        go.stop_ids = session_->model().config().eos_token_ids;
-        const auto plain = generate_greedy(session_->model(), cache, ids, go).generated;
+        const auto plain = plain_greedy(ids);
         for (auto mode : {CompressionMode::QueryAware, CompressionMode::QueryAgnostic}) {
             const CompareResult r = run_compare(*session_, request({"full"}, mode, {q}));
             QCOMPARE(r.runs.size(), size_t{1});
@@ -95,11 +100,7 @@ class TestPipeline : public QObject {
         ids.insert(ids.end(), parts.question_ids.begin(), parts.question_ids.end());
         const size_t prompt_without_prefix = ids.size();
         ids.insert(ids.end(), parts.prefix_ids.begin(), parts.prefix_ids.end());
-        KVCache cache = session_->model().new_cache();
-        GenerateOptions go;
-        go.max_new_tokens = 12;
-        go.stop_ids = session_->model().config().eos_token_ids;
-        const auto plain = generate_greedy(session_->model(), cache, ids, go).generated;
+        const auto plain = plain_greedy(ids);
         for (auto mode : {CompressionMode::QueryAware, CompressionMode::QueryAgnostic}) {
             CompareRequest req = request({"full", "snapkv"}, mode, {q});
             req.answer_prefixes = {prefix};
