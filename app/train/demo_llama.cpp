@@ -185,14 +185,22 @@ torch::Tensor DemoLlamaImpl::logits(const torch::Tensor& hidden_rows) {
     return torch::matmul(hidden_rows, (lm_head ? lm_head->weight : model->embed_tokens->weight).t());
 }
 
+void DemoLlamaImpl::keep_copy_heads(int64_t layer, bool keep) {
+    auto attn = (*model->layers)[static_cast<size_t>(layer)]->as<DecoderLayer>()->self_attn;
+    attn->keep_copy_heads = keep;
+    if (!keep) attn->copy_head_probs = torch::Tensor();
+}
+
+torch::Tensor DemoLlamaImpl::copy_head_probs(int64_t layer) {
+    return (*model->layers)[static_cast<size_t>(layer)]->as<DecoderLayer>()->self_attn->copy_head_probs;
+}
+
 void DemoLlamaImpl::keep_last_copy_heads(bool keep) {
-    auto last = (*model->layers)[model->layers->size() - 1]->as<DecoderLayer>();
-    last->self_attn->keep_copy_heads = keep;
-    if (!keep) last->self_attn->copy_head_probs = torch::Tensor();
+    keep_copy_heads(static_cast<int64_t>(model->layers->size()) - 1, keep);
 }
 
 torch::Tensor DemoLlamaImpl::last_copy_head_probs() {
-    return (*model->layers)[model->layers->size() - 1]->as<DecoderLayer>()->self_attn->copy_head_probs;
+    return copy_head_probs(static_cast<int64_t>(model->layers->size()) - 1);
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> DemoLlamaImpl::hf_tensors() {

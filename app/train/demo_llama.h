@@ -95,6 +95,9 @@ struct DemoLlamaImpl : torch::nn::Module {
     // [B, 2, T, T] (kept only while keep_last_copy_heads(true)): the heads that attention supervision trains.
     void keep_last_copy_heads(bool keep);
     torch::Tensor last_copy_head_probs();
+    // The same for any layer (the key-gather supervision uses an earlier one).
+    void keep_copy_heads(int64_t layer, bool keep);
+    torch::Tensor copy_head_probs(int64_t layer);
 
     // Parameters by HF name, in the order of ModelConfig::expected_tensors().
     std::vector<std::pair<std::string, torch::Tensor>> hf_tensors();

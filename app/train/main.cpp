@@ -40,6 +40,10 @@ int main(int argc, char** argv) {
                    "With --copy-attention: supervise query head 0 (1) or heads 0 and 1 (2) of the last layer")
         ->check(CLI::Range(1, 2))
         ->capture_default_str();
+    app.add_option("--key-gather-layer", o.key_gather_layer,
+                   "With --copy-attention: also supervise query head 0 of this layer (below the last) to "
+                   "attend from each needle and reply digit to its sentence's key token (-1 = off)")
+        ->capture_default_str();
     app.add_option("--max-distractors", o.curriculum.max_distractors,
                    "Distractor needles per training document: 0..N, drawn uniformly")
         ->check(CLI::Range(0, 16))

@@ -58,6 +58,11 @@ void DemoData::add_copy_targets(Sequence& s, size_t doc_end, const std::vector<i
     const int64_t is_id = s.ids[reply_start - 1];
     for (size_t p = 0; p + 2 < doc_end; ++p) {
         if (s.ids[p] != key_id || s.ids[p + 1] != is_id) continue;
+        // reply = digits + full stop; the needle's "is" and digits gather its key, and so do the reply's.
+        if (reply.size() > 1) {
+            add_gather_targets(s, static_cast<int64_t>(p), reply.size() - 1);
+            add_gather_targets(s, static_cast<int64_t>(reply_start) - 2, reply.size() - 1);
+        }
         for (size_t j = 0; j < reply.size() && p + 2 + j < doc_end; ++j) {
             const size_t source = p + 2 + j;
             if (s.ids[source] != reply[j]) break;  // the end of the number (the full stop matches too)
@@ -68,6 +73,13 @@ void DemoData::add_copy_targets(Sequence& s, size_t doc_end, const std::vector<i
             }
         }
         return;
+    }
+}
+
+void DemoData::add_gather_targets(Sequence& s, int64_t key_pos, size_t n_digits) {
+    for (int64_t q = key_pos + 1; q <= key_pos + 1 + static_cast<int64_t>(n_digits); ++q) {
+        s.gather_query.push_back(q);
+        s.gather_source.push_back(key_pos);
     }
 }
 
@@ -162,7 +174,7 @@ Batch DemoData::collate(const std::vector<Sequence>& seqs, bool first_answer_onl
     const int64_t B = static_cast<int64_t>(seqs.size());
     Batch b;
     b.ids = at::full({B, T}, pad_id_, at::kLong);
-    std::vector<int64_t> rows, targets, lm_rows, lm_targets, copy_index;
+    std::vector<int64_t> rows, targets, lm_rows, lm_targets, copy_index, gather_index;
     auto ids = b.ids.accessor<int64_t, 2>();
     for (int64_t i = 0; i < B; ++i) {
         const Sequence& s = seqs[static_cast<size_t>(i)];
@@ -174,6 +186,8 @@ Batch DemoData::collate(const std::vector<Sequence>& seqs, bool first_answer_onl
         }
         for (size_t k = 0; k < s.copy_query.size(); ++k)
             copy_index.push_back(((i * 2 + s.copy_head[k]) * T + s.copy_query[k]) * T + s.copy_source[k]);
+        for (size_t k = 0; k < s.gather_query.size(); ++k)
+            gather_index.push_back((i * 2 * T + s.gather_query[k]) * T + s.gather_source[k]);
         const size_t n_scored =
             first_answer_only ? static_cast<size_t>(s.first_answer_end) : s.score_pos.size();
         for (size_t k = 0; k < n_scored; ++k) {
@@ -186,6 +200,7 @@ Batch DemoData::collate(const std::vector<Sequence>& seqs, bool first_answer_onl
     b.lm_rows = at::tensor(lm_rows, at::kLong);
     b.lm_targets = at::tensor(lm_targets, at::kLong);
     b.copy_index = at::tensor(copy_index, at::kLong);
+    b.gather_index = at::tensor(gather_index, at::kLong);
     return b;
 }
 

@@ -28,16 +28,20 @@ struct Sequence {
     // position of that digit in the asked needle of the document (copy_source), for attention supervision.
     std::vector<int64_t> copy_query, copy_source;
     std::vector<int64_t> copy_head;  // query head (0 or 1 of the last layer) supervised for each pair
+    // Key-gather targets: every position of a needle sentence from "is" to its last digit, in the document
+    // and in each reply, paired with that sentence's key token (what the copy head must match on).
+    std::vector<int64_t> gather_query, gather_source;
 };
 
 struct Batch {
-    at::Tensor ids;         // [B, T] int64, right-padded with pad_id
-    at::Tensor rows;        // [N] int64 flat indices b*T + p of the scored positions
-    at::Tensor targets;     // [N] int64 next tokens
-    at::Tensor lm_rows;     // [M] every non-pad position with a next token (the language-modelling rows)
-    at::Tensor lm_targets;  // [M]
-    int64_t n_tokens = 0;   // non-pad tokens
-    at::Tensor copy_index;  // [K] flat indices ((b*2 + head)*T + query)*T + source into [B, 2, T, T]
+    at::Tensor ids;           // [B, T] int64, right-padded with pad_id
+    at::Tensor rows;          // [N] int64 flat indices b*T + p of the scored positions
+    at::Tensor targets;       // [N] int64 next tokens
+    at::Tensor lm_rows;       // [M] every non-pad position with a next token (the language-modelling rows)
+    at::Tensor lm_targets;    // [M]
+    int64_t n_tokens = 0;     // non-pad tokens
+    at::Tensor copy_index;    // [K] flat indices ((b*2 + head)*T + query)*T + source into [B, 2, T, T]
+    at::Tensor gather_index;  // [G] flat indices (b*2*T + query)*T + source into [B, 2, T, T] (head 0)
 };
 
 // Training curriculum: document lengths grow with progress; distractors (0..max) from the first step.
@@ -71,6 +75,7 @@ class DemoData {
   private:
     void add_copy_targets(Sequence& s, size_t doc_end, const std::vector<int64_t>& reply,
                           int copy_heads) const;
+    static void add_gather_targets(Sequence& s, int64_t key_pos, size_t n_digits);
     const Tokenizer& tok_;
     int64_t pad_id_;
 };

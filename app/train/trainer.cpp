@@ -71,6 +71,7 @@ json run_identity(const TrainOptions& o) {
             {"max_questions", o.curriculum.max_questions},
             {"copy_attention_weight", o.copy_attention_weight},
             {"copy_heads", o.curriculum.copy_heads},
+            {"key_gather_layer", o.key_gather_layer},
             {"lm_head_from_embedding", o.lm_head_from_embedding},
             {"curriculum", {{"lengths", o.curriculum.lengths}, {"unlock_at", o.curriculum.unlock_at}}},
             {"shape", shape_json(o.shape)}};
@@ -112,6 +113,7 @@ struct Run {
     torch::Tensor digit_loss;                         // its digit tokens alone (chance: ln 10 = 2.30)
     torch::Tensor digit_ids;                          // [n] token ids of the digits
     torch::Tensor copy_attention = torch::zeros({});  // the attention-supervision term of the last loss
+    torch::Tensor key_gather = torch::zeros({});      // the key-gather supervision term of the last loss
     std::unique_ptr<torch::optim::AdamW> optimizer;
     std::ofstream log;
 
@@ -122,6 +124,9 @@ struct Run {
     torch::Tensor loss(const Batch& b) {
         const bool supervise = o.copy_attention_weight > 0 && b.copy_index.numel() > 0;
         model->keep_last_copy_heads(supervise);
+        const bool gather =
+            o.copy_attention_weight > 0 && o.key_gather_layer >= 0 && b.gather_index.numel() > 0;
+        if (gather) model->keep_copy_heads(o.key_gather_layer, true);
         const torch::Tensor hidden = model->hidden_states(b.ids.to(device), attn_dtype());  // [B, T, hidden]
         const torch::Tensor flat = hidden.reshape({-1, hidden.size(-1)});
         const torch::Tensor rows = flat.index_select(0, b.rows.to(device));
@@ -147,6 +152,15 @@ struct Run {
             l = l + o.copy_attention_weight * copy_attention;
             copy_attention = copy_attention.detach();
             model->keep_last_copy_heads(false);
+        }
+        if (gather) {
+            const torch::Tensor p = model->copy_head_probs(o.key_gather_layer)
+                                        .reshape({-1})
+                                        .index_select(0, b.gather_index.to(device));  // [G]
+            key_gather = -torch::log(p.to(torch::kFloat).clamp_min(1e-6)).mean();
+            l = l + o.copy_attention_weight * key_gather;
+            key_gather = key_gather.detach();
+            model->keep_copy_heads(o.key_gather_layer, false);
         }
         return l;
     }
@@ -372,6 +386,9 @@ EvalResult run_training(const TrainOptions& opt_in) {
     if (o.steps <= 0) throw Error("training: --steps must be positive");
     if (o.copy_attention_weight > 0 && o.shape.heads / o.shape.kv_heads < 2)
         throw Error("training: --copy-attention needs at least two query heads per KV head (grouped-query)");
+    if (o.key_gather_layer >= 0 && (o.copy_attention_weight <= 0 || o.key_gather_layer >= o.shape.layers - 1))
+        throw Error("training: --key-gather-layer needs --copy-attention and a layer below the last (0.." +
+                    std::to_string(o.shape.layers - 2) + "), got " + std::to_string(o.key_gather_layer));
     if (o.tokens_per_step <= 0) throw Error("training: --tokens-per-step must be positive");
     if (o.warmup < 0) throw Error("training: --warmup must not be negative");
     if (o.stop_at < 0 || o.stop_at > o.steps) throw Error("training: --stop-at must be within [0, --steps]");
@@ -461,6 +478,7 @@ EvalResult run_training(const TrainOptions& opt_in) {
         const double answer_loss_v = run.answer_loss.item<double>();
         const double digit_loss_v = run.digit_loss.item<double>();
         const double copy_attention_v = run.copy_attention.item<double>();
+        const double key_gather_v = run.key_gather.item<double>();
         digit_loss_sum += digit_loss_v;
         loss_sum += loss_v;
         answer_loss_sum += answer_loss_v;
@@ -470,6 +488,7 @@ EvalResult run_training(const TrainOptions& opt_in) {
                       {"answer_loss", answer_loss_v},
                       {"digit_loss", digit_loss_v},
                       {"copy_attention_loss", copy_attention_v},
+                      {"key_gather_loss", key_gather_v},
                       {"lr", lr},
                       {"grad_norm", grad_norm},
                       {"batch", batch.ids.size(0)},

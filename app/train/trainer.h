@@ -27,6 +27,10 @@ struct TrainOptions {
     // > 0: weight of attention supervision (query head 0 of the last layer attends to the needle digit each
     // answer digit copies; cross-entropy of that attention weight)
     double copy_attention_weight = 0;
+    // >= 0 (with copy_attention_weight > 0): query head 0 of this layer is supervised to attend from each
+    // needle or reply position between "is" and the last digit to the sentence's key token, so that the
+    // digits carry their key for the copy head to match (-1 = off)
+    int64_t key_gather_layer = -1;
     bool lm_head_from_embedding = false;  // with --untied: the lm_head starts as a copy of the embedding
     int64_t export_every = 0;  // also export the model every N steps (a long run leaves a usable model)
     double minutes = 0;        // > 0: choose `steps` so that the run fits this time (timing probe first)
