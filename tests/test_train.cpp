@@ -172,12 +172,14 @@ class TestTrain : public QObject {
         QCOMPARE(*tok.bos_id(), ids.front());
     }
 
-    // The recipe of the shipped model: a separate lm_head, attention supervision of the copies and of the key
-    // gather. Both supervised attentions fall on a fixed batch (their targets are reachable positions, and
-    // the terms train), and the untied export carries lm_head.weight with logits equal to the trainer's.
+    // The recipe of the shipped model: a separate lm_head and attention supervision of the copies (with the
+    // optional key-gather and previous-token heads, on a three-layer model). Every supervised attention falls
+    // on a fixed batch (its targets are reachable positions, and the term trains), and the untied export
+    // carries lm_head.weight with logits equal to the trainer's.
     void untied_model_with_copy_attention_trains_and_exports() {
         const auto dir = varrate::test::temp_dir("train_untied");
         QStringList args = tiny(dir / "out", 30);
+        args[args.indexOf("--layers") + 1] = "3";
         args << "--fixed-batch"
              << "--compute"
              << "fp32"
@@ -189,14 +191,17 @@ class TestTrain : public QObject {
              << "2"
              << "--key-gather-layer"
              << "0"
+             << "--prev-token-layer"
+             << "1"
              << "--dump-logits" << QString::fromStdString((dir / "logits.safetensors").string());
         EXPECT_RUN(args);
-        std::vector<double> copy, digits, gather;
+        std::vector<double> copy, digits, gather, prev;
         for (const auto& j : varrate::test::read_jsonl(dir / "out" / "train_log.jsonl"))
             if (j.contains("copy_attention_loss")) {
                 copy.push_back(j["copy_attention_loss"].get<double>());
                 digits.push_back(j["digit_loss"].get<double>());
                 gather.push_back(j["key_gather_loss"].get<double>());
+                prev.push_back(j["prev_token_loss"].get<double>());
             }
         QCOMPARE(copy.size(), size_t(30));
         // At the start the head spreads over ~100-200 positions: -ln p is about ln(positions).
@@ -207,6 +212,8 @@ class TestTrain : public QObject {
         // The key gather, like the copy, starts spread over all earlier positions and sharpens.
         QVERIFY2(gather.front() > 1.0 && gather.back() < 0.5 * gather.front(),
                  qPrintable(QString("key gather loss %1 -> %2").arg(gather.front()).arg(gather.back())));
+        QVERIFY2(prev.front() > 1.0 && prev.back() < 0.7 * prev.front(),
+                 qPrintable(QString("previous-token loss %1 -> %2").arg(prev.front()).arg(prev.back())));
 
         varrate::RuntimeOptions ro;
         ro.threads = 2;

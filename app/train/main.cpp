@@ -44,6 +44,10 @@ int main(int argc, char** argv) {
                    "With --copy-attention: also supervise query head 0 of this layer (below the last) to "
                    "attend from each needle and reply digit to its sentence's key token (-1 = off)")
         ->capture_default_str();
+    app.add_option("--prev-token-layer", o.prev_token_layer,
+                   "With --copy-attention: also supervise query head 0 of this layer (below the last) to "
+                   "attend from every position to the previous one (-1 = off)")
+        ->capture_default_str();
     app.add_option("--max-distractors", o.curriculum.max_distractors,
                    "Distractor needles per training document: 0..N, drawn uniformly")
         ->check(CLI::Range(0, 16))

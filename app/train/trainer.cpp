@@ -72,6 +72,7 @@ json run_identity(const TrainOptions& o) {
             {"copy_attention_weight", o.copy_attention_weight},
             {"copy_heads", o.curriculum.copy_heads},
             {"key_gather_layer", o.key_gather_layer},
+            {"prev_token_layer", o.prev_token_layer},
             {"lm_head_from_embedding", o.lm_head_from_embedding},
             {"curriculum", {{"lengths", o.curriculum.lengths}, {"unlock_at", o.curriculum.unlock_at}}},
             {"shape", shape_json(o.shape)}};
@@ -114,6 +115,7 @@ struct Run {
     torch::Tensor digit_ids;                          // [n] token ids of the digits
     torch::Tensor copy_attention = torch::zeros({});  // the attention-supervision term of the last loss
     torch::Tensor key_gather = torch::zeros({});      // the key-gather supervision term of the last loss
+    torch::Tensor prev_token = torch::zeros({});      // the previous-token supervision term of the last loss
     std::unique_ptr<torch::optim::AdamW> optimizer;
     std::ofstream log;
 
@@ -127,6 +129,8 @@ struct Run {
         const bool gather =
             o.copy_attention_weight > 0 && o.key_gather_layer >= 0 && b.gather_index.numel() > 0;
         if (gather) model->keep_copy_heads(o.key_gather_layer, true);
+        const bool prev = o.copy_attention_weight > 0 && o.prev_token_layer >= 0 && b.lm_rows.numel() > 0;
+        if (prev) model->keep_copy_heads(o.prev_token_layer, true);
         const torch::Tensor hidden = model->hidden_states(b.ids.to(device), attn_dtype());  // [B, T, hidden]
         const torch::Tensor flat = hidden.reshape({-1, hidden.size(-1)});
         const torch::Tensor rows = flat.index_select(0, b.rows.to(device));
@@ -161,6 +165,20 @@ struct Run {
             l = l + o.copy_attention_weight * key_gather;
             key_gather = key_gather.detach();
             model->keep_copy_heads(o.key_gather_layer, false);
+        }
+        if (prev) {
+            // lm_rows are b*T + p for every position p with a next token; position p + 1 attends to p.
+            const int64_t T = b.ids.size(1);
+            const torch::Tensor r = b.lm_rows.to(device);
+            const torch::Tensor batch = r.div(T, "floor");
+            const torch::Tensor pos = r - batch * T;
+            const torch::Tensor index = (batch * 2 * T + pos + 1) * T + pos;  // into [B, 2, T, T], head 0
+            const torch::Tensor p =
+                model->copy_head_probs(o.prev_token_layer).reshape({-1}).index_select(0, index);
+            prev_token = -torch::log(p.to(torch::kFloat).clamp_min(1e-6)).mean();
+            l = l + o.copy_attention_weight * prev_token;
+            prev_token = prev_token.detach();
+            model->keep_copy_heads(o.prev_token_layer, false);
         }
         return l;
     }
@@ -389,6 +407,12 @@ EvalResult run_training(const TrainOptions& opt_in) {
     if (o.key_gather_layer >= 0 && (o.copy_attention_weight <= 0 || o.key_gather_layer >= o.shape.layers - 1))
         throw Error("training: --key-gather-layer needs --copy-attention and a layer below the last (0.." +
                     std::to_string(o.shape.layers - 2) + "), got " + std::to_string(o.key_gather_layer));
+    if (o.prev_token_layer >= 0 &&
+        (o.copy_attention_weight <= 0 || o.prev_token_layer >= o.shape.layers - 1 ||
+         o.prev_token_layer == o.key_gather_layer))
+        throw Error("training: --prev-token-layer needs --copy-attention and a layer below the last (0.." +
+                    std::to_string(o.shape.layers - 2) + ") other than --key-gather-layer, got " +
+                    std::to_string(o.prev_token_layer));
     if (o.tokens_per_step <= 0) throw Error("training: --tokens-per-step must be positive");
     if (o.warmup < 0) throw Error("training: --warmup must not be negative");
     if (o.stop_at < 0 || o.stop_at > o.steps) throw Error("training: --stop-at must be within [0, --steps]");
@@ -479,6 +503,7 @@ EvalResult run_training(const TrainOptions& opt_in) {
         const double digit_loss_v = run.digit_loss.item<double>();
         const double copy_attention_v = run.copy_attention.item<double>();
         const double key_gather_v = run.key_gather.item<double>();
+        const double prev_token_v = run.prev_token.item<double>();
         digit_loss_sum += digit_loss_v;
         loss_sum += loss_v;
         answer_loss_sum += answer_loss_v;
@@ -489,6 +514,7 @@ EvalResult run_training(const TrainOptions& opt_in) {
                       {"digit_loss", digit_loss_v},
                       {"copy_attention_loss", copy_attention_v},
                       {"key_gather_loss", key_gather_v},
+                      {"prev_token_loss", prev_token_v},
                       {"lr", lr},
                       {"grad_norm", grad_norm},
                       {"batch", batch.ids.size(0)},

@@ -31,6 +31,10 @@ struct TrainOptions {
     // needle or reply position between "is" and the last digit to the sentence's key token, so that the
     // digits carry their key for the copy head to match (-1 = off)
     int64_t key_gather_layer = -1;
+    // >= 0 (with copy_attention_weight > 0): query head 0 of this layer is supervised to attend from every
+    // position to the one before it (a previous-token head: the half of an induction circuit that lets the
+    // copy head match a needle digit by the digit before it) (-1 = off)
+    int64_t prev_token_layer = -1;
     bool lm_head_from_embedding = false;  // with --untied: the lm_head starts as a copy of the embedding
     int64_t export_every = 0;  // also export the model every N steps (a long run leaves a usable model)
     double minutes = 0;        // > 0: choose `steps` so that the run fits this time (timing probe first)
