@@ -173,9 +173,9 @@ class TestTrain : public QObject {
     }
 
     // The recipe of the shipped model: a separate lm_head and attention supervision of the copies (with the
-    // optional key-gather and previous-token heads, on a three-layer model). Every supervised attention falls
-    // on a fixed batch (its targets are reachable positions, and the term trains), and the untied export
-    // carries lm_head.weight with logits equal to the trainer's.
+    // optional key-gather and previous-token heads, on a three-layer model, and the copy head's own-logit
+    // loss). Every supervised term falls on a fixed batch (its targets are reachable, and the term trains),
+    // and the untied export carries lm_head.weight with logits equal to the trainer's.
     void untied_model_with_copy_attention_trains_and_exports() {
         const auto dir = varrate::test::temp_dir("train_untied");
         QStringList args = tiny(dir / "out", 30);
@@ -193,15 +193,18 @@ class TestTrain : public QObject {
              << "0"
              << "--prev-token-layer"
              << "1"
+             << "--copy-logit"
+             << "1"
              << "--dump-logits" << QString::fromStdString((dir / "logits.safetensors").string());
         EXPECT_RUN(args);
-        std::vector<double> copy, digits, gather, prev;
+        std::vector<double> copy, digits, gather, prev, own;
         for (const auto& j : varrate::test::read_jsonl(dir / "out" / "train_log.jsonl"))
             if (j.contains("copy_attention_loss")) {
                 copy.push_back(j["copy_attention_loss"].get<double>());
                 digits.push_back(j["digit_loss"].get<double>());
                 gather.push_back(j["key_gather_loss"].get<double>());
                 prev.push_back(j["prev_token_loss"].get<double>());
+                own.push_back(j["copy_logit_loss"].get<double>());
             }
         QCOMPARE(copy.size(), size_t(30));
         // At the start the head spreads over ~100-200 positions: -ln p is about ln(positions).
@@ -214,6 +217,9 @@ class TestTrain : public QObject {
                  qPrintable(QString("key gather loss %1 -> %2").arg(gather.front()).arg(gather.back())));
         QVERIFY2(prev.front() > 1.0 && prev.back() < 0.7 * prev.front(),
                  qPrintable(QString("previous-token loss %1 -> %2").arg(prev.front()).arg(prev.back())));
+        // The copy head's own logits start near uniform over the vocabulary (ln 2125 = 7.66).
+        QVERIFY2(own.front() > 6.0 && own.back() < 0.7 * own.front(),
+                 qPrintable(QString("copy-logit loss %1 -> %2").arg(own.front()).arg(own.back())));
 
         varrate::RuntimeOptions ro;
         ro.threads = 2;

@@ -113,6 +113,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
                                   .view({B, heads, T, head_dim})
                                   .transpose(1, 2)
                                   .reshape({B, T, heads * head_dim});
+    if (keep_copy_heads)
+        copy_head_out = torch::linear(out.narrow(-1, 0, head_dim), o_proj->weight.narrow(1, 0, head_dim));
     return project(o_proj, out, attn_dtype);
 }
 
@@ -188,15 +190,26 @@ torch::Tensor DemoLlamaImpl::logits(const torch::Tensor& hidden_rows) {
 void DemoLlamaImpl::keep_copy_heads(int64_t layer, bool keep) {
     auto attn = (*model->layers)[static_cast<size_t>(layer)]->as<DecoderLayer>()->self_attn;
     attn->keep_copy_heads = keep;
-    if (!keep) attn->copy_head_probs = torch::Tensor();
+    if (!keep) {
+        attn->copy_head_probs = torch::Tensor();
+        attn->copy_head_out = torch::Tensor();
+    }
 }
 
 torch::Tensor DemoLlamaImpl::copy_head_probs(int64_t layer) {
     return (*model->layers)[static_cast<size_t>(layer)]->as<DecoderLayer>()->self_attn->copy_head_probs;
 }
 
+torch::Tensor DemoLlamaImpl::copy_head_out(int64_t layer) {
+    return (*model->layers)[static_cast<size_t>(layer)]->as<DecoderLayer>()->self_attn->copy_head_out;
+}
+
 void DemoLlamaImpl::keep_last_copy_heads(bool keep) {
     keep_copy_heads(static_cast<int64_t>(model->layers->size()) - 1, keep);
+}
+
+torch::Tensor DemoLlamaImpl::last_copy_head_out() {
+    return copy_head_out(static_cast<int64_t>(model->layers->size()) - 1);
 }
 
 torch::Tensor DemoLlamaImpl::last_copy_head_probs() {

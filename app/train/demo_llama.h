@@ -53,6 +53,7 @@ struct AttentionImpl : torch::nn::Module {
         false;  // keep the attention probabilities of query heads 0 and 1 (with their graph)
     torch::Tensor
         copy_head_probs;  // [B, 2, T, T] in attn_dtype, when keep_copy_heads (heads 0, 1 of KV head 0)
+    torch::Tensor copy_head_out;  // [B, T, hidden] fp32: query head 0's own term of o_proj's output, ditto
 };
 TORCH_MODULE(Attention);
 
@@ -95,9 +96,12 @@ struct DemoLlamaImpl : torch::nn::Module {
     // [B, 2, T, T] (kept only while keep_last_copy_heads(true)): the heads that attention supervision trains.
     void keep_last_copy_heads(bool keep);
     torch::Tensor last_copy_head_probs();
+    torch::Tensor last_copy_head_out();
     // The same for any layer (the key-gather supervision uses an earlier one).
     void keep_copy_heads(int64_t layer, bool keep);
     torch::Tensor copy_head_probs(int64_t layer);
+    // Query head 0's own contribution to the residual stream at every position: [B, T, hidden].
+    torch::Tensor copy_head_out(int64_t layer);
 
     // Parameters by HF name, in the order of ModelConfig::expected_tensors().
     std::vector<std::pair<std::string, torch::Tensor>> hf_tensors();

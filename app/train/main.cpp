@@ -48,6 +48,11 @@ int main(int argc, char** argv) {
                    "With --copy-attention: also supervise query head 0 of this layer (below the last) to "
                    "attend from every position to the previous one (-1 = off)")
         ->capture_default_str();
+    app.add_option(
+           "--copy-logit", o.copy_logit_weight,
+           "With --copy-attention: weight of a cross-entropy on the copy head's own logit "
+           "contribution (final norm + lm_head of its output term) against the copied token (0 = off)")
+        ->capture_default_str();
     app.add_option("--max-distractors", o.curriculum.max_distractors,
                    "Distractor needles per training document: 0..N, drawn uniformly")
         ->check(CLI::Range(0, 16))

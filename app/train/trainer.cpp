@@ -73,6 +73,7 @@ json run_identity(const TrainOptions& o) {
             {"copy_heads", o.curriculum.copy_heads},
             {"key_gather_layer", o.key_gather_layer},
             {"prev_token_layer", o.prev_token_layer},
+            {"copy_logit_weight", o.copy_logit_weight},
             {"lm_head_from_embedding", o.lm_head_from_embedding},
             {"curriculum", {{"lengths", o.curriculum.lengths}, {"unlock_at", o.curriculum.unlock_at}}},
             {"shape", shape_json(o.shape)}};
@@ -116,6 +117,7 @@ struct Run {
     torch::Tensor copy_attention = torch::zeros({});  // the attention-supervision term of the last loss
     torch::Tensor key_gather = torch::zeros({});      // the key-gather supervision term of the last loss
     torch::Tensor prev_token = torch::zeros({});      // the previous-token supervision term of the last loss
+    torch::Tensor copy_logit = torch::zeros({});      // the copy head's own-logit term of the last loss
     std::unique_ptr<torch::optim::AdamW> optimizer;
     std::ofstream log;
 
@@ -155,6 +157,26 @@ struct Run {
             copy_attention = -torch::log(p.to(torch::kFloat).clamp_min(1e-6)).mean();
             l = l + o.copy_attention_weight * copy_attention;
             copy_attention = copy_attention.detach();
+            if (o.copy_logit_weight > 0) {
+                // copy_index is ((b*2 + head)*T + query)*T + source; head 0's pairs give the rows b*T + query
+                // of its own output and the copied tokens ids[b, source].
+                const int64_t T = b.ids.size(1);
+                const torch::Tensor idx = b.copy_index.to(device);
+                const torch::Tensor source = idx.remainder(T);
+                const torch::Tensor query = idx.div(T, "floor").remainder(T);
+                const torch::Tensor bh = idx.div(T * T, "floor");
+                const torch::Tensor head0 = bh.remainder(2).eq(0);
+                const torch::Tensor batch = bh.div(2, "floor").masked_select(head0);
+                const torch::Tensor q_rows = batch * T + query.masked_select(head0);
+                const torch::Tensor s_rows = batch * T + source.masked_select(head0);
+                const torch::Tensor own = model->last_copy_head_out().reshape({-1, hidden.size(-1)});
+                const torch::Tensor own_logits =
+                    model->logits(model->model->norm(own.index_select(0, q_rows)));
+                const torch::Tensor copied = b.ids.to(device).reshape({-1}).index_select(0, s_rows);
+                copy_logit = torch::nn::functional::cross_entropy(own_logits, copied);
+                l = l + o.copy_logit_weight * copy_logit;
+                copy_logit = copy_logit.detach();
+            }
             model->keep_last_copy_heads(false);
         }
         if (gather) {
@@ -407,6 +429,8 @@ EvalResult run_training(const TrainOptions& opt_in) {
     if (o.key_gather_layer >= 0 && (o.copy_attention_weight <= 0 || o.key_gather_layer >= o.shape.layers - 1))
         throw Error("training: --key-gather-layer needs --copy-attention and a layer below the last (0.." +
                     std::to_string(o.shape.layers - 2) + "), got " + std::to_string(o.key_gather_layer));
+    if (o.copy_logit_weight > 0 && o.copy_attention_weight <= 0)
+        throw Error("training: --copy-logit needs --copy-attention (it scores the supervised copy head)");
     if (o.prev_token_layer >= 0 &&
         (o.copy_attention_weight <= 0 || o.prev_token_layer >= o.shape.layers - 1 ||
          o.prev_token_layer == o.key_gather_layer))
@@ -504,6 +528,7 @@ EvalResult run_training(const TrainOptions& opt_in) {
         const double copy_attention_v = run.copy_attention.item<double>();
         const double key_gather_v = run.key_gather.item<double>();
         const double prev_token_v = run.prev_token.item<double>();
+        const double copy_logit_v = run.copy_logit.item<double>();
         digit_loss_sum += digit_loss_v;
         loss_sum += loss_v;
         answer_loss_sum += answer_loss_v;
@@ -515,6 +540,7 @@ EvalResult run_training(const TrainOptions& opt_in) {
                       {"copy_attention_loss", copy_attention_v},
                       {"key_gather_loss", key_gather_v},
                       {"prev_token_loss", prev_token_v},
+                      {"copy_logit_loss", copy_logit_v},
                       {"lr", lr},
                       {"grad_norm", grad_norm},
                       {"batch", batch.ids.size(0)},

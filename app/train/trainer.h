@@ -35,6 +35,10 @@ struct TrainOptions {
     // position to the one before it (a previous-token head: the half of an induction circuit that lets the
     // copy head match a needle digit by the digit before it) (-1 = off)
     int64_t prev_token_layer = -1;
+    // > 0 (with copy_attention_weight > 0): weight of a cross-entropy on the supervised copy head's own logit
+    // contribution (the final norm and the lm_head applied to its o_proj term) at each copying position, with
+    // the copied token as target: it trains the head's value/output map to tell every copied token apart
+    double copy_logit_weight = 0;
     bool lm_head_from_embedding = false;  // with --untied: the lm_head starts as a copy of the embedding
     int64_t export_every = 0;  // also export the model every N steps (a long run leaves a usable model)
     double minutes = 0;        // > 0: choose `steps` so that the run fits this time (timing probe first)
