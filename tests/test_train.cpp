@@ -172,6 +172,23 @@ class TestTrain : public QObject {
         QCOMPARE(*tok.bos_id(), ids.front());
     }
 
+    // --embed-init-std: one small step leaves the input embedding at its starting std (0.02 without the
+    // flag).
+    void embedding_starts_at_the_given_std() {
+        const auto dir = varrate::test::temp_dir("train_embed_std");
+        for (const auto& [flag, lo, hi] : {std::tuple<QString, double, double>{"0.5", 0.45, 0.55},
+                                           std::tuple<QString, double, double>{"0", 0.015, 0.025}}) {
+            const auto out = dir / ("out" + flag.toStdString());
+            QStringList args = tiny(out, 1);
+            args << "--untied"
+                 << "--embed-init-std" << flag;
+            EXPECT_RUN(args);
+            const auto weights = varrate::SafetensorsArchive::open(out / "model.safetensors");
+            const double s = weights.tensor("model.embed_tokens.weight").to(at::kFloat).std().item<double>();
+            QVERIFY2(s > lo && s < hi, qPrintable(QString("--embed-init-std %1: std %2").arg(flag).arg(s)));
+        }
+    }
+
     // The recipe of the shipped model: a separate lm_head and attention supervision of the copies (with the
     // optional key-gather and previous-token heads, on a three-layer model, and the copy head's own-logit
     // loss). Every supervised term falls on a fixed batch (its targets are reachable, and the term trains),

@@ -53,6 +53,9 @@ int main(int argc, char** argv) {
            "With --copy-attention: weight of a cross-entropy on the copy head's own logit "
            "contribution (final norm + lm_head of its output term) against the copied token (0 = off)")
         ->capture_default_str();
+    app.add_option("--embed-init-std", o.embed_init_std,
+                   "Std of the input embedding's initialisation (0 = 0.02 like every other matrix)")
+        ->capture_default_str();
     app.add_option("--max-distractors", o.curriculum.max_distractors,
                    "Distractor needles per training document: 0..N, drawn uniformly")
         ->check(CLI::Range(0, 16))

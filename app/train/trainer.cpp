@@ -75,6 +75,7 @@ json run_identity(const TrainOptions& o) {
             {"prev_token_layer", o.prev_token_layer},
             {"copy_logit_weight", o.copy_logit_weight},
             {"lm_head_from_embedding", o.lm_head_from_embedding},
+            {"embed_init_std", o.embed_init_std},
             {"curriculum", {{"lengths", o.curriculum.lengths}, {"unlock_at", o.curriculum.unlock_at}}},
             {"shape", shape_json(o.shape)}};
 }
@@ -87,6 +88,11 @@ struct Run {
           data(tok, pad_id),
           model(options.shape),
           device(parse_device(options.device)) {
+        if (options.embed_init_std > 0) {
+            // A larger start keeps a token's identity a larger share of its residual after the first layers.
+            torch::NoGradGuard no_grad;
+            model->model->embed_tokens->weight.normal_(0.0, options.embed_init_std);
+        }
         if (options.lm_head_from_embedding && model->lm_head) {
             // Separate matrices that start equal: copying a token (attention + an identity-like value/output
             // path) works for every token from the start, while the output side no longer blurs the inputs.

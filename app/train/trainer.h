@@ -40,6 +40,7 @@ struct TrainOptions {
     // the copied token as target: it trains the head's value/output map to tell every copied token apart
     double copy_logit_weight = 0;
     bool lm_head_from_embedding = false;  // with --untied: the lm_head starts as a copy of the embedding
+    double embed_init_std = 0;            // > 0: the input embedding starts at this std instead of 0.02
     int64_t export_every = 0;  // also export the model every N steps (a long run leaves a usable model)
     double minutes = 0;        // > 0: choose `steps` so that the run fits this time (timing probe first)
     int64_t tokens_per_step = 8192;
