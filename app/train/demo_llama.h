@@ -97,7 +97,7 @@ struct DemoLlamaImpl : torch::nn::Module {
     void keep_last_copy_heads(bool keep);
     torch::Tensor last_copy_head_probs();
     torch::Tensor last_copy_head_out();
-    // The same for any layer (the key-gather supervision uses an earlier one).
+    // The same for any layer (the key-gather and previous-token supervisions use earlier ones).
     void keep_copy_heads(int64_t layer, bool keep);
     torch::Tensor copy_head_probs(int64_t layer);
     // Query head 0's own contribution to the residual stream at every position: [B, T, hidden].
