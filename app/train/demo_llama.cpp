@@ -113,7 +113,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
                                   .view({B, heads, T, head_dim})
                                   .transpose(1, 2)
                                   .reshape({B, T, heads * head_dim});
-    if (keep_copy_heads)
+    if (keep_copy_head_out)
         copy_head_out = torch::linear(out.narrow(-1, 0, head_dim), o_proj->weight.narrow(1, 0, head_dim));
     return project(o_proj, out, attn_dtype);
 }
@@ -187,9 +187,10 @@ torch::Tensor DemoLlamaImpl::logits(const torch::Tensor& hidden_rows) {
     return torch::matmul(hidden_rows, (lm_head ? lm_head->weight : model->embed_tokens->weight).t());
 }
 
-void DemoLlamaImpl::keep_copy_heads(int64_t layer, bool keep) {
+void DemoLlamaImpl::keep_copy_heads(int64_t layer, bool keep, bool with_output) {
     auto attn = (*model->layers)[static_cast<size_t>(layer)]->as<DecoderLayer>()->self_attn;
     attn->keep_copy_heads = keep;
+    attn->keep_copy_head_out = keep && with_output;
     if (!keep) {
         attn->copy_head_probs = torch::Tensor();
         attn->copy_head_out = torch::Tensor();
@@ -204,8 +205,8 @@ torch::Tensor DemoLlamaImpl::copy_head_out(int64_t layer) {
     return (*model->layers)[static_cast<size_t>(layer)]->as<DecoderLayer>()->self_attn->copy_head_out;
 }
 
-void DemoLlamaImpl::keep_last_copy_heads(bool keep) {
-    keep_copy_heads(static_cast<int64_t>(model->layers->size()) - 1, keep);
+void DemoLlamaImpl::keep_last_copy_heads(bool keep, bool with_output) {
+    keep_copy_heads(static_cast<int64_t>(model->layers->size()) - 1, keep, with_output);
 }
 
 torch::Tensor DemoLlamaImpl::last_copy_head_out() {

@@ -53,7 +53,8 @@ struct AttentionImpl : torch::nn::Module {
         false;  // keep the attention probabilities of query heads 0 and 1 (with their graph)
     torch::Tensor
         copy_head_probs;  // [B, 2, T, T] in attn_dtype, when keep_copy_heads (heads 0, 1 of KV head 0)
-    torch::Tensor copy_head_out;  // [B, T, hidden] fp32: query head 0's own term of o_proj's output, ditto
+    bool keep_copy_head_out = false;  // also keep query head 0's own term of o_proj's output
+    torch::Tensor copy_head_out;      // [B, T, hidden] fp32, when keep_copy_head_out
 };
 TORCH_MODULE(Attention);
 
@@ -94,11 +95,12 @@ struct DemoLlamaImpl : torch::nn::Module {
     torch::Tensor logits(const torch::Tensor& hidden_rows);
     // Attention probabilities of query heads 0 and 1 of the last layer in the last hidden_states() call,
     // [B, 2, T, T] (kept only while keep_last_copy_heads(true)): the heads that attention supervision trains.
-    void keep_last_copy_heads(bool keep);
+    // with_output: also keep head 0's residual contribution (last_copy_head_out).
+    void keep_last_copy_heads(bool keep, bool with_output = false);
     torch::Tensor last_copy_head_probs();
     torch::Tensor last_copy_head_out();
     // The same for any layer (the key-gather and previous-token supervisions use earlier ones).
-    void keep_copy_heads(int64_t layer, bool keep);
+    void keep_copy_heads(int64_t layer, bool keep, bool with_output = false);
     torch::Tensor copy_head_probs(int64_t layer);
     // Query head 0's own contribution to the residual stream at every position: [B, T, hidden].
     torch::Tensor copy_head_out(int64_t layer);

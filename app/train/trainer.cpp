@@ -129,11 +129,18 @@ struct Run {
 
     c10::ScalarType attn_dtype() const { return o.bf16_attention ? torch::kBFloat16 : torch::kFloat; }
 
+    // Mean -log of the attention weights at flat indices `index` into kept probabilities [B, 2, T, T]: the
+    // cross-entropy of an attention-supervision target.
+    static torch::Tensor attention_nll(const torch::Tensor& probs, const torch::Tensor& index) {
+        const torch::Tensor p = probs.reshape({-1}).index_select(0, index);  // [K]
+        return -torch::log(p.to(torch::kFloat).clamp_min(1e-6)).mean();
+    }
+
     // Mean next-token cross-entropy over the answer rows of a batch, plus lm_weight times the mean over every
     // position (the dense signal of the filler text).
     torch::Tensor loss(const Batch& b) {
         const bool supervise = o.copy_attention_weight > 0 && b.copy_index.numel() > 0;
-        model->keep_last_copy_heads(supervise);
+        model->keep_last_copy_heads(supervise, o.copy_logit_weight > 0);
         const bool gather =
             o.copy_attention_weight > 0 && o.key_gather_layer >= 0 && b.gather_index.numel() > 0;
         if (gather) model->keep_copy_heads(o.key_gather_layer, true);
@@ -158,9 +165,7 @@ struct Run {
         if (supervise) {
             // Attention supervision: query head 0 of the last layer puts its weight on the needle digit that
             // the answer copies (the retrieval an induction head would do, taught directly).
-            const torch::Tensor p =
-                model->last_copy_head_probs().reshape({-1}).index_select(0, b.copy_index.to(device));  // [K]
-            copy_attention = -torch::log(p.to(torch::kFloat).clamp_min(1e-6)).mean();
+            copy_attention = attention_nll(model->last_copy_head_probs(), b.copy_index.to(device));
             l = l + o.copy_attention_weight * copy_attention;
             copy_attention = copy_attention.detach();
             if (o.copy_logit_weight > 0) {
@@ -186,10 +191,7 @@ struct Run {
             model->keep_last_copy_heads(false);
         }
         if (gather) {
-            const torch::Tensor p = model->copy_head_probs(o.key_gather_layer)
-                                        .reshape({-1})
-                                        .index_select(0, b.gather_index.to(device));  // [G]
-            key_gather = -torch::log(p.to(torch::kFloat).clamp_min(1e-6)).mean();
+            key_gather = attention_nll(model->copy_head_probs(o.key_gather_layer), b.gather_index.to(device));
             l = l + o.copy_attention_weight * key_gather;
             key_gather = key_gather.detach();
             model->keep_copy_heads(o.key_gather_layer, false);
@@ -201,9 +203,7 @@ struct Run {
             const torch::Tensor batch = r.div(T, "floor");
             const torch::Tensor pos = r - batch * T;
             const torch::Tensor index = (batch * 2 * T + pos + 1) * T + pos;  // into [B, 2, T, T], head 0
-            const torch::Tensor p =
-                model->copy_head_probs(o.prev_token_layer).reshape({-1}).index_select(0, index);
-            prev_token = -torch::log(p.to(torch::kFloat).clamp_min(1e-6)).mean();
+            prev_token = attention_nll(model->copy_head_probs(o.prev_token_layer), index);
             l = l + o.copy_attention_weight * prev_token;
             prev_token = prev_token.detach();
             model->keep_copy_heads(o.prev_token_layer, false);
