@@ -16,6 +16,7 @@
 #include "core/demo_corpus.h"
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/needle_probe.h"
 #include "core/prompt.h"
 #include "models/tokenizer.h"
 
@@ -405,6 +406,23 @@ void check_same_sweep(const nlohmann::json& record, const nlohmann::json& identi
     }
 }
 
+// The asked needle's value tokens and, together, the distractors' ones: what the method kept of each.
+nlohmann::json retention_json(const Tokenizer& tok, const MethodRun& run, const NiahDocument& doc) {
+    auto measure = [&](const std::vector<std::string>& sentences) -> nlohmann::json {
+        std::vector<int64_t> positions;
+        for (const std::string& sentence : sentences) {
+            const auto found = find_needle_value_tokens(tok, run.context_ids, sentence);
+            if (!found) return nullptr;
+            positions.insert(positions.end(), found->begin(), found->end());
+        }
+        const auto r = needle_retention(run.layers, positions);
+        return r ? to_json(*r) : nlohmann::json();
+    };
+    nlohmann::json j = {{"needle", measure({doc.needle})}};
+    if (!doc.distractor_needles.empty()) j["distractors"] = measure(doc.distractor_needles);
+    return j;
+}
+
 std::string model_name(const Session& s) {
     std::filesystem::path dir = s.model_dir();
     if (dir.filename().empty()) dir = dir.parent_path();
@@ -523,6 +541,7 @@ NiahSweepStats run_niah_sweep(const Session& session, const NiahSweepOptions& o,
             r["haystack_tokens"] = doc.haystack_tokens;
             r["needle_token_offset"] = doc.needle_token_offset;
             r["footprint_fraction"] = run.footprint_fraction;
+            r["needle_retention"] = retention_json(session.tokenizer(), run, doc);
             r["self_calibrated"] = run.self_calibrated;
             r["durations"] = {{"prefill_ms", run.prefill_ms},
                               {"compress_ms", run.compress_ms},

@@ -5,6 +5,7 @@
 
 #include <QProcess>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <csignal>
@@ -16,9 +17,12 @@
 
 #include <signal.h>
 
+#include <ATen/ATen.h>
+
 #include "core/compare.h"
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/needle_probe.h"
 #include "core/niah.h"
 #include "core/prompt.h"
 #include "core/session.h"
@@ -181,6 +185,73 @@ class TestNiah : public QObject {
         }
     }
 
+    // The tokens found for a needle's value spell exactly its digits, in every tokenizer family
+    // (SentencePiece digits one by one, byte-level BPE in groups of three), for needles and distractors at
+    // any depth.
+    void needle_value_tokens_spell_the_value() {
+        VARRATE_REQUIRE_FIXTURE(stories, "stories260k");
+        VARRATE_REQUIRE_FIXTURE(llama3, "tokenizers/llama3");
+        VARRATE_REQUIRE_FIXTURE(qwen3, "tokenizers/qwen3");
+        for (const fs::path& dir : {stories, llama3, qwen3}) {
+            const Tokenizer tok = Tokenizer::load(dir);
+            NiahDocOptions opt;
+            opt.distractors = 2;
+            NiahGenerator gen(tok, opt);
+            for (double depth : {0.0, 50.0, 100.0}) {
+                const NiahDocument doc = gen.generate(400, depth, 3);
+                const std::vector<int64_t> ids =
+                    build_prompt(tok, doc.context, doc.question, false).context_ids;
+                std::vector<std::string> sentences = doc.distractor_needles;
+                sentences.push_back(doc.needle);
+                for (const std::string& sentence : sentences) {
+                    const auto found = find_needle_value_tokens(tok, ids, sentence);
+                    QVERIFY2(found.has_value(), qPrintable(qs(dir.string() + ": not found: " + sentence)));
+                    std::string spelled;
+                    for (int64_t p : *found) spelled += tok.decode({ids[static_cast<size_t>(p)]});
+                    spelled.erase(std::remove(spelled.begin(), spelled.end(), ' '), spelled.end());
+                    const std::string value = sentence.substr(sentence.rfind(' ') + 1);
+                    QCOMPARE(qs(spelled), qs(value.substr(0, value.size() - 1)));  // without the full stop
+                    QVERIFY(std::is_sorted(found->begin(), found->end()));
+                    QCOMPARE(found->back() - found->front() + 1, static_cast<int64_t>(found->size()));
+                }
+            }
+            QVERIFY(!find_needle_value_tokens(tok, tok.encode("no needle here", false),
+                                              "The special magic number for x is 1234567.")
+                         .has_value());
+        }
+    }
+
+    // Retention averages per layer over the value tokens: error, rank / D, and the salience percentile among
+    // the tokens below the observation window's padding maximum.
+    void needle_retention_averages() {
+        std::vector<LayerDiagnostics> layers(2);
+        for (int l = 0; l < 2; ++l) {
+            LayerDiagnostics& d = layers[static_cast<size_t>(l)];
+            d.dim = 8;
+            d.rel_error = at::tensor({0.5f, 0.1f, 0.3f, 0.0f, 0.0f});
+            d.rank = at::tensor({int64_t{8}, int64_t{2}, int64_t{4}, int64_t{8}, int64_t{8}});
+            // Two window tokens padded with the maximum; layer 1 ranks the value tokens lower.
+            d.salience = l == 0 ? at::tensor({0.1f, 0.4f, 0.3f, 0.9f, 0.9f})
+                                : at::tensor({0.4f, 0.1f, 0.2f, 0.9f, 0.9f});
+        }
+        layers[1].rel_error = at::tensor({0.5f, 0.5f, 0.7f, 0.0f, 0.0f});
+        const auto r = needle_retention(layers, {1, 2});
+        QVERIFY(r.has_value());
+        QCOMPARE(r->n_tokens, int64_t{2});
+        QVERIFY(std::abs(r->layer_rel_error[0] - 0.2) < 1e-6 && std::abs(r->layer_rel_error[1] - 0.6) < 1e-6);
+        QVERIFY(std::abs(r->rel_error - 0.4) < 1e-6);
+        QCOMPARE(r->kept_fraction, 6.0 / 16.0);
+        // Layer 0: 0.4 beats 2 of 3 scored tokens, 0.3 beats 1; layer 1: 0.1 beats none, 0.2 beats 1.
+        QVERIFY(std::abs(r->layer_salience_percentile[0] - 0.5) < 1e-9);
+        QVERIFY(std::abs(r->layer_salience_percentile[1] - 1.0 / 6.0) < 1e-9);
+        QVERIFY(std::abs(r->salience_percentile - (0.5 + 1.0 / 6.0) / 2) < 1e-9);
+        // Without salience (full, flat) the percentile is absent; out-of-range positions give nothing.
+        for (auto& d : layers) d.salience = at::Tensor();
+        QVERIFY(needle_retention(layers, {1})->salience_percentile < 0);
+        QVERIFY(!needle_retention(layers, {5}).has_value());
+        QVERIFY(!needle_retention(layers, {}).has_value());
+    }
+
     void file_haystack() {
         VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
         const Tokenizer tok = Tokenizer::load(dir);
@@ -315,6 +386,25 @@ class TestNiah : public QObject {
                     QCOMPARE(r["needle"].get<std::string>(), needle_at_depth[depth]);
                 needle_at_depth[depth] = r["needle"].get<std::string>();
                 if (m == "snapkv") QVERIFY(r["footprint_fraction"].get<double>() < 0.9);
+                // What the method kept of the needle's value: everything for full, a share for SnapKV that
+                // matches its per-layer numbers.
+                const nlohmann::json& kept = r["needle_retention"]["needle"];
+                QVERIFY2(kept.is_object(), qPrintable(qs(r.dump())));
+                QVERIFY(kept["tokens"].get<int64_t>() >= 6);
+                const auto per_layer = kept["per_layer"]["kept_fraction"].get<std::vector<double>>();
+                QCOMPARE(per_layer.size(), static_cast<size_t>(session->model().config().num_layers));
+                double mean = 0;
+                for (double k : per_layer) mean += k / static_cast<double>(per_layer.size());
+                QVERIFY(std::abs(mean - kept["kept_fraction"].get<double>()) < 1e-9);
+                if (m == "full") {
+                    QCOMPARE(kept["kept_fraction"].get<double>(), 1.0);
+                    QCOMPARE(kept["rel_error"].get<double>(), 0.0);
+                    QVERIFY(kept["salience_percentile"].is_null());
+                } else {
+                    QVERIFY(kept["kept_fraction"].get<double>() >= 0 &&
+                            kept["kept_fraction"].get<double>() <= 1);
+                    QVERIFY(kept["salience_percentile"].is_number());
+                }
             }
 
         NiahSummary summary = summarize_niah(o);

@@ -1,0 +1,103 @@
+#include "core/needle_probe.h"
+
+#include <algorithm>
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include "models/tokenizer.h"
+
+namespace varrate {
+
+namespace {
+
+bool has_digit(const std::string& s) {
+    return std::any_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+}  // namespace
+
+std::optional<std::vector<int64_t>> find_needle_value_tokens(const Tokenizer& tokenizer,
+                                                             const std::vector<int64_t>& context_ids,
+                                                             const std::string& needle_sentence) {
+    // In the document the sentence follows a space (or opens it); byte-level BPE attaches that space to the
+    // first word, SentencePiece adds its own. The last token may merge with what follows, so it is dropped.
+    for (const std::string& text : {" " + needle_sentence, needle_sentence}) {
+        std::vector<int64_t> ids = tokenizer.encode(text, false);
+        if (ids.size() > 2) ids.pop_back();
+        if (ids.empty()) continue;
+        const auto at = std::search(context_ids.begin(), context_ids.end(), ids.begin(), ids.end());
+        if (at == context_ids.end()) continue;
+        const int64_t start = at - context_ids.begin();
+        std::vector<int64_t> positions;
+        for (size_t i = 0; i < ids.size(); ++i)
+            if (has_digit(tokenizer.decode({ids[i]}))) positions.push_back(start + static_cast<int64_t>(i));
+        // The value's last digits may sit in the dropped token: take it when the context still has it.
+        const std::vector<int64_t> whole = tokenizer.encode(text, false);
+        const size_t last = ids.size();
+        if (last < whole.size() && static_cast<size_t>(start) + last < context_ids.size() &&
+            context_ids[start + last] == whole[last] && has_digit(tokenizer.decode({whole[last]})))
+            positions.push_back(start + static_cast<int64_t>(last));
+        if (!positions.empty()) return positions;
+    }
+    return std::nullopt;
+}
+
+std::optional<NeedleRetention> needle_retention(const std::vector<LayerDiagnostics>& layers,
+                                                const std::vector<int64_t>& positions) {
+    if (layers.empty() || positions.empty()) return std::nullopt;
+    NeedleRetention r;
+    double salience_sum = 0;
+    int64_t salience_layers = 0;
+    for (const LayerDiagnostics& d : layers) {
+        if (!d.rel_error.defined() || !d.rank.defined()) return std::nullopt;
+        const int64_t n = d.rel_error.size(0);
+        for (int64_t p : positions)
+            if (p < 0 || p >= n) return std::nullopt;
+        const at::Tensor idx = at::tensor(positions, at::kLong);
+        r.layer_rel_error.push_back(d.rel_error.index_select(0, idx).to(at::kDouble).mean().item<double>());
+        r.layer_kept_fraction.push_back(d.rank.index_select(0, idx).to(at::kDouble).mean().item<double>() /
+                                        static_cast<double>(std::max<int64_t>(d.dim, 1)));
+        r.rel_error += r.layer_rel_error.back();
+        r.kept_fraction += r.layer_kept_fraction.back();
+        if (d.salience.defined() && d.salience.size(0) == n) {
+            // The observation window's own positions carry the maximum as padding: rank among the others.
+            const at::Tensor s = d.salience.to(at::kDouble);
+            const at::Tensor scored = s < s.max();
+            const double n_scored = scored.sum().item<double>();
+            if (n_scored > 0) {
+                const at::Tensor v = s.index_select(0, idx);  // [n_value]
+                const at::Tensor below =
+                    (s.unsqueeze(0) < v.unsqueeze(1)) & scored.unsqueeze(0);  // [n_value, L]
+                r.layer_salience_percentile.push_back(
+                    (below.sum(1).to(at::kDouble) / n_scored).clamp_max(1.0).mean().item<double>());
+                salience_sum += r.layer_salience_percentile.back();
+                ++salience_layers;
+            }
+        }
+    }
+    const double n_layers = static_cast<double>(layers.size());
+    r.n_tokens = static_cast<int64_t>(positions.size());
+    r.rel_error /= n_layers;
+    r.kept_fraction /= n_layers;
+    if (salience_layers == static_cast<int64_t>(layers.size()))
+        r.salience_percentile = salience_sum / static_cast<double>(salience_layers);
+    else
+        r.layer_salience_percentile.clear();
+    return r;
+}
+
+nlohmann::json to_json(const NeedleRetention& r) {
+    const bool has_salience = r.salience_percentile >= 0;
+    return {{"tokens", r.n_tokens},
+            {"rel_error", r.rel_error},
+            {"kept_fraction", r.kept_fraction},
+            {"salience_percentile", has_salience ? nlohmann::json(r.salience_percentile) : nlohmann::json()},
+            {"per_layer",
+             {{"rel_error", r.layer_rel_error},
+              {"kept_fraction", r.layer_kept_fraction},
+              {"salience_percentile",
+               has_salience ? nlohmann::json(r.layer_salience_percentile) : nlohmann::json()}}}};
+}
+
+}  // namespace varrate
