@@ -100,4 +100,45 @@ nlohmann::json to_json(const NeedleRetention& r) {
                has_salience ? nlohmann::json(r.layer_salience_percentile) : nlohmann::json()}}}};
 }
 
+void RetentionTally::add(const nlohmann::json& r) {
+    if (!r.is_object() || !r.contains("kept_fraction") || !r["kept_fraction"].is_number()) return;
+    ++n;
+    rel_error += r.value("rel_error", 0.0);
+    kept_fraction += r["kept_fraction"].get<double>();
+    if (r.contains("salience_percentile") && r["salience_percentile"].is_number()) {
+        ++n_salience;
+        salience_percentile += r["salience_percentile"].get<double>();
+    }
+    if (r.contains("per_layer") && r["per_layer"].contains("kept_fraction")) {
+        const auto layers = r["per_layer"]["kept_fraction"].get<std::vector<double>>();
+        if (layer_kept_fraction.size() < layers.size()) layer_kept_fraction.resize(layers.size(), 0.0);
+        for (size_t l = 0; l < layers.size(); ++l) layer_kept_fraction[l] += layers[l];
+    }
+}
+
+void RetentionTally::merge(const RetentionTally& o) {
+    n += o.n;
+    n_salience += o.n_salience;
+    rel_error += o.rel_error;
+    kept_fraction += o.kept_fraction;
+    salience_percentile += o.salience_percentile;
+    if (layer_kept_fraction.size() < o.layer_kept_fraction.size())
+        layer_kept_fraction.resize(o.layer_kept_fraction.size(), 0.0);
+    for (size_t l = 0; l < o.layer_kept_fraction.size(); ++l)
+        layer_kept_fraction[l] += o.layer_kept_fraction[l];
+}
+
+nlohmann::json RetentionTally::to_json() const {
+    const double d = static_cast<double>(std::max<int64_t>(n, 1));
+    std::vector<double> per_layer;
+    for (double k : layer_kept_fraction) per_layer.push_back(k / d);
+    return {{"records", n},
+            {"rel_error", n > 0 ? nlohmann::json(rel_error / d) : nlohmann::json()},
+            {"kept_fraction", n > 0 ? nlohmann::json(kept_fraction / d) : nlohmann::json()},
+            {"salience_percentile",
+             n_salience > 0 ? nlohmann::json(salience_percentile / static_cast<double>(n_salience))
+                            : nlohmann::json()},
+            {"per_layer_kept_fraction", per_layer}};
+}
+
 }  // namespace varrate

@@ -35,6 +35,17 @@ struct NeedleRetention {
 std::optional<NeedleRetention> needle_retention(const std::vector<LayerDiagnostics>& layers,
                                                 const std::vector<int64_t>& positions);
 
+// Means over NIAH records of their retention objects (to_json's form; null ones are not counted).
+struct RetentionTally {
+    int64_t n = 0, n_salience = 0;
+    double rel_error = 0, kept_fraction = 0, salience_percentile = 0;  // sums
+    std::vector<double> layer_kept_fraction;                           // sums per layer
+    void add(const nlohmann::json& retention);
+    void merge(const RetentionTally& other);
+    // {"records", "rel_error", "kept_fraction", "salience_percentile", "per_layer_kept_fraction"} as means.
+    nlohmann::json to_json() const;
+};
+
 // {"tokens", "rel_error", "kept_fraction", "salience_percentile" (null when none), "per_layer": {the same
 // three as arrays}}.
 nlohmann::json to_json(const NeedleRetention& r);

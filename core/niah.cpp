@@ -593,7 +593,14 @@ NiahSummary summarize_niah(const NiahSweepOptions& o) {
                     if (s.model.empty() && r.contains("model") && r["model"].is_string())
                         s.model = r["model"].get<std::string>();
                     ++c.n;
-                    c.correct += r["correct"].get<bool>() ? 1 : 0;
+                    const bool correct = r["correct"].get<bool>();
+                    c.correct += correct ? 1 : 0;
+                    if (r.contains("needle_retention") && r["needle_retention"].is_object()) {
+                        const nlohmann::json& kept = r["needle_retention"];
+                        NiahRetention& t = s.retention[m];
+                        (correct ? t.needle_correct : t.needle_wrong).add(kept.value("needle", nlohmann::json()));
+                        t.distractors.add(kept.value("distractors", nlohmann::json()));
+                    }
                 }
                 s.cells.push_back(c);
             }
@@ -643,6 +650,17 @@ nlohmann::json to_json(const NiahSummary& s) {
                          {"correct", c.correct},
                          {"accuracy", c.n > 0 ? nlohmann::json(c.accuracy()) : nlohmann::json()}});
     j["cells"] = std::move(cells);
+    nlohmann::json retention = nlohmann::json::object();
+    for (const auto& [method, t] : s.retention) {
+        RetentionTally all = t.needle_correct;
+        all.merge(t.needle_wrong);
+        retention[method] = {
+            {"needle",
+             {{"all", all.to_json()}, {"correct", t.needle_correct.to_json()}, {"wrong", t.needle_wrong.to_json()}}},
+            {"distractors", t.distractors.to_json()}};
+    }
+    // Means over the records of what each method kept of the needle's value (core/needle_probe.h).
+    j["needle_retention"] = std::move(retention);
     return j;
 }
 

@@ -16,6 +16,7 @@
 
 #include "codec/method.h"
 #include "core/compare.h"
+#include "core/needle_probe.h"
 #include "core/session.h"
 
 namespace varrate {
@@ -103,6 +104,12 @@ struct NiahCell {
     double accuracy() const { return n > 0 ? static_cast<double>(correct) / static_cast<double>(n) : -1; }
 };
 
+// What a method kept of the asked needle's value, over the records whose answer was right or wrong, and of
+// the distractors' values (see core/needle_probe.h).
+struct NiahRetention {
+    RetentionTally needle_correct, needle_wrong, distractors;
+};
+
 struct NiahSummary {
     std::string model, mode;
     double budget = 0;
@@ -111,6 +118,7 @@ struct NiahSummary {
     std::vector<double> depths;
     int64_t samples = 0;
     std::vector<NiahCell> cells;  // methods x depths x lengths, row-major in that order
+    std::map<std::string, NiahRetention> retention;  // by method
     const NiahCell& cell(size_t method, size_t depth, size_t length) const;
 };
 

@@ -418,6 +418,21 @@ class TestNiah : public QObject {
                     read_json_file(niah_record_path(out, m, 200, std::atof(depth), 0))["correct"];
                 QCOMPARE(sj["accuracy"][m]["200"][depth].get<double>(), correct ? 1.0 : 0.0);
             }
+        // The summary's retention is the mean over the method's records, split by outcome.
+        for (const std::string& m : o.methods) {
+            double kept = 0;
+            int64_t right = 0;
+            for (double depth : o.depths) {
+                const nlohmann::json r = read_json_file(niah_record_path(out, m, 200, depth, 0));
+                kept += r["needle_retention"]["needle"]["kept_fraction"].get<double>() / 2;
+                right += r["correct"].get<bool>() ? 1 : 0;
+            }
+            const nlohmann::json& t = sj["needle_retention"][m]["needle"];
+            QCOMPARE(t["all"]["records"].get<int64_t>(), int64_t{2});
+            QCOMPARE(t["correct"]["records"].get<int64_t>(), right);
+            QCOMPARE(t["wrong"]["records"].get<int64_t>(), 2 - right);
+            QVERIFY(std::abs(t["all"]["kept_fraction"].get<double>() - kept) < 1e-9);
+        }
         const std::string csv = read_text_file(out / "summary.csv");
         QVERIFY(csv.rfind("method,context_length,depth_percent,n,correct,accuracy\n", 0) == 0);
         QCOMPARE(std::count(csv.begin(), csv.end(), '\n'), 5L);

@@ -146,6 +146,27 @@ NiahSummary write_outputs(const NiahSweepOptions& o) {
     return summary;
 }
 
+// One line per outcome: the share of the needle value's K/V the method kept, layer by layer, so that "the
+// method dropped the needle" and "the model misread a kept needle" can be told apart.
+void print_retention(const NiahSummary& s, const std::string& method) {
+    const auto it = s.retention.find(method);
+    if (method == "full" || it == s.retention.end()) return;
+    auto line = [](const char* what, const RetentionTally& t) {
+        if (t.n == 0) return;
+        std::string layers;
+        for (double k : t.layer_kept_fraction) layers += fmt::format(" {:.2f}", k / static_cast<double>(t.n));
+        std::string salience;
+        if (t.n_salience > 0)
+            salience = fmt::format(", salience percentile {:.2f}",
+                                   t.salience_percentile / static_cast<double>(t.n_salience));
+        std::cout << fmt::format("  {} ({}): kept per layer{}; error {:.2f}{}\n", what, t.n, layers,
+                                 t.rel_error / static_cast<double>(t.n), salience);
+    };
+    line("needle value, answered right", it->second.needle_correct);
+    line("needle value, answered wrong", it->second.needle_wrong);
+    line("distractor values", it->second.distractors);
+}
+
 void print_summary(const NiahSummary& s) {
     for (size_t m = 0; m < s.methods.size(); ++m) {
         int64_t n = 0, correct = 0;
@@ -167,6 +188,7 @@ void print_summary(const NiahSummary& s) {
             }
             std::cout << row << "\n";
         }
+        print_retention(s, s.methods[m]);
     }
 }
 
