@@ -47,7 +47,7 @@ CodecBudget plan_codec_budget(const CodecSettings& s, int64_t n_tokens, int64_t 
     b.anchors = s.anchors;
     b.index_bytes = b.n_anchors < 32768 ? 2 : 4;
     if (b.n_coded == 0 || b.n_anchors < s.anchors)
-        throw Error(
+        throw InfeasibleBudget(
             fmt::format("{}: a context of L={} tokens is too short for stride {}, c={} anchors and a window "
                         "of {}: it has {} "
                         "anchors and {} coded tokens (needs >= {} anchors and >= 1 coded token); no kappa is "
@@ -70,7 +70,7 @@ CodecBudget plan_codec_budget(const CodecSettings& s, int64_t n_tokens, int64_t 
         throw Error(fmt::format("{}: budget kappa={} is outside (0, 1]; {}", who, s.budget, hint));
     b.budget_B = floor_scalars(s.budget, n_tokens, dim) - b.n_exact * dim - b.index_scalars;
     if (b.budget_B < s.r_min * b.n_coded)
-        throw Error(
+        throw InfeasibleBudget(
             fmt::format("{}: budget kappa={} is infeasible: it leaves B={} scalars for {} coded tokens, "
                         "below the floor r_min={} per token ({} scalars); {}",
                         who, s.budget, b.budget_B, b.n_coded, s.r_min, s.r_min * b.n_coded, hint));
@@ -89,7 +89,7 @@ int64_t snapkv_kept_tokens(const CodecSettings& s, int64_t n_tokens) {
     double k_min = std::ceil(static_cast<double>(w) / static_cast<double>(n_tokens) * 1e4) / 1e4;
     while (static_cast<int64_t>(static_cast<double>(n_tokens) * k_min) < w) k_min += 1e-4;
     if (n_tokens <= w)
-        throw Error(
+        throw InfeasibleBudget(
             fmt::format("snapkv: a context of L={} tokens is not longer than the observation window {}; "
                         "no kappa is feasible for this L",
                         n_tokens, w));
@@ -100,7 +100,7 @@ int64_t snapkv_kept_tokens(const CodecSettings& s, int64_t n_tokens) {
                         s.budget, n_tokens, k_min));
     const int64_t kept = static_cast<int64_t>(static_cast<double>(n_tokens) * s.budget);
     if (kept < w)
-        throw Error(
+        throw InfeasibleBudget(
             fmt::format("snapkv: budget kappa={} keeps int(L*kappa)={} tokens per KV head, fewer than the "
                         "always-kept window of {}; the smallest feasible kappa for L={} is {:.4f}",
                         s.budget, kept, w, n_tokens, k_min));

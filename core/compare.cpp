@@ -186,49 +186,60 @@ CompareResult run_compare(const Session& s, const CompareRequest& req, const Job
         run.budget = name == "full" ? 1.0 : req.settings.budget;
         run.self_calibrated = method_needs_basis(name) && basis->info().self_calibrated;
 
-        if (req.mode == CompressionMode::QueryAgnostic) {
-            // Compress the context once; every question decodes after it and the cache is restored in
-            // between.
-            KVCache cache = s.model().new_cache();
-            prefill.run(s, context_ids, cache, req.settings, job);
-            run.prefill_ms += prefill.prefill_ms;
-            run.compress_ms += prefill.compress_ms;
-            run.context_ids = context_ids;
-            run.layers = prefill.layers;
-            const KVCache::Snapshot compressed = cache.snapshot();
-            for (size_t qi = 0; qi < req.questions.size(); ++qi) {
-                if (parts[qi].question_ids.empty())
-                    throw Error("question " + std::to_string(qi + 1) + " is empty");
-                std::vector<int64_t> ids = parts[qi].question_ids;
-                ids.insert(ids.end(), parts[qi].prefix_ids.begin(), parts[qi].prefix_ids.end());
-                at::Tensor logits = s.model().forward(ids, cache);
-                run.answer_ids.push_back(greedy_from(s, cache, logits, req.max_new_tokens, job));
-                cache.restore(compressed);
-            }
-        } else {
-            // The question is inside the compressed context: one compression per question.
-            for (size_t qi = 0; qi < questions.size(); ++qi) {
-                std::vector<int64_t> ids = parts[qi].context_ids;
-                ids.insert(ids.end(), parts[qi].question_ids.begin(), parts[qi].question_ids.end());
+        try {
+            if (req.mode == CompressionMode::QueryAgnostic) {
+                // Compress the context once; every question decodes after it and the cache is restored in
+                // between.
                 KVCache cache = s.model().new_cache();
-                at::Tensor logits = prefill.run(s, ids, cache, req.settings, job);
+                prefill.run(s, context_ids, cache, req.settings, job);
                 run.prefill_ms += prefill.prefill_ms;
                 run.compress_ms += prefill.compress_ms;
-                if (qi == 0) {
-                    run.context_ids = ids;
-                    run.layers = prefill.layers;
-                }
-                if (!parts[qi].prefix_ids.empty()) logits = s.model().forward(parts[qi].prefix_ids, cache);
-                if (!req.questions.empty())
+                run.context_ids = context_ids;
+                run.layers = prefill.layers;
+                const KVCache::Snapshot compressed = cache.snapshot();
+                for (size_t qi = 0; qi < req.questions.size(); ++qi) {
+                    if (parts[qi].question_ids.empty())
+                        throw Error("question " + std::to_string(qi + 1) + " is empty");
+                    std::vector<int64_t> ids = parts[qi].question_ids;
+                    ids.insert(ids.end(), parts[qi].prefix_ids.begin(), parts[qi].prefix_ids.end());
+                    at::Tensor logits = s.model().forward(ids, cache);
                     run.answer_ids.push_back(greedy_from(s, cache, logits, req.max_new_tokens, job));
+                    cache.restore(compressed);
+                }
+            } else {
+                // The question is inside the compressed context: one compression per question.
+                for (size_t qi = 0; qi < questions.size(); ++qi) {
+                    std::vector<int64_t> ids = parts[qi].context_ids;
+                    ids.insert(ids.end(), parts[qi].question_ids.begin(), parts[qi].question_ids.end());
+                    KVCache cache = s.model().new_cache();
+                    at::Tensor logits = prefill.run(s, ids, cache, req.settings, job);
+                    run.prefill_ms += prefill.prefill_ms;
+                    run.compress_ms += prefill.compress_ms;
+                    if (qi == 0) {
+                        run.context_ids = ids;
+                        run.layers = prefill.layers;
+                    }
+                    if (!parts[qi].prefix_ids.empty())
+                        logits = s.model().forward(parts[qi].prefix_ids, cache);
+                    if (!req.questions.empty())
+                        run.answer_ids.push_back(greedy_from(s, cache, logits, req.max_new_tokens, job));
+                }
             }
+            for (size_t qi = 0; qi < run.answer_ids.size(); ++qi) {
+                run.answers.push_back(tok.decode(run.answer_ids[qi], true));
+                if (!req.answers.empty())
+                    run.correct.push_back(answer_matches(run.answers.back(), req.answers[qi]) ? 1 : 0);
+            }
+            add_footprint(run);
+        } catch (const InfeasibleBudget& e) {
+            // A sweep over lengths records the cell and goes on; a single run reports it.
+            if (!req.skip_infeasible) throw;
+            const std::string why = e.what();
+            run = MethodRun{};
+            run.method = name;
+            run.budget = req.settings.budget;
+            run.infeasible = why;
         }
-        for (size_t qi = 0; qi < run.answer_ids.size(); ++qi) {
-            run.answers.push_back(tok.decode(run.answer_ids[qi], true));
-            if (!req.answers.empty())
-                run.correct.push_back(answer_matches(run.answers.back(), req.answers[qi]) ? 1 : 0);
-        }
-        add_footprint(run);
         result.runs.push_back(std::move(run));
     }
     if (job.progress) job.progress("done", n_methods, n_methods);
@@ -253,6 +264,7 @@ nlohmann::json to_json(const CompareResult& r, const CompareRequest& req) {
         m["compress_ms"] = run.compress_ms;
         m["self_calibrated"] = run.self_calibrated;
         m["context_tokens"] = static_cast<int64_t>(run.context_ids.size());
+        if (!run.infeasible.empty()) m["infeasible"] = run.infeasible;
         m["layers"] = nlohmann::json::array();
         for (const auto& d : run.layers) m["layers"].push_back(to_json(d));
         methods.push_back(std::move(m));

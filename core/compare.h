@@ -28,6 +28,9 @@ struct CompareRequest {
     CompressionMode mode = CompressionMode::QueryAware;
     int64_t max_new_tokens = 32;
     bool chat = false;
+    // A method whose budget this context cannot meet (InfeasibleBudget) gets a run with `infeasible` set
+    // instead of stopping the comparison.
+    bool skip_infeasible = false;
 };
 
 struct MethodRun {
@@ -43,6 +46,7 @@ struct MethodRun {
     bool self_calibrated = false;
     std::vector<int64_t> context_ids;      // what the (first) compression saw
     std::vector<LayerDiagnostics> layers;  // of the (first) compression
+    std::string infeasible;                // why the budget could not be met (skip_infeasible); "" when run
 };
 
 struct CompareResult {

@@ -11,6 +11,13 @@ class Error : public std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
+// A budget that a cache of this length cannot meet (the anchors, window or floor alone exceed it): a sweep
+// over lengths records such a cell as infeasible instead of stopping.
+class InfeasibleBudget : public Error {
+  public:
+    using Error::Error;
+};
+
 // Thrown when a cancel flag was raised; not an error to report, but it unwinds the same way.
 class Cancelled : public std::runtime_error {
   public:

@@ -506,6 +506,7 @@ NiahSweepStats run_niah_sweep(const Session& session, const NiahSweepOptions& o,
         req.mode = o.mode;
         req.max_new_tokens = o.max_new_tokens;
         req.chat = o.doc.chat;
+        req.skip_infeasible = true;
         JobControl inner;
         inner.cancel = job.cancel;
         inner.progress = [&](const std::string& stage, int64_t done, int64_t total) {
@@ -533,7 +534,10 @@ NiahSweepStats run_niah_sweep(const Session& session, const NiahSweepOptions& o,
             r["answer_prefix"] = doc.answer_prefix;
             r["expected"] = doc.expected;
             r["response"] = run.answers.empty() ? "" : run.answers[0];
-            r["correct"] = !run.correct.empty() && run.correct[0] != 0;
+            if (run.infeasible.empty())
+                r["correct"] = !run.correct.empty() && run.correct[0] != 0;
+            else
+                r["infeasible"] = run.infeasible;  // not counted in the accuracy
             r["distractor_needles"] = doc.distractor_needles;
             r["context_tokens"] = doc.context_tokens;
             // What the method compressed: the context, plus the question in query-aware mode.
@@ -541,7 +545,7 @@ NiahSweepStats run_niah_sweep(const Session& session, const NiahSweepOptions& o,
             r["haystack_tokens"] = doc.haystack_tokens;
             r["needle_token_offset"] = doc.needle_token_offset;
             r["footprint_fraction"] = run.footprint_fraction;
-            r["needle_retention"] = retention_json(session.tokenizer(), run, doc);
+            if (run.infeasible.empty()) r["needle_retention"] = retention_json(session.tokenizer(), run, doc);
             r["self_calibrated"] = run.self_calibrated;
             r["durations"] = {{"prefill_ms", run.prefill_ms},
                               {"compress_ms", run.compress_ms},
@@ -588,6 +592,10 @@ NiahSummary summarize_niah(const NiahSweepOptions& o) {
                     const auto path = niah_record_path(o.out_dir, m, length, depth, sample);
                     if (!std::filesystem::exists(path)) continue;
                     const nlohmann::json r = read_json_file(path);
+                    if (r.contains("infeasible") && r["infeasible"].is_string()) {
+                        ++c.infeasible;
+                        continue;
+                    }
                     if (!r.contains("correct") || !r["correct"].is_boolean())
                         throw Error(path.string() + ": record has no boolean \"correct\"");
                     if (s.model.empty() && r.contains("model") && r["model"].is_string())
@@ -598,7 +606,8 @@ NiahSummary summarize_niah(const NiahSweepOptions& o) {
                     if (r.contains("needle_retention") && r["needle_retention"].is_object()) {
                         const nlohmann::json& kept = r["needle_retention"];
                         NiahRetention& t = s.retention[m];
-                        (correct ? t.needle_correct : t.needle_wrong).add(kept.value("needle", nlohmann::json()));
+                        (correct ? t.needle_correct : t.needle_wrong)
+                            .add(kept.value("needle", nlohmann::json()));
                         t.distractors.add(kept.value("distractors", nlohmann::json()));
                     }
                 }
@@ -648,16 +657,18 @@ nlohmann::json to_json(const NiahSummary& s) {
                          {"depth_percent", c.depth_percent},
                          {"n", c.n},
                          {"correct", c.correct},
+                         {"infeasible", c.infeasible},
                          {"accuracy", c.n > 0 ? nlohmann::json(c.accuracy()) : nlohmann::json()}});
     j["cells"] = std::move(cells);
     nlohmann::json retention = nlohmann::json::object();
     for (const auto& [method, t] : s.retention) {
         RetentionTally all = t.needle_correct;
         all.merge(t.needle_wrong);
-        retention[method] = {
-            {"needle",
-             {{"all", all.to_json()}, {"correct", t.needle_correct.to_json()}, {"wrong", t.needle_wrong.to_json()}}},
-            {"distractors", t.distractors.to_json()}};
+        retention[method] = {{"needle",
+                              {{"all", all.to_json()},
+                               {"correct", t.needle_correct.to_json()},
+                               {"wrong", t.needle_wrong.to_json()}}},
+                             {"distractors", t.distractors.to_json()}};
     }
     // Means over the records of what each method kept of the needle's value (core/needle_probe.h).
     j["needle_retention"] = std::move(retention);
@@ -666,10 +677,11 @@ nlohmann::json to_json(const NiahSummary& s) {
 
 std::string summary_csv(const NiahSummary& s) {
     std::ostringstream out;
-    out << "method,context_length,depth_percent,n,correct,accuracy\n";
+    out << "method,context_length,depth_percent,n,correct,accuracy,infeasible\n";
     for (const NiahCell& c : s.cells) {
         out << c.method << ',' << c.context_length << ',' << depth_label(c.depth_percent) << ',' << c.n << ','
-            << c.correct << ',' << (c.n > 0 ? fmt::format("{:.6g}", c.accuracy()) : "") << '\n';
+            << c.correct << ',' << (c.n > 0 ? fmt::format("{:.6g}", c.accuracy()) : "") << ',' << c.infeasible
+            << '\n';
     }
     return out.str();
 }

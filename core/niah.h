@@ -3,7 +3,8 @@
 // length (as build_prompt tokenizes the context) with a needle "The special magic number for <key> is
 // <digits>." inserted at a depth percent, stepped back to the previous sentence end. The sweep runs every
 // method on the same document per (length, depth, sample), writes one JSON record per (method, length,
-// depth, sample) atomically, skips finished records when re-run, and summarises accuracy.
+// depth, sample) atomically, skips finished records when re-run, and summarises accuracy. A budget that a
+// length cannot meet is recorded as "infeasible" for that cell and left out of the accuracy.
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -101,6 +102,7 @@ struct NiahCell {
     int64_t context_length = 0;
     double depth_percent = 0;
     int64_t n = 0, correct = 0;
+    int64_t infeasible = 0;  // records whose budget this length cannot meet: not in n
     double accuracy() const { return n > 0 ? static_cast<double>(correct) / static_cast<double>(n) : -1; }
 };
 
@@ -117,7 +119,7 @@ struct NiahSummary {
     std::vector<int64_t> lengths;
     std::vector<double> depths;
     int64_t samples = 0;
-    std::vector<NiahCell> cells;  // methods x depths x lengths, row-major in that order
+    std::vector<NiahCell> cells;                     // methods x depths x lengths, row-major in that order
     std::map<std::string, NiahRetention> retention;  // by method
     const NiahCell& cell(size_t method, size_t depth, size_t length) const;
 };
@@ -125,7 +127,7 @@ struct NiahSummary {
 // Accuracy over the records of the options' grid found in out_dir (missing records count as n = 0).
 NiahSummary summarize_niah(const NiahSweepOptions& options);
 nlohmann::json to_json(const NiahSummary& s);
-// method,context_length,depth_percent,n,correct,accuracy (accuracy empty when n = 0).
+// method,context_length,depth_percent,n,correct,accuracy,infeasible (accuracy empty when n = 0).
 std::string summary_csv(const NiahSummary& s);
 // out_dir/summary.json and out_dir/summary.csv.
 void write_niah_summary(const NiahSummary& s, const std::filesystem::path& out_dir);

@@ -434,7 +434,7 @@ class TestNiah : public QObject {
             QVERIFY(std::abs(t["all"]["kept_fraction"].get<double>() - kept) < 1e-9);
         }
         const std::string csv = read_text_file(out / "summary.csv");
-        QVERIFY(csv.rfind("method,context_length,depth_percent,n,correct,accuracy\n", 0) == 0);
+        QVERIFY(csv.rfind("method,context_length,depth_percent,n,correct,accuracy,infeasible\n", 0) == 0);
         QCOMPARE(std::count(csv.begin(), csv.end(), '\n'), 5L);
 
         // Re-running the finished sweep computes nothing and leaves every record as it was.
@@ -484,6 +484,44 @@ class TestNiah : public QObject {
                      r["answer_prefix"].get<std::string>() + " " + r["expected"].get<std::string>() + ".");
             QCOMPARE(r["distractor_needles"].size(), size_t{2});
         }
+        fs::remove_all(out);
+    }
+
+    // A length too short for the budget (SnapKV keeps int(48 * 0.2) = 9 tokens, fewer than its window of 16)
+    // is recorded as infeasible and left out of the accuracy; the other methods and lengths still run.
+    void infeasible_cell_is_recorded_not_fatal() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        const auto session = open_stories(dir);
+        const fs::path out = varrate::test::temp_dir("niah-infeasible");
+        NiahSweepOptions o = tiny_sweep(out);
+        o.lengths = {48, 200};
+        o.depths = {50};
+        const NiahSweepStats stats = run_niah_sweep(*session, o, {});
+        QCOMPARE(stats.computed, int64_t{4});
+        const nlohmann::json short_snapkv = read_json_file(niah_record_path(out, "snapkv", 48, 50, 0));
+        QVERIFY2(short_snapkv["infeasible"].get<std::string>().find("smallest feasible kappa") !=
+                     std::string::npos,
+                 qPrintable(qs(short_snapkv.dump())));
+        QVERIFY(!short_snapkv.contains("correct"));
+        QVERIFY(read_json_file(niah_record_path(out, "full", 48, 50, 0))["correct"].is_boolean());
+        QVERIFY(read_json_file(niah_record_path(out, "snapkv", 200, 50, 0))["correct"].is_boolean());
+        const NiahSummary summary = summarize_niah(o);
+        const NiahCell& cell = summary.cell(1, 0, 0);
+        QCOMPARE(cell.method, std::string("snapkv"));
+        QCOMPARE(cell.n, int64_t{0});
+        QCOMPARE(cell.infeasible, int64_t{1});
+        QCOMPARE(summary.cell(1, 0, 1).n, int64_t{1});
+        QCOMPARE(summary.cell(0, 0, 0).n, int64_t{1});
+        QVERIFY(summary_csv(summary).find("snapkv,48,50,0,0,,1\n") != std::string::npos);
+        // Re-running reuses the infeasible record like any other.
+        QCOMPARE(run_niah_sweep(*session, o, {}).computed, int64_t{0});
+        // A single comparison still reports the infeasible budget as an error.
+        CompareRequest req;
+        req.context = std::string(200, 'a');
+        req.methods = {"snapkv"};
+        req.settings = o.settings;
+        req.settings.budget = 0.01;
+        QVERIFY_THROWS_EXCEPTION(InfeasibleBudget, run_compare(*session, req));
         fs::remove_all(out);
     }
 

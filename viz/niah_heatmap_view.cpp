@@ -121,6 +121,10 @@ void NiahHeatmapView::paintEvent(QPaintEvent*) {
                 if (acc < 0) {
                     p.fillRect(r, missing);
                     p.fillRect(r, QBrush(pal.color(QPalette::Mid), Qt::BDiagPattern));
+                    if (cell_text && c.infeasible > 0) {
+                        p.setPen(text);
+                        p.drawText(r, Qt::AlignCenter, QStringLiteral("n/a"));  // budget infeasible here
+                    }
                 } else {
                     const QColor fill = niah_colour(acc);
                     p.fillRect(r, fill);
@@ -178,14 +182,17 @@ bool NiahHeatmapView::event(QEvent* event) {
                     if (cell_rect(m, d, x).contains(help->pos())) {
                         const NiahCell& c = summary_.cell(static_cast<size_t>(m), static_cast<size_t>(d),
                                                           static_cast<size_t>(x));
-                        QToolTip::showText(help->globalPos(),
-                                           QStringLiteral("%1, length %2, depth %3%: %4 / %5 correct")
-                                               .arg(QString::fromStdString(c.method))
-                                               .arg(c.context_length)
-                                               .arg(c.depth_percent)
-                                               .arg(c.correct)
-                                               .arg(c.n),
-                                           this);
+                        QString text = QStringLiteral("%1, length %2, depth %3%: %4 / %5 correct")
+                                           .arg(QString::fromStdString(c.method))
+                                           .arg(c.context_length)
+                                           .arg(c.depth_percent)
+                                           .arg(c.correct)
+                                           .arg(c.n);
+                        if (c.infeasible > 0)
+                            text +=
+                                QStringLiteral(" (%1 infeasible: the budget cannot be met at this length)")
+                                    .arg(c.infeasible);
+                        QToolTip::showText(help->globalPos(), text, this);
                         return true;
                     }
         QToolTip::hideText();

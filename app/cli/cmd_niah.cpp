@@ -168,6 +168,7 @@ void print_retention(const NiahSummary& s, const std::string& method) {
 }
 
 void print_summary(const NiahSummary& s) {
+    int64_t infeasible = 0;
     for (size_t m = 0; m < s.methods.size(); ++m) {
         int64_t n = 0, correct = 0;
         for (const NiahCell& c : s.cells)
@@ -184,12 +185,20 @@ void print_summary(const NiahSummary& s) {
             row = fmt::format("  {:>6}%", fmt::format("{:g}", s.depths[d]));
             for (size_t l = 0; l < s.lengths.size(); ++l) {
                 const NiahCell& c = s.cell(m, d, l);
-                row += c.n > 0 ? fmt::format(" {:>6.0f}%", 100.0 * c.accuracy()) : fmt::format(" {:>7}", "-");
+                row += c.n > 0 ? fmt::format(" {:>6.0f}%", 100.0 * c.accuracy())
+                               : fmt::format(" {:>7}", c.infeasible > 0 ? "n/a" : "-");
+                infeasible += c.infeasible;
             }
             std::cout << row << "\n";
         }
         print_retention(s, s.methods[m]);
     }
+    if (infeasible > 0)
+        std::cout << fmt::format(
+            "n/a: {} record{} where the budget cannot be met at that length (their \"infeasible\" field "
+            "names "
+            "the smallest feasible kappa)\n",
+            infeasible, infeasible == 1 ? "" : "s");
 }
 
 int run_niah_cmd(const NiahArgs& a) {

@@ -119,7 +119,9 @@ bool write_niah_heatmap(const NiahSummary& s, const std::filesystem::path& png, 
                 p.setPen(ink);
                 p.setFont(font);
                 p.drawText(cell, Qt::AlignCenter,
-                           c.n > 0 ? qs(fmt::format("{:.0f}%", 100.0 * c.accuracy())) : QString("n/a"));
+                           c.n > 0            ? qs(fmt::format("{:.0f}%", 100.0 * c.accuracy()))
+                           : c.infeasible > 0 ? QString("n/a")  // the budget is infeasible at this length
+                                              : QString("-"));
             }
         // Title, depth ticks (rows), length ticks (columns) and axis names.
         p.setFont(title_font);
