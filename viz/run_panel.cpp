@@ -119,7 +119,16 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
     // The reply's start is given to the model after the question (RULER's NIAH prompts); optional.
     questions_ = new QTableWidget(0, 3);
     questions_->setObjectName("questions");
-    questions_->setHorizontalHeaderLabels({"Question", "Answer starts with", "Expected answer"});
+    // Short labels so that the narrow panel does not clip them; the tooltips say the rest.
+    const std::pair<const char*, const char*> columns[] = {
+        {"Question", "Asked after the document"},
+        {"Reply starts", "The start of the reply, given to the model after the question (optional)"},
+        {"Expected", "The expected answer: a reply containing it counts as correct (optional)"}};
+    for (int c = 0; c < 3; ++c) {
+        auto* header = new QTableWidgetItem(QString::fromUtf8(columns[c].first));
+        header->setToolTip(QString::fromUtf8(columns[c].second));
+        questions_->setHorizontalHeaderItem(c, header);
+    }
     questions_->horizontalHeader()->setSectionResizeMode(0, QHeaderView::Stretch);
     questions_->horizontalHeader()->setSectionResizeMode(1, QHeaderView::Stretch);
     questions_->horizontalHeader()->setSectionResizeMode(2, QHeaderView::ResizeToContents);
