@@ -5,6 +5,8 @@
 #   2. NIAH exact match of the uncompressed model: lengths 512-4096 x depths 0-100 % x SAMPLES documents
 #   3. NIAH full / varrate / flat / snapkv (METHODS) at each budget in BUDGETS, query-aware and query-agnostic,
 #      COMPARE_SAMPLES documents per cell (default SAMPLES)
+#   4. with RETENTION=1: what full / varrate / snapkv kept of the asked needle at kappa 0.1, with and without
+#      three distractors, and which failures are the compression's own (scripts/niah-failures.py)
 # Results (records, summary.json/csv, heatmap.png per sweep) go to OUT_DIR (default results/demo).
 # Usage: scripts/demo-eval.sh [--skip-calibration]
 set -euo pipefail
@@ -36,3 +38,20 @@ for kappa in $budgets; do
       --out "$out/kappa-$kappa-$mode" | tee "$out/kappa-$kappa-$mode.txt"
   done
 done
+
+# RETENTION=1: what full / varrate / snapkv kept of the asked needle (and of three distractors) at kappa 0.1,
+# both modes, and which failures are the compression's own (the model card's explanation of SnapKV).
+if [ -n "${RETENTION:-}" ]; then
+  mkdir -p "$out/retention"
+  for mode in query-aware query-agnostic; do
+    "$bin/varrate" niah --model "$model" --lengths 512,1024,2048 --samples "$compare_samples" --seed 9001 \
+      --methods full,varrate,snapkv --budget 0.1 --mode "$mode" --out "$out/retention/d0-$mode" |
+      tee "$out/retention/d0-$mode.txt"
+    "$bin/varrate" niah --model "$model" --lengths 1024,2048 --samples "$compare_samples" --seed 9001 \
+      --distractors 3 --methods full,varrate,snapkv --budget 0.1 --mode "$mode" --out "$out/retention/d3-$mode" |
+      tee "$out/retention/d3-$mode.txt"
+  done
+  root=$(pwd)
+  (cd "$out/retention" && "$root/scripts/niah-failures.py" d0-query-aware d0-query-agnostic d3-query-aware \
+    d3-query-agnostic) | tee "$out/retention/failures.txt"
+fi
