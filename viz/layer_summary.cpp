@@ -91,11 +91,14 @@ void LayerSummary::paintEvent(QPaintEvent*) {
     const int x_err = label_w, x_floor = label_w + col_w + 6, x_rank = label_w + 2 * (col_w + 6);
     const int bar_w = col_w - fm.horizontalAdvance(QStringLiteral("0.000/0.000")) - 8;
     const int hy = fm.height() + 6;
-    p.drawText(QRect(0, hy, label_w, fm.height()), Qt::AlignLeft, QStringLiteral(" layer"));
-    p.drawText(QRect(x_err, hy, col_w, fm.height()), Qt::AlignLeft, QStringLiteral("mean error"));
-    p.drawText(QRect(x_floor, hy, col_w, fm.height()), Qt::AlignLeft, QStringLiteral("floor share"));
-    p.drawText(QRect(x_rank, hy, col_w, fm.height()), Qt::AlignLeft,
-               QStringLiteral("rank min\u2013max (mean)"));
+    // Headers elided to their column so that a narrow panel never clips them mid-letter.
+    auto header = [&](int x, int w, const QString& s) {
+        p.drawText(QRect(x, hy, w, fm.height()), Qt::AlignLeft, fm.elidedText(s, Qt::ElideRight, w));
+    };
+    header(0, label_w, QStringLiteral(" layer"));
+    header(x_err, col_w, QStringLiteral("mean error"));
+    header(x_floor, col_w, QStringLiteral("floor share"));
+    header(x_rank, col_w, QStringLiteral("ranks (mean)"));
 
     double max_err = 1e-9;
     for (const MethodRun* r : {run, ref})
