@@ -380,6 +380,13 @@ class GuiTestMainWindow : public QObject {
         QCOMPARE(s.cells.size(), size_t{2 * 2 * 2});
         for (const NiahCell& c : s.cells) QCOMPARE(c.n, int64_t{1});
         QVERIFY(QFile::exists(out + "/summary.json"));
+        // What SnapKV kept of the needle, over its 4 records; nothing for full, which keeps everything.
+        const QString kept = tab->retention_text();
+        QVERIFY2(kept.contains("snapkv: right") && !kept.contains("full:"), qPrintable(kept));
+        const auto& t = s.retention.at("snapkv");
+        QCOMPARE(t.needle_correct.n + t.needle_wrong.n, int64_t{4});
+        QVERIFY(kept.contains(
+            QString("(%1)").arg(t.needle_correct.n > 0 ? t.needle_correct.n : t.needle_wrong.n)));
         QVERIFY(QFile::exists(out + "/records/snapkv/L128_D75_S0.json") ||
                 QDir(out + "/records/snapkv").entryList(QDir::Files).size() == 4);
         // Rerunning resumes: every record is reused.

@@ -152,6 +152,16 @@ NiahTab::NiahTab(QWidget* parent) : QWidget(parent) {
     status_->setWordWrap(true);
     status_->setObjectName("niah_status");
     sl->addWidget(status_);
+    retention_ = new QLabel;
+    retention_->setWordWrap(true);
+    retention_->setObjectName("niah_retention");
+    retention_->setToolTip(
+        "What each method kept of the tokens spelling the asked needle's value in the last layer (share of "
+        "their "
+        "K/V: rank / D, or for SnapKV the share of KV heads keeping them), averaged over right and wrong "
+        "answers. "
+        "Every record's needle_retention has it per layer.");
+    sl->addWidget(retention_);
     sl->addStretch();
     connect(run_, &QPushButton::clicked, this, &NiahTab::run_requested);
     connect(cancel_, &QPushButton::clicked, this, &NiahTab::cancel_requested);
@@ -249,11 +259,38 @@ void NiahTab::show_outcome(const NiahOutcome& o) {
     if (n > 0)
         text += QString(" · overall accuracy %1 %").arg(100.0 * double(correct) / double(n), 0, 'f', 1);
     status_->setText(text);
+    retention_->setText(niah_retention_text(o.summary));
     if (o.complete) progress_->setValue(1000);
+}
+
+QString niah_retention_text(const NiahSummary& s) {
+    auto last = [](const RetentionTally& t) {
+        if (t.n == 0 || t.layer_kept_fraction.empty()) return QStringLiteral("-");
+        return QStringLiteral("%1 (%2)")
+            .arg(t.layer_kept_fraction.back() / static_cast<double>(t.n), 0, 'f', 2)
+            .arg(t.n);
+    };
+    QStringList lines;
+    for (const std::string& m : s.methods) {
+        const auto it = s.retention.find(m);
+        if (m == "full" || it == s.retention.end()) continue;
+        QString line = QStringLiteral("%1: right %2 · wrong %3")
+                           .arg(QString::fromStdString(m), last(it->second.needle_correct),
+                                last(it->second.needle_wrong));
+        if (it->second.distractors.n > 0)
+            line += QStringLiteral(" · distractors %1").arg(last(it->second.distractors));
+        lines << line;
+    }
+    if (lines.isEmpty()) return {};
+    return QStringLiteral("Needle value kept in the last layer (records):\n") + lines.join('\n');
 }
 
 QString NiahTab::status_text() const {
     return status_->text();
+}
+
+QString NiahTab::retention_text() const {
+    return retention_->text();
 }
 
 }  // namespace varrate::viz

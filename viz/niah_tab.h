@@ -24,6 +24,9 @@ class NiahHeatmapView;
 // "128, 256 512" -> {128, 256, 512}; throws Error naming `what` for anything but positive numbers.
 std::vector<int64_t> parse_int_list(const QString& text, const QString& what);
 std::vector<double> parse_double_list(const QString& text, const QString& what, double lo, double hi);
+// One line per compressing method: the mean share of the asked needle value's K/V kept in the last layer,
+// over right and wrong answers (and the distractors'), from the summary's retention; "" when there is none.
+QString niah_retention_text(const NiahSummary& summary);
 
 class NiahTab : public QWidget {
     Q_OBJECT
@@ -47,6 +50,7 @@ class NiahTab : public QWidget {
     void show_outcome(const NiahOutcome& outcome);
     NiahHeatmapView* heatmaps() const { return heatmaps_; }
     QString status_text() const;
+    QString retention_text() const;
 
   Q_SIGNALS:
     void run_requested();
@@ -61,7 +65,7 @@ class NiahTab : public QWidget {
     std::vector<QCheckBox*> methods_;
     QPushButton *run_ = nullptr, *cancel_ = nullptr, *load_ = nullptr;
     QProgressBar* progress_ = nullptr;
-    QLabel* status_ = nullptr;
+    QLabel *status_ = nullptr, *retention_ = nullptr;
     NiahHeatmapView* heatmaps_ = nullptr;
     bool running_ = false;
 };
