@@ -109,10 +109,13 @@ void RetentionTally::add(const nlohmann::json& r) {
         ++n_salience;
         salience_percentile += r["salience_percentile"].get<double>();
     }
-    if (r.contains("per_layer") && r["per_layer"].contains("kept_fraction")) {
-        const auto layers = r["per_layer"]["kept_fraction"].get<std::vector<double>>();
-        if (layer_kept_fraction.size() < layers.size()) layer_kept_fraction.resize(layers.size(), 0.0);
-        for (size_t l = 0; l < layers.size(); ++l) layer_kept_fraction[l] += layers[l];
+    const auto layers = r.find("per_layer");
+    if (layers == r.end() || !layers->is_object()) return;
+    const nlohmann::json per_layer = layers->value("kept_fraction", nlohmann::json());
+    if (per_layer.is_array()) {
+        if (layer_kept_fraction.size() < per_layer.size()) layer_kept_fraction.resize(per_layer.size(), 0.0);
+        for (size_t l = 0; l < per_layer.size(); ++l)
+            if (per_layer[l].is_number()) layer_kept_fraction[l] += per_layer[l].get<double>();
     }
 }
 

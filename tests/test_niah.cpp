@@ -250,6 +250,16 @@ class TestNiah : public QObject {
         QVERIFY(needle_retention(layers, {1})->salience_percentile < 0);
         QVERIFY(!needle_retention(layers, {5}).has_value());
         QVERIFY(!needle_retention(layers, {}).has_value());
+
+        // Tallies count records with a kept fraction and skip the rest, whatever their shape.
+        RetentionTally t;
+        t.add(nullptr);
+        t.add({{"kept_fraction", "high"}});
+        t.add({{"kept_fraction", 0.5}, {"per_layer", 3}});
+        t.add(to_json(*r));
+        QCOMPARE(t.n, int64_t{2});
+        QCOMPARE(t.to_json()["kept_fraction"].get<double>(), (0.5 + 6.0 / 16.0) / 2);
+        QCOMPARE(t.to_json()["per_layer_kept_fraction"].size(), size_t{2});
     }
 
     void file_haystack() {
