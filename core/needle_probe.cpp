@@ -23,7 +23,8 @@ std::optional<std::vector<int64_t>> find_needle_value_tokens(const Tokenizer& to
     // In the document the sentence follows a space (or opens it); byte-level BPE attaches that space to the
     // first word, SentencePiece adds its own. The last token may merge with what follows, so it is dropped.
     for (const std::string& text : {" " + needle_sentence, needle_sentence}) {
-        std::vector<int64_t> ids = tokenizer.encode(text, false);
+        const std::vector<int64_t> whole = tokenizer.encode(text, false);
+        std::vector<int64_t> ids = whole;
         if (ids.size() > 2) ids.pop_back();
         if (ids.empty()) continue;
         const auto at = std::search(context_ids.begin(), context_ids.end(), ids.begin(), ids.end());
@@ -33,7 +34,6 @@ std::optional<std::vector<int64_t>> find_needle_value_tokens(const Tokenizer& to
         for (size_t i = 0; i < ids.size(); ++i)
             if (has_digit(tokenizer.decode({ids[i]}))) positions.push_back(start + static_cast<int64_t>(i));
         // The value's last digits may sit in the dropped token: take it when the context still has it.
-        const std::vector<int64_t> whole = tokenizer.encode(text, false);
         const size_t last = ids.size();
         if (last < whole.size() && static_cast<size_t>(start) + last < context_ids.size() &&
             context_ids[start + last] == whole[last] && has_digit(tokenizer.decode({whole[last]})))
@@ -131,17 +131,32 @@ void RetentionTally::merge(const RetentionTally& o) {
         layer_kept_fraction[l] += o.layer_kept_fraction[l];
 }
 
+double RetentionTally::mean_rel_error() const {
+    return n > 0 ? rel_error / static_cast<double>(n) : 0.0;
+}
+
+double RetentionTally::mean_kept_fraction() const {
+    return n > 0 ? kept_fraction / static_cast<double>(n) : 0.0;
+}
+
+double RetentionTally::mean_salience_percentile() const {
+    return n_salience > 0 ? salience_percentile / static_cast<double>(n_salience) : -1.0;
+}
+
+std::vector<double> RetentionTally::mean_layer_kept_fraction() const {
+    std::vector<double> means;
+    if (n > 0)
+        for (double k : layer_kept_fraction) means.push_back(k / static_cast<double>(n));
+    return means;
+}
+
 nlohmann::json RetentionTally::to_json() const {
-    const double d = static_cast<double>(std::max<int64_t>(n, 1));
-    std::vector<double> per_layer;
-    for (double k : layer_kept_fraction) per_layer.push_back(k / d);
+    const double salience = mean_salience_percentile();
     return {{"records", n},
-            {"rel_error", n > 0 ? nlohmann::json(rel_error / d) : nlohmann::json()},
-            {"kept_fraction", n > 0 ? nlohmann::json(kept_fraction / d) : nlohmann::json()},
-            {"salience_percentile",
-             n_salience > 0 ? nlohmann::json(salience_percentile / static_cast<double>(n_salience))
-                            : nlohmann::json()},
-            {"per_layer_kept_fraction", per_layer}};
+            {"rel_error", n > 0 ? nlohmann::json(mean_rel_error()) : nlohmann::json()},
+            {"kept_fraction", n > 0 ? nlohmann::json(mean_kept_fraction()) : nlohmann::json()},
+            {"salience_percentile", salience >= 0 ? nlohmann::json(salience) : nlohmann::json()},
+            {"per_layer_kept_fraction", mean_layer_kept_fraction()}};
 }
 
 }  // namespace varrate

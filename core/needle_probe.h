@@ -42,6 +42,11 @@ struct RetentionTally {
     std::vector<double> layer_kept_fraction;                           // sums per layer
     void add(const nlohmann::json& retention);
     void merge(const RetentionTally& other);
+    // Means over the n records (0 / empty without records; the percentile < 0 without salience).
+    double mean_rel_error() const;
+    double mean_kept_fraction() const;
+    double mean_salience_percentile() const;
+    std::vector<double> mean_layer_kept_fraction() const;
     // {"records", "rel_error", "kept_fraction", "salience_percentile", "per_layer_kept_fraction"} as means.
     nlohmann::json to_json() const;
 };

@@ -157,10 +157,8 @@ NiahTab::NiahTab(QWidget* parent) : QWidget(parent) {
     retention_->setObjectName("niah_retention");
     retention_->setToolTip(
         "What each method kept of the tokens spelling the asked needle's value in the last layer (share of "
-        "their "
-        "K/V: rank / D, or for SnapKV the share of KV heads keeping them), averaged over right and wrong "
-        "answers. "
-        "Every record's needle_retention has it per layer.");
+        "their K/V: rank / D, or for SnapKV the share of KV heads keeping them), averaged over right and "
+        "wrong answers. Every record's needle_retention has it per layer.");
     sl->addWidget(retention_);
     sl->addStretch();
     connect(run_, &QPushButton::clicked, this, &NiahTab::run_requested);
@@ -265,10 +263,9 @@ void NiahTab::show_outcome(const NiahOutcome& o) {
 
 QString niah_retention_text(const NiahSummary& s) {
     auto last = [](const RetentionTally& t) {
-        if (t.n == 0 || t.layer_kept_fraction.empty()) return QStringLiteral("-");
-        return QStringLiteral("%1 (%2)")
-            .arg(t.layer_kept_fraction.back() / static_cast<double>(t.n), 0, 'f', 2)
-            .arg(t.n);
+        const std::vector<double> layers = t.mean_layer_kept_fraction();
+        if (layers.empty()) return QStringLiteral("-");
+        return QStringLiteral("%1 (%2)").arg(layers.back(), 0, 'f', 2).arg(t.n);
     };
     QStringList lines;
     for (const std::string& m : s.methods) {

@@ -154,13 +154,12 @@ void print_retention(const NiahSummary& s, const std::string& method) {
     auto line = [](const char* what, const RetentionTally& t) {
         if (t.n == 0) return;
         std::string layers;
-        for (double k : t.layer_kept_fraction) layers += fmt::format(" {:.2f}", k / static_cast<double>(t.n));
+        for (double k : t.mean_layer_kept_fraction()) layers += fmt::format(" {:.2f}", k);
         std::string salience;
-        if (t.n_salience > 0)
-            salience = fmt::format(", salience percentile {:.2f}",
-                                   t.salience_percentile / static_cast<double>(t.n_salience));
+        if (t.mean_salience_percentile() >= 0)
+            salience = fmt::format(", salience percentile {:.2f}", t.mean_salience_percentile());
         std::cout << fmt::format("  {} ({}): kept per layer{}; error {:.2f}{}\n", what, t.n, layers,
-                                 t.rel_error / static_cast<double>(t.n), salience);
+                                 t.mean_rel_error(), salience);
     };
     line("needle value, answered right", it->second.needle_correct);
     line("needle value, answered wrong", it->second.needle_wrong);
@@ -195,9 +194,8 @@ void print_summary(const NiahSummary& s) {
     }
     if (infeasible > 0)
         std::cout << fmt::format(
-            "n/a: {} record{} where the budget cannot be met at that length (their \"infeasible\" field "
-            "names "
-            "the smallest feasible kappa)\n",
+            "n/a: {} record{} where the budget cannot be met at that length (their \"infeasible\" "
+            "field names the smallest feasible kappa)\n",
             infeasible, infeasible == 1 ? "" : "s");
 }
 
