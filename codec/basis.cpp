@@ -5,7 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "codec/anchors.h"
-#include "core/error.h"
+#include "core/base/error.h"
 #include "models/safetensors.h"
 
 namespace varrate {

@@ -6,7 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "codec/anchors.h"
-#include "core/error.h"
+#include "core/base/error.h"
 
 namespace varrate {
 

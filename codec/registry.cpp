@@ -7,7 +7,7 @@
 #include "codec/full_method.h"
 #include "codec/snapkv_method.h"
 #include "codec/varrate_method.h"
-#include "core/error.h"
+#include "core/base/error.h"
 
 namespace varrate {
 

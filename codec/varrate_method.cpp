@@ -10,7 +10,7 @@
 #include "codec/footprint.h"
 #include "codec/salience.h"
 #include "codec/water_filling.h"
-#include "core/error.h"
+#include "core/base/error.h"
 
 namespace varrate {
 

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "codec/registry.h"
-#include "core/error.h"
+#include "core/base/error.h"
 #include "core/prompt.h"
 
 namespace varrate {

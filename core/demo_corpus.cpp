@@ -5,7 +5,7 @@
 #include <cmath>
 #include <set>
 
-#include "core/error.h"
+#include "core/base/error.h"
 
 namespace varrate {
 

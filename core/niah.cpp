@@ -14,8 +14,9 @@
 
 #include "codec/registry.h"
 #include "core/demo_corpus.h"
-#include "core/error.h"
-#include "core/file_io.h"
+#include "core/base/error.h"
+#include "core/base/file_io.h"
+#include "core/base/hash.h"
 #include "core/needle_probe.h"
 #include "core/prompt.h"
 #include "models/tokenizer.h"
@@ -23,13 +24,6 @@
 namespace varrate {
 
 namespace {
-
-uint64_t splitmix64(uint64_t x) {
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
 
 // Independent seeds for the needles and the filler of one sample.
 uint64_t sample_seed(uint64_t seed, int64_t sample, uint64_t purpose) {
@@ -346,15 +340,6 @@ std::string utc_timestamp() {
     return buf;
 }
 
-uint64_t fnv1a(const std::string& s) {
-    uint64_t h = 1469598103934665603ull;
-    for (unsigned char c : s) {
-        h ^= c;
-        h *= 1099511628211ull;
-    }
-    return h;
-}
-
 void validate(const NiahSweepOptions& o) {
     if (o.lengths.empty()) throw Error("--lengths: no context length given");
     for (int64_t l : o.lengths)
@@ -386,7 +371,7 @@ nlohmann::json sweep_identity(const Session& s, const NiahSweepOptions& o) {
             {"basis", s.basis() ? s.basis_source() : "self-calibrated"},
             {"seed", o.doc.seed},
             {"haystack", o.haystack_name},
-            {"haystack_hash", fmt::format("{:016x}", fnv1a(o.doc.haystack_text))},
+            {"haystack_hash", fmt::format("{:016x}", fnv1a(o.doc.haystack_text, kFingerprintSeed))},
             {"distractors", o.doc.distractors},
             {"chat", o.doc.chat},
             {"max_new_tokens", o.max_new_tokens}};

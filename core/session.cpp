@@ -7,26 +7,18 @@
 #include <nlohmann/json.hpp>
 
 #include "core/codec_defaults.h"
-#include "core/error.h"
+#include "core/base/error.h"
+#include "core/base/hash.h"
 #include "models/safetensors.h"
 
 namespace varrate {
 
 namespace {
 
-uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
-    const auto* p = static_cast<const unsigned char*>(data);
-    for (size_t i = 0; i < n; ++i) {
-        h ^= p[i];
-        h *= 1099511628211ull;
-    }
-    return h;
-}
-
 // Cheap to compute for any size: config, every tensor's name/dtype/shape and its first bytes. Two checkpoints
 // of the same architecture with different weights differ in those bytes.
 std::string compute_fingerprint(const ModelConfig& cfg, const std::filesystem::path& dir) {
-    uint64_t h = 1469598103934665603ull;
+    uint64_t h = kFingerprintSeed;
     const std::string c = cfg.to_json().dump();
     h = fnv1a(h, c.data(), c.size());
     const SafetensorsArchive archive = SafetensorsArchive::open(dir);
@@ -44,9 +36,6 @@ std::string compute_fingerprint(const ModelConfig& cfg, const std::filesystem::p
 
 }  // namespace
 
-void check_cancel(const JobControl& job) {
-    if (job.cancel && job.cancel->load()) throw Cancelled();
-}
 
 std::unique_ptr<Session> Session::open(const std::filesystem::path& model_dir, const RuntimeOptions& runtime,
                                        const std::filesystem::path& basis_file, const JobControl& job) {

@@ -16,11 +16,6 @@
 
 namespace varrate {
 
-struct JobControl {
-    ProgressFn progress;                        // (stage, done, total)
-    const std::atomic<bool>* cancel = nullptr;  // raised by the caller; jobs throw Cancelled promptly
-};
-
 class Session {
   public:
     // Loads DIR's config, weights and tokenizer. `basis_file` empty: use DIR/varrate-basis.safetensors when
@@ -66,8 +61,5 @@ class Session {
     std::string basis_source_;
     std::optional<CodecSettings> codec_defaults_;
 };
-
-// Raises Cancelled when the flag is set (between steps of a job).
-void check_cancel(const JobControl& job);
 
 }  // namespace varrate

@@ -1,6 +1,6 @@
 #include "models/chat_template.h"
 
-#include "core/error.h"
+#include "core/base/error.h"
 #include "models/tokenizer.h"
 #include "models/tokenizer_unicode.h"
 

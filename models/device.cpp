@@ -7,7 +7,7 @@
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 
-#include "core/error.h"
+#include "core/base/error.h"
 
 namespace varrate {
 

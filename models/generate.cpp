@@ -6,7 +6,7 @@
 #include <chrono>
 #include <cmath>
 
-#include "core/error.h"
+#include "core/base/error.h"
 
 namespace varrate {
 
@@ -59,7 +59,7 @@ GenerateResult generate_greedy(const LlamaModel& model, KVCache& cache, const st
             break;
         }
         if (i + 1 == opt.max_new_tokens) break;  // the last token is not fed back
-        if (opt.cancel && opt.cancel->load()) throw Cancelled();
+        check_cancel(opt.cancel);
         logits = model.forward({token}, cache, step);
     }
     r.decode_ms = ms_since(t0);

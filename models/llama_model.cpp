@@ -6,7 +6,7 @@
 #include <set>
 #include <string>
 
-#include "core/error.h"
+#include "core/base/error.h"
 #include "models/attention.h"
 #include "models/rope.h"
 #include "models/safetensors.h"
@@ -42,9 +42,6 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
     return weight * normed.to(x.scalar_type());
 }
 
-void check_cancel(const std::atomic<bool>* cancel) {
-    if (cancel && cancel->load(std::memory_order_relaxed)) throw Cancelled();
-}
 
 // Chunk boundaries [begin, end) of a prefill of n tokens. With an observer, a short last chunk is merged into
 // the previous one until it holds at least `min_last` tokens (the observer's query window).

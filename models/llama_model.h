@@ -13,6 +13,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "core/base/job.h"
 #include "models/device.h"
 #include "models/kv_cache.h"
 #include "models/model_config.h"
@@ -36,8 +37,6 @@ struct LayerCapture {
 // Returns a replacement for the layer's cache (shorter for eviction, same length for reconstruction), or
 // nullopt to keep it. Called once per layer, in layer order, on the thread running the forward pass.
 using LayerObserver = std::function<std::optional<LayerKV>(const LayerCapture&)>;
-// stage ("prefill", "decode"), done, total. Called between layers/chunks.
-using ProgressFn = std::function<void(const std::string& stage, int64_t done, int64_t total)>;
 
 struct ForwardOptions {
     int64_t chunk_size = 512;           // prefill chunk length (bounded attention memory)

@@ -9,8 +9,9 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 
-#include "core/error.h"
-#include "core/file_io.h"
+#include "core/base/error.h"
+#include "core/base/file_io.h"
+#include "core/base/hash.h"
 #include "models/safetensors.h"
 
 namespace varrate {
@@ -20,19 +21,6 @@ namespace {
 // Random values are generated in fixed-size chunks, each with its own generator, so the result does not
 // depend on the thread count and large tensors never need a float32 copy of their full size.
 constexpr int64_t kChunkElements = 1 << 20;
-
-uint64_t splitmix64(uint64_t x) {
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-
-uint64_t fnv1a(const std::string& s) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
-    return h;
-}
 
 bool is_norm(const std::string& name) {
     return name.find("norm.weight") != std::string::npos;

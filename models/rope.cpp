@@ -5,7 +5,7 @@
 #include <cmath>
 #include <string>
 
-#include "core/error.h"
+#include "core/base/error.h"
 #include "models/llama_model.h"
 
 namespace varrate {

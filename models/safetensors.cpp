@@ -15,8 +15,8 @@
 
 #include <ATen/ATen.h>
 
-#include "core/error.h"
-#include "core/file_io.h"
+#include "core/base/error.h"
+#include "core/base/file_io.h"
 
 namespace varrate {
 

@@ -5,8 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/error.h"
-#include "core/file_io.h"
+#include "core/base/error.h"
+#include "core/base/file_io.h"
 #include "models/tokenizer_added.h"
 #include "models/tokenizer_bpe.h"
 #include "models/tokenizer_decode.h"

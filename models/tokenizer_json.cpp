@@ -2,7 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/error.h"
+#include "core/base/error.h"
 
 namespace varrate::tokjson {
 

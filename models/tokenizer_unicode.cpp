@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include "core/error.h"
+#include "core/base/error.h"
 
 namespace varrate::unicode {
 

@@ -15,7 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/error.h"
+#include "core/base/error.h"
 #include "viz/interaction_bench.h"
 
 using namespace varrate;

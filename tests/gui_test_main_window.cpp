@@ -15,7 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/file_io.h"
+#include "core/base/file_io.h"
 #include "viz/answers_table.h"
 #include "viz/app_settings.h"
 #include "viz/document_view.h"

@@ -23,8 +23,8 @@
 #include <random>
 
 #include "core/compare.h"
-#include "core/error.h"
-#include "core/file_io.h"
+#include "core/base/error.h"
+#include "core/base/file_io.h"
 #include "core/session.h"
 #include "viz/chart_export.h"
 #include "viz/document_view.h"

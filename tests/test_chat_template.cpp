@@ -1,6 +1,6 @@
 #include "tests/test_support.h"
 
-#include "core/error.h"
+#include "core/base/error.h"
 #include "models/chat_template.h"
 #include "models/tokenizer.h"
 

@@ -3,7 +3,7 @@
 
 #include <QProcess>
 
-#include "core/file_io.h"
+#include "core/base/file_io.h"
 
 namespace {
 

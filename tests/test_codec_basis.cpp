@@ -8,7 +8,7 @@
 #include "codec/basis.h"
 #include "codec/registry.h"
 #include "codec/synthetic.h"
-#include "core/error.h"
+#include "core/base/error.h"
 #include "models/safetensors.h"
 
 using namespace varrate;

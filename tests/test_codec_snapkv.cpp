@@ -11,7 +11,7 @@
 #include "codec/salience.h"
 #include "codec/snapkv_method.h"
 #include "codec/synthetic.h"
-#include "core/error.h"
+#include "core/base/error.h"
 
 using namespace varrate;
 

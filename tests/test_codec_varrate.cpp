@@ -11,7 +11,7 @@
 #include "codec/registry.h"
 #include "codec/synthetic.h"
 #include "codec/varrate_method.h"
-#include "core/error.h"
+#include "core/base/error.h"
 
 using namespace varrate;
 

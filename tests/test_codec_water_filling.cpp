@@ -7,7 +7,7 @@
 #include <ATen/ATen.h>
 
 #include "codec/water_filling.h"
-#include "core/error.h"
+#include "core/base/error.h"
 
 using namespace varrate;
 

@@ -5,7 +5,7 @@
 #include <set>
 
 #include "core/demo_corpus.h"
-#include "core/error.h"
+#include "core/base/error.h"
 #include "core/prompt.h"
 #include "models/tokenizer.h"
 

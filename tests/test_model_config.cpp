@@ -4,8 +4,8 @@
 
 #include <fstream>
 
-#include "core/error.h"
-#include "core/file_io.h"
+#include "core/base/error.h"
+#include "core/base/file_io.h"
 #include "models/device.h"
 #include "models/model_config.h"
 

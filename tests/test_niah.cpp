@@ -20,8 +20,8 @@
 #include <ATen/ATen.h>
 
 #include "core/compare.h"
-#include "core/error.h"
-#include "core/file_io.h"
+#include "core/base/error.h"
+#include "core/base/file_io.h"
 #include "core/needle_probe.h"
 #include "core/niah.h"
 #include "core/prompt.h"

@@ -6,8 +6,8 @@
 #include <cmath>
 
 #include "core/compare.h"
-#include "core/error.h"
-#include "core/file_io.h"
+#include "core/base/error.h"
+#include "core/base/file_io.h"
 #include "core/prompt.h"
 #include "core/session.h"
 #include "models/generate.h"

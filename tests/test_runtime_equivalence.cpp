@@ -8,7 +8,7 @@
 #include <cmath>
 #include <fstream>
 
-#include "core/error.h"
+#include "core/base/error.h"
 #include "models/attention.h"
 #include "models/device.h"
 #include "models/generate.h"

@@ -5,8 +5,8 @@
 #include <random>
 #include <thread>
 
-#include "core/error.h"
-#include "core/file_io.h"
+#include "core/base/error.h"
+#include "core/base/file_io.h"
 #include "models/tokenizer.h"
 
 using nlohmann::json;

@@ -15,7 +15,7 @@
 #include <QSvgGenerator>
 #include <QWidget>
 
-#include "core/error.h"
+#include "core/base/error.h"
 
 namespace varrate::viz {
 

@@ -27,7 +27,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/error.h"
+#include "core/base/error.h"
 #include "viz/document_view.h"
 #include "viz/layer_summary.h"
 #include "viz/main_window.h"

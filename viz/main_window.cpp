@@ -34,7 +34,7 @@
 #include <QToolButton>
 #include <QVBoxLayout>
 
-#include "core/error.h"
+#include "core/base/error.h"
 #include "viz/answers_table.h"
 #include "viz/app_settings.h"
 #include "viz/chart_export.h"

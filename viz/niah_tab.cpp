@@ -20,7 +20,7 @@
 #include <algorithm>
 
 #include "codec/registry.h"
-#include "core/error.h"
+#include "core/base/error.h"
 #include "viz/niah_heatmap_view.h"
 
 namespace varrate::viz {

@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/error.h"
+#include "core/base/error.h"
 #include "models/tokenizer.h"
 
 namespace varrate::viz {

@@ -22,7 +22,7 @@
 #include <algorithm>
 
 #include "codec/registry.h"
-#include "core/error.h"
+#include "core/base/error.h"
 #include "models/device.h"
 
 namespace varrate::viz {

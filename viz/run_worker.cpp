@@ -10,7 +10,7 @@
 #include <c10/util/Exception.h>
 
 #include "codec/basis.h"
-#include "core/error.h"
+#include "core/base/error.h"
 #include "core/prompt.h"
 #include "core/session.h"
 #include "models/device.h"
@@ -23,13 +23,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) {
     return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// LibTorch messages carry a C++ backtrace after the first line; the window shows the first line.
-QString first_line(const char* what) {
-    const QString s = QString::fromUtf8(what);
-    const int nl = s.indexOf('\n');
-    return (nl < 0 ? s : s.left(nl)).trimmed();
 }
 
 }  // namespace
@@ -203,17 +196,8 @@ void RunWorker::post(const QString& what, Job job) {
                 job(*state_, control);
             } catch (const Cancelled&) {
                 Q_EMIT cancelled();
-            } catch (const Error& e) {
-                Q_EMIT failed(QString::fromUtf8(e.what()));
-            } catch (const c10::Error& e) {
-                const QString msg = first_line(e.what_without_backtrace());
-                Q_EMIT failed(msg.contains("out of memory", Qt::CaseInsensitive)
-                                  ? "Out of memory: " + msg + " (try a shorter document, bf16, or the CPU)"
-                                  : msg);
-            } catch (const std::bad_alloc&) {
-                Q_EMIT failed("Out of memory (try a shorter document or a smaller model)");
-            } catch (const std::exception& e) {
-                Q_EMIT failed(first_line(e.what()));
+            } catch (...) {
+                Q_EMIT failed(QString::fromStdString(describe_current_exception()));
             }
             QMetaObject::invokeMethod(
                 this,

@@ -8,7 +8,7 @@
 
 #include <ATen/ATen.h>
 
-#include "core/error.h"
+#include "core/base/error.h"
 
 namespace varrate::viz {
 

@@ -10,7 +10,7 @@
 
 #include "codec/registry.h"
 #include "core/codec_defaults.h"
-#include "core/error.h"
+#include "core/base/error.h"
 
 namespace varrate::cli {
 

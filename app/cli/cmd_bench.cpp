@@ -16,7 +16,7 @@
 #include "codec/footprint.h"
 #include "codec/registry.h"
 #include "codec/synthetic.h"
-#include "core/error.h"
+#include "core/base/error.h"
 #include "models/flops.h"
 
 namespace varrate::cli {

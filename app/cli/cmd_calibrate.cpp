@@ -6,8 +6,8 @@
 #include "app/cli/cli_common.h"
 #include "app/cli/commands.h"
 #include "core/demo_corpus.h"
-#include "core/error.h"
-#include "core/file_io.h"
+#include "core/base/error.h"
+#include "core/base/file_io.h"
 #include "core/session.h"
 
 namespace varrate::cli {

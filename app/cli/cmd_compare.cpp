@@ -10,8 +10,8 @@
 #include "app/cli/commands.h"
 #include "codec/registry.h"
 #include "core/compare.h"
-#include "core/error.h"
-#include "core/file_io.h"
+#include "core/base/error.h"
+#include "core/base/file_io.h"
 
 namespace varrate::cli {
 

@@ -9,7 +9,7 @@
 #include "app/cli/cli_common.h"
 #include "app/cli/commands.h"
 #include "core/compare.h"
-#include "core/error.h"
+#include "core/base/error.h"
 #include "core/niah.h"
 #include "core/session.h"
 

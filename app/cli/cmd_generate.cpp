@@ -10,8 +10,8 @@
 
 #include "app/cli/cli_common.h"
 #include "app/cli/commands.h"
-#include "core/error.h"
-#include "core/file_io.h"
+#include "core/base/error.h"
+#include "core/base/file_io.h"
 #include "models/chat_template.h"
 #include "models/generate.h"
 #include "models/tokenizer.h"

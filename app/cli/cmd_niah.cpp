@@ -16,8 +16,8 @@
 #include "app/cli/commands.h"
 #include "app/cli/niah_heatmap.h"
 #include "codec/registry.h"
-#include "core/error.h"
-#include "core/file_io.h"
+#include "core/base/error.h"
+#include "core/base/file_io.h"
 #include "core/niah.h"
 
 namespace varrate::cli {

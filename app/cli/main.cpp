@@ -8,9 +8,10 @@
 #include <spdlog/spdlog.h>
 
 #include "app/cli/commands.h"
-#include "core/error.h"
-#include "core/logging.h"
-#include "core/openmp_env.h"
+#include "core/base/error.h"
+#include "core/base/job.h"
+#include "core/base/logging.h"
+#include "core/base/openmp_env.h"
 
 int main(int argc, char** argv) {
     using namespace varrate;
@@ -65,19 +66,8 @@ int main(int argc, char** argv) {
     } catch (const Cancelled&) {
         std::fprintf(stderr, "varrate: cancelled\n");
         return 130;
-    } catch (const Error& e) {
-        std::fprintf(stderr, "varrate: error: %s\n", e.what());
-        return 1;
-    } catch (const c10::Error& e) {
-        std::string msg = e.what_without_backtrace();
-        if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
-        std::fprintf(stderr, "varrate: error: %s\n", msg.c_str());
-        return 1;
-    } catch (const std::exception& e) {
-        // LibTorch (c10::Error) and allocation failures: keep it to one line, no stack trace.
-        std::string msg = e.what();
-        if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
-        std::fprintf(stderr, "varrate: error: %s\n", msg.c_str());
+    } catch (...) {
+        std::fprintf(stderr, "varrate: error: %s\n", describe_current_exception().c_str());
         return 1;
     }
 }

@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "core/file_io.h"
+#include "core/base/file_io.h"
 
 #ifdef VARRATE_HAVE_QTGUI
 #include <QBuffer>

@@ -13,7 +13,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "core/openmp_env.h"
+#include "core/base/error.h"
+#include "core/base/openmp_env.h"
 #include "viz/interaction_bench.h"
 #include "viz/main_window.h"
 
@@ -109,8 +110,8 @@ int main(int argc, char** argv) {
             varrate::viz::write_report(report, p.value(bench));
             std::printf("%s", qPrintable(varrate::viz::format_table(report)));
             std::printf("wrote %s\n", qPrintable(p.value(bench)));
-        } catch (const std::exception& e) {
-            std::fprintf(stderr, "varrate-studio: error: %s\n", e.what());
+        } catch (...) {
+            std::fprintf(stderr, "varrate-studio: error: %s\n", varrate::describe_current_exception().c_str());
             return 1;
         }
         return 0;

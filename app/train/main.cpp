@@ -6,7 +6,7 @@
 #include <string>
 
 #include "app/train/trainer.h"
-#include "core/error.h"
+#include "core/base/error.h"
 
 int main(int argc, char** argv) {
     using varrate::train::TrainOptions;
@@ -132,14 +132,8 @@ int main(int argc, char** argv) {
     o.bf16_attention = attention == "bf16";
     try {
         varrate::train::run_training(o);
-    } catch (const varrate::Error& e) {
-        std::fprintf(stderr, "varrate-train: error: %s\n", e.what());
-        return 1;
-    } catch (const c10::Error& e) {
-        std::fprintf(stderr, "varrate-train: error: %s\n", e.what_without_backtrace());
-        return 1;
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "varrate-train: error: %s\n", e.what());
+    } catch (...) {
+        std::fprintf(stderr, "varrate-train: error: %s\n", varrate::describe_current_exception().c_str());
         return 1;
     }
     return 0;

@@ -5,17 +5,10 @@
 #include <algorithm>
 #include <future>
 
-#include "core/error.h"
+#include "core/base/error.h"
 #include "core/prompt.h"
 
 namespace varrate::train {
-
-uint64_t mix_seed(uint64_t a, uint64_t b) {
-    uint64_t x = a * 0x9E3779B97F4A7C15ull + b + 0x632BE59BD9B4E019ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
 
 int64_t Curriculum::pick_length(uint64_t seed, int64_t step, int64_t total_steps) const {
     const double progress =

@@ -8,6 +8,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "core/base/hash.h"
 #include "core/demo_corpus.h"
 #include "models/tokenizer.h"
 
@@ -15,7 +16,6 @@ namespace varrate::train {
 
 // Document seeds of training are below 2^63; evaluation uses seeds at or above 2^63, never seen in training.
 constexpr uint64_t kEvalSeedBit = uint64_t(1) << 63;
-uint64_t mix_seed(uint64_t a, uint64_t b);  // splitmix64 of a combination, for derived seeds
 
 struct Sequence {
     std::vector<int64_t> ids;        // BOS, document, then "\n" question "\n" answer pairs, EOS

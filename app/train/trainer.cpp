@@ -10,8 +10,8 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "core/error.h"
-#include "core/file_io.h"
+#include "core/base/error.h"
+#include "core/base/file_io.h"
 #include "models/bpe_trainer.h"
 #include "models/device.h"
 #include "models/safetensors.h"

@@ -1,4 +1,4 @@
-#include "core/openmp_env.h"
+#include "core/base/openmp_env.h"
 
 #include <cstdlib>
 

@@ -1,4 +1,4 @@
-#include "core/file_io.h"
+#include "core/base/file_io.h"
 
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -6,7 +6,7 @@
 #include <sstream>
 #include <system_error>
 
-#include "core/error.h"
+#include "core/base/error.h"
 
 namespace varrate {
 

@@ -18,10 +18,10 @@ class InfeasibleBudget : public Error {
     using Error::Error;
 };
 
-// Thrown when a cancel flag was raised; not an error to report, but it unwinds the same way.
-class Cancelled : public std::runtime_error {
-  public:
-    Cancelled() : std::runtime_error("cancelled") {}
-};
+// One line for any exception at a program's boundary (CLI, the app's worker thread, the trainer, the
+// studio): the message's first line (LibTorch appends a stack trace), with a hint for out-of-memory.
+std::string describe_exception(const std::exception& e);
+// The same for the exception in flight (call inside a catch block); "unknown error" for non-std ones.
+std::string describe_current_exception();
 
 }  // namespace varrate

@@ -1,9 +1,9 @@
-#include "core/logging.h"
+#include "core/base/logging.h"
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
-#include "core/error.h"
+#include "core/base/error.h"
 
 namespace varrate {
 
