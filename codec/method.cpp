@@ -9,58 +9,12 @@ namespace varrate {
 
 namespace {
 
-template <typename T>
-nlohmann::json vector_json(const at::Tensor& t) {
-    if (!t.defined()) return nullptr;
-    at::Tensor c = t.to(at::kCPU).contiguous();
-    const T* p = c.data_ptr<T>();
-    return std::vector<T>(p, p + c.numel());
-}
-
 std::string shape_str(const at::Tensor& t) {
     if (!t.defined()) return "undefined";
     return fmt::format("[{}]", fmt::join(t.sizes().vec(), ", "));
 }
 
 }  // namespace
-
-nlohmann::json to_json(const LayerDiagnostics& d, bool per_token) {
-    nlohmann::json j = {
-        {"layer", d.layer},
-        {"method", d.method},
-        {"n_tokens", d.n_tokens},
-        {"dim", d.dim},
-        {"budget_B", d.budget_B},
-        {"sum_ranks", d.sum_ranks},
-        {"n_exact", d.n_exact},
-        {"n_coded", d.n_coded},
-        {"min_rank", d.min_rank},
-        {"max_rank", d.max_rank},
-        {"mean_rank", d.mean_rank},
-        {"floor_share", d.floor_share},
-        {"index_bytes", d.index_bytes},
-        {"stored_bytes", d.stored_bytes},
-        {"full_bytes", d.full_bytes},
-        {"footprint", d.footprint},
-        {"mean_rel_error", d.mean_rel_error},
-        {"timing_ms",
-         {{"anchor_search", d.timing.anchor_search},
-          {"salience", d.timing.salience},
-          {"water_filling", d.timing.water_filling},
-          {"projection", d.timing.projection},
-          {"reconstruction", d.timing.reconstruction},
-          {"total", d.timing.total()}}},
-    };
-    if (per_token) {
-        j["salience"] = vector_json<float>(d.salience);
-        j["salience_norm"] = vector_json<float>(d.salience_norm);
-        j["rank"] = vector_json<int64_t>(d.rank);
-        j["exact"] =
-            d.exact.defined() ? vector_json<int64_t>(d.exact.to(at::kLong)) : nlohmann::json(nullptr);
-        j["rel_error"] = vector_json<float>(d.rel_error);
-    }
-    return j;
-}
 
 int64_t element_size(at::ScalarType t) {
     switch (t) {

@@ -6,7 +6,6 @@
 #include <string>
 
 #include <ATen/core/Tensor.h>
-#include <nlohmann/json.hpp>
 
 #include "models/kv_cache.h"
 #include "models/llama_model.h"
@@ -66,11 +65,6 @@ struct LayerDiagnostics {
     at::Tensor rel_error;      // [L] fp32, ||z - z^|| / ||z|| in the pre-RoPE joint space
     at::Tensor kept;           // [n_kv_head, L] bool, SnapKV only
 };
-
-// Field names: layer, method, budget_B, sum_ranks, n_exact, n_coded, min_rank, max_rank, mean_rank,
-// floor_share, mean_rel_error, stored_bytes, full_bytes, footprint, index_bytes, n_tokens, dim, timing_ms.
-// per_token adds the per-token vectors (salience, salience_norm, rank, exact, rel_error).
-nlohmann::json to_json(const LayerDiagnostics& d, bool per_token = false);
 
 struct LayerResult {
     LayerKV kv;  // keys post-RoPE [n_kv_head, n_tok, head_dim], input dtype and device

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "codec/anchors.h"
+#include "codec/codec_json.h"
 #include "codec/footprint.h"
 #include "codec/registry.h"
 #include "codec/synthetic.h"

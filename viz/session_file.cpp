@@ -3,12 +3,9 @@
 #include <QFile>
 #include <QSaveFile>
 
-#include <cmath>
-#include <limits>
-
-#include <ATen/ATen.h>
-
+#include "codec/codec_json.h"
 #include "core/base/error.h"
+#include "core/base/json_field.h"
 
 namespace varrate::viz {
 
@@ -16,50 +13,14 @@ namespace {
 
 constexpr int kFormatVersion = 1;
 
-// NaN/inf are written as null by nlohmann::json; read them back as NaN.
-at::Tensor float_tensor(const nlohmann::json& j) {
-    if (j.is_null()) return {};
-    std::vector<float> v;
-    v.reserve(j.size());
-    for (const auto& x : j)
-        v.push_back(x.is_number() ? x.get<float>() : std::numeric_limits<float>::quiet_NaN());
-    return at::tensor(v, at::kFloat);
-}
-
-at::Tensor long_tensor(const nlohmann::json& j) {
-    if (j.is_null()) return {};
-    return at::tensor(j.get<std::vector<int64_t>>(), at::kLong);
-}
-
 template <typename T>
 T field(const nlohmann::json& j, const char* name, const std::string& where, T fallback) {
-    if (!j.contains(name) || j[name].is_null()) return fallback;
-    try {
-        return j[name].get<T>();
-    } catch (const nlohmann::json::exception&) {
-        throw Error(where + ": field '" + name + "' has the wrong type");
-    }
+    return json_field<T>(j, name, where, std::move(fallback));
 }
 
 nlohmann::json outcome_json(const RunOutcome& o) {
     nlohmann::json runs = nlohmann::json::array();
-    for (const MethodRun& r : o.result.runs) {
-        nlohmann::json layers = nlohmann::json::array();
-        for (const auto& d : r.layers) layers.push_back(diagnostics_json(d));
-        runs.push_back({{"method", r.method},
-                        {"budget", r.budget},
-                        {"footprint_fraction", r.footprint_fraction},
-                        {"stored_bytes", r.stored_bytes},
-                        {"full_bytes", r.full_bytes},
-                        {"answers", r.answers},
-                        {"answer_ids", r.answer_ids},
-                        {"correct", r.correct},
-                        {"prefill_ms", r.prefill_ms},
-                        {"compress_ms", r.compress_ms},
-                        {"self_calibrated", r.self_calibrated},
-                        {"context_ids", r.context_ids},
-                        {"layers", layers}});
-    }
+    for (const MethodRun& r : o.result.runs) runs.push_back(to_json(r, true));
     std::vector<std::string> texts;
     texts.reserve(o.token_texts.size());
     for (const QString& t : o.token_texts) texts.push_back(t.toStdString());
@@ -80,29 +41,8 @@ std::shared_ptr<RunOutcome> outcome_from_json(const nlohmann::json& j, const Com
     o->model_dir = QString::fromStdString(field<std::string>(j, "model_dir", where, ""));
     o->wall_s = field<double>(j, "wall_s", where, 0);
     if (!j.contains("runs") || !j["runs"].is_array()) throw Error(where + ": 'runs' is missing");
-    for (size_t i = 0; i < j["runs"].size(); ++i) {
-        const auto& rj = j["runs"][i];
-        const std::string w = where + " runs[" + std::to_string(i) + "]";
-        MethodRun r;
-        r.method = field<std::string>(rj, "method", w, "");
-        if (r.method.empty()) throw Error(w + ": no method name");
-        r.budget = field<double>(rj, "budget", w, 0);
-        r.footprint_fraction = field<double>(rj, "footprint_fraction", w, 0);
-        r.stored_bytes = field<int64_t>(rj, "stored_bytes", w, 0);
-        r.full_bytes = field<int64_t>(rj, "full_bytes", w, 0);
-        r.answers = field<std::vector<std::string>>(rj, "answers", w, {});
-        r.answer_ids = field<std::vector<std::vector<int64_t>>>(rj, "answer_ids", w, {});
-        r.correct = field<std::vector<int>>(rj, "correct", w, {});
-        r.prefill_ms = field<double>(rj, "prefill_ms", w, 0);
-        r.compress_ms = field<double>(rj, "compress_ms", w, 0);
-        r.self_calibrated = field<bool>(rj, "self_calibrated", w, false);
-        r.context_ids = field<std::vector<int64_t>>(rj, "context_ids", w, {});
-        if (rj.contains("layers"))
-            for (size_t l = 0; l < rj["layers"].size(); ++l)
-                r.layers.push_back(
-                    diagnostics_from_json(rj["layers"][l], w + " layers[" + std::to_string(l) + "]"));
-        o->result.runs.push_back(std::move(r));
-    }
+    for (size_t i = 0; i < j["runs"].size(); ++i)
+        o->result.runs.push_back(method_run_from_json(j["runs"][i], where + " runs[" + std::to_string(i) + "]"));
     for (const auto& t : field<std::vector<std::string>>(j, "token_texts", where, {}))
         o->token_texts.push_back(QString::fromStdString(t));
     if (j.contains("needle_span") && j["needle_span"].is_array() && j["needle_span"].size() == 2)
@@ -112,76 +52,12 @@ std::shared_ptr<RunOutcome> outcome_from_json(const nlohmann::json& j, const Com
 
 }  // namespace
 
-nlohmann::json diagnostics_json(const LayerDiagnostics& d) {
-    nlohmann::json j = varrate::to_json(d, true);
-    if (d.kept.defined()) {
-        const at::Tensor k = d.kept.to(at::kCPU).to(at::kLong).contiguous();
-        j["kept_shape"] = k.sizes().vec();
-        j["kept"] = std::vector<int64_t>(k.data_ptr<int64_t>(), k.data_ptr<int64_t>() + k.numel());
-    }
-    return j;
-}
-
-LayerDiagnostics diagnostics_from_json(const nlohmann::json& j, const std::string& where) {
-    LayerDiagnostics d;
-    d.method = field<std::string>(j, "method", where, "");
-    d.layer = field<int64_t>(j, "layer", where, 0);
-    d.n_tokens = field<int64_t>(j, "n_tokens", where, 0);
-    d.dim = field<int64_t>(j, "dim", where, 0);
-    d.budget_B = field<int64_t>(j, "budget_B", where, 0);
-    d.sum_ranks = field<int64_t>(j, "sum_ranks", where, 0);
-    d.n_exact = field<int64_t>(j, "n_exact", where, 0);
-    d.n_coded = field<int64_t>(j, "n_coded", where, 0);
-    d.min_rank = field<int64_t>(j, "min_rank", where, 0);
-    d.max_rank = field<int64_t>(j, "max_rank", where, 0);
-    d.mean_rank = field<double>(j, "mean_rank", where, 0);
-    d.floor_share = field<double>(j, "floor_share", where, 0);
-    d.index_bytes = field<int64_t>(j, "index_bytes", where, 0);
-    d.stored_bytes = field<int64_t>(j, "stored_bytes", where, 0);
-    d.full_bytes = field<int64_t>(j, "full_bytes", where, 0);
-    d.footprint = field<double>(j, "footprint", where, 0);
-    d.mean_rel_error = field<double>(j, "mean_rel_error", where, 0);
-    if (j.contains("timing_ms")) {
-        const auto& t = j["timing_ms"];
-        d.timing.anchor_search = field<double>(t, "anchor_search", where, 0);
-        d.timing.salience = field<double>(t, "salience", where, 0);
-        d.timing.water_filling = field<double>(t, "water_filling", where, 0);
-        d.timing.projection = field<double>(t, "projection", where, 0);
-        d.timing.reconstruction = field<double>(t, "reconstruction", where, 0);
-    }
-    try {
-        if (j.contains("salience")) d.salience = float_tensor(j["salience"]);
-        if (j.contains("salience_norm")) d.salience_norm = float_tensor(j["salience_norm"]);
-        if (j.contains("rank")) d.rank = long_tensor(j["rank"]);
-        if (j.contains("exact") && !j["exact"].is_null()) d.exact = long_tensor(j["exact"]).to(at::kBool);
-        if (j.contains("rel_error")) d.rel_error = float_tensor(j["rel_error"]);
-        if (j.contains("kept") && j.contains("kept_shape"))
-            d.kept = long_tensor(j["kept"]).view(j["kept_shape"].get<std::vector<int64_t>>()).to(at::kBool);
-    } catch (const nlohmann::json::exception&) {
-        throw Error(where + ": per-token diagnostics are malformed");
-    } catch (const c10::Error&) {
-        throw Error(where + ": per-token diagnostics have inconsistent shapes");
-    }
-    return d;
-}
-
 nlohmann::json to_json(const RunSettings& s) {
-    const CodecSettings& c = s.codec;
     return {{"questions", s.questions},
             {"answers", s.answers},
             {"answer_prefixes", s.answer_prefixes},
             {"methods", s.methods},
-            {"codec",
-             {{"budget", c.budget},
-              {"r_min", c.r_min},
-              {"rank", c.rank},
-              {"stride", c.stride},
-              {"anchors", c.anchors},
-              {"window", c.window},
-              {"obs_window", c.obs_window},
-              {"pool_kernel", c.pool_kernel},
-              {"paper_accounting", c.paper_accounting},
-              {"precise_timing", c.precise_timing}}},
+            {"codec", varrate::to_json(s.codec)},
             {"mode", to_string(s.mode)},
             {"max_new_tokens", s.max_new_tokens},
             {"chat", s.chat},
@@ -197,20 +73,7 @@ RunSettings run_settings_from_json(const nlohmann::json& j, const std::string& w
     s.answers = field<std::vector<std::string>>(j, "answers", where, {});
     s.answer_prefixes = field<std::vector<std::string>>(j, "answer_prefixes", where, {});
     s.methods = field<std::vector<std::string>>(j, "methods", where, s.methods);
-    if (j.contains("codec")) {
-        const auto& c = j["codec"];
-        const std::string w = where + " codec";
-        s.codec.budget = field<double>(c, "budget", w, s.codec.budget);
-        s.codec.r_min = field<int64_t>(c, "r_min", w, s.codec.r_min);
-        s.codec.rank = field<int64_t>(c, "rank", w, s.codec.rank);
-        s.codec.stride = field<int64_t>(c, "stride", w, s.codec.stride);
-        s.codec.anchors = field<int64_t>(c, "anchors", w, s.codec.anchors);
-        s.codec.window = field<int64_t>(c, "window", w, s.codec.window);
-        s.codec.obs_window = field<int64_t>(c, "obs_window", w, s.codec.obs_window);
-        s.codec.pool_kernel = field<int64_t>(c, "pool_kernel", w, s.codec.pool_kernel);
-        s.codec.paper_accounting = field<bool>(c, "paper_accounting", w, s.codec.paper_accounting);
-        s.codec.precise_timing = field<bool>(c, "precise_timing", w, s.codec.precise_timing);
-    }
+    if (j.contains("codec")) s.codec = codec_settings_from_json(j["codec"], where + " codec", s.codec);
     s.mode = parse_mode(field<std::string>(j, "mode", where, "query-aware"));
     s.max_new_tokens = field<int64_t>(j, "max_new_tokens", where, s.max_new_tokens);
     s.chat = field<bool>(j, "chat", where, false);

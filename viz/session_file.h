@@ -28,9 +28,6 @@ StudioSession load_session(const QString& path);
 
 nlohmann::json to_json(const RunSettings& s);
 RunSettings run_settings_from_json(const nlohmann::json& j, const std::string& where);
-// Per-token diagnostics round trip (to_json(d, true) of codec/method.h, plus SnapKV's per-head mask).
-nlohmann::json diagnostics_json(const LayerDiagnostics& d);
-LayerDiagnostics diagnostics_from_json(const nlohmann::json& j, const std::string& where);
 
 // Writes bytes atomically (QSaveFile); throws Error naming the file.
 void write_file_atomic_qt(const QString& path, const QByteArray& bytes);

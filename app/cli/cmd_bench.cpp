@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/cli/cli_common.h"
+#include "codec/codec_json.h"
 #include "app/cli/commands.h"
 #include "codec/footprint.h"
 #include "codec/registry.h"
@@ -308,10 +309,7 @@ int run_bench_codec(const BenchCodecArgs& a) {
         j["chunk_size"] = a.chunk_size;
         j["repeats"] = a.repeats;
         j["basis"] = basis_source;
-        j["settings"] = {
-            {"budget", settings.budget},        {"r_min", settings.r_min},     {"rank", settings.rank},
-            {"stride", settings.stride},        {"anchors", settings.anchors}, {"window", settings.window},
-            {"obs_window", settings.obs_window}};
+        j["settings"] = to_json(settings);
         j["prefill_ms_median"] = prefill;
         j["prefill_ms_runs"] = plain_ms;
         j["prefill_cpu_ms_median"] = prefill_cpu;

@@ -1,0 +1,201 @@
+#include "codec/codec_json.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include "core/base/error.h"
+#include "core/base/json_field.h"
+
+namespace varrate {
+
+namespace {
+
+struct IntegerField {
+    const char* key;
+    int64_t CodecSettings::*field;
+    int64_t min;
+};
+constexpr IntegerField kIntegerFields[] = {
+    {"r_min", &CodecSettings::r_min, 0},       {"rank", &CodecSettings::rank, 1},
+    {"stride", &CodecSettings::stride, 1},     {"anchors", &CodecSettings::anchors, 1},
+    {"window", &CodecSettings::window, 0},     {"obs_window", &CodecSettings::obs_window, 1},
+    {"pool_kernel", &CodecSettings::pool_kernel, 1}};
+struct BoolField {
+    const char* key;
+    bool CodecSettings::*field;
+};
+constexpr BoolField kBoolFields[] = {{"paper_accounting", &CodecSettings::paper_accounting},
+                                     {"precise_timing", &CodecSettings::precise_timing}};
+
+// Per-token vectors: NaN/inf become null (what nlohmann writes for them anyway), and read back as NaN.
+nlohmann::json float_vector_json(const at::Tensor& t) {
+    if (!t.defined()) return nullptr;
+    const at::Tensor c = t.to(at::kCPU, at::kFloat).contiguous();
+    const float* p = c.data_ptr<float>();
+    nlohmann::json out = nlohmann::json::array();
+    for (int64_t i = 0; i < c.numel(); ++i) out.push_back(std::isfinite(p[i]) ? nlohmann::json(p[i]) : nullptr);
+    return out;
+}
+
+nlohmann::json long_vector_json(const at::Tensor& t) {
+    if (!t.defined()) return nullptr;
+    const at::Tensor c = t.to(at::kCPU, at::kLong).contiguous();
+    const int64_t* p = c.data_ptr<int64_t>();
+    return std::vector<int64_t>(p, p + c.numel());
+}
+
+at::Tensor float_tensor(const nlohmann::json& j) {
+    if (j.is_null()) return {};
+    std::vector<float> v;
+    v.reserve(j.size());
+    for (const auto& x : j)
+        v.push_back(x.is_number() ? x.get<float>() : std::numeric_limits<float>::quiet_NaN());
+    return at::tensor(v, at::kFloat);
+}
+
+at::Tensor long_tensor(const nlohmann::json& j) {
+    if (j.is_null()) return {};
+    return at::tensor(j.get<std::vector<int64_t>>(), at::kLong);
+}
+
+}  // namespace
+
+nlohmann::json to_json(const CodecSettings& s) {
+    nlohmann::json j = {{"budget", s.budget}};
+    for (const auto& f : kIntegerFields) j[f.key] = s.*(f.field);
+    for (const auto& f : kBoolFields) j[f.key] = s.*(f.field);
+    return j;
+}
+
+CodecSettings codec_settings_from_json(const nlohmann::json& j, const std::string& where, const CodecSettings& base,
+                                       const std::vector<std::string>& ignored) {
+    if (!j.is_object()) throw Error(where + ": expected a JSON object of codec settings");
+    CodecSettings s = base;
+    for (const auto& [key, value] : j.items()) {
+        if (std::find(ignored.begin(), ignored.end(), key) != ignored.end()) continue;
+        if (key == "budget") {
+            if (!value.is_number() || !(value.get<double>() > 0.0 && value.get<double>() <= 1.0))
+                throw Error(fmt::format("{}: \"budget\" must be a number in (0, 1], got {}", where, value.dump()));
+            s.budget = value.get<double>();
+            continue;
+        }
+        const auto integer = std::find_if(std::begin(kIntegerFields), std::end(kIntegerFields),
+                                          [&](const IntegerField& f) { return key == f.key; });
+        if (integer != std::end(kIntegerFields)) {
+            if (!value.is_number_integer() || value.get<int64_t>() < integer->min)
+                throw Error(fmt::format("{}: \"{}\" must be an integer >= {}, got {}", where, key, integer->min,
+                                        value.dump()));
+            s.*(integer->field) = value.get<int64_t>();
+            continue;
+        }
+        const auto flag = std::find_if(std::begin(kBoolFields), std::end(kBoolFields),
+                                       [&](const BoolField& f) { return key == f.key; });
+        if (flag != std::end(kBoolFields)) {
+            if (!value.is_boolean())
+                throw Error(fmt::format("{}: \"{}\" must be true or false, got {}", where, key, value.dump()));
+            s.*(flag->field) = value.get<bool>();
+            continue;
+        }
+        std::vector<std::string> known = {"budget"};
+        for (const auto& f : kIntegerFields) known.push_back(f.key);
+        for (const auto& f : kBoolFields) known.push_back(f.key);
+        known.insert(known.end(), ignored.begin(), ignored.end());
+        throw Error(fmt::format("{}: unknown field \"{}\" (known: {})", where, key, fmt::join(known, ", ")));
+    }
+    return s;
+}
+
+nlohmann::json to_json(const LayerDiagnostics& d, bool per_token) {
+    nlohmann::json j = {
+        {"layer", d.layer},
+        {"method", d.method},
+        {"n_tokens", d.n_tokens},
+        {"dim", d.dim},
+        {"budget_B", d.budget_B},
+        {"sum_ranks", d.sum_ranks},
+        {"n_exact", d.n_exact},
+        {"n_coded", d.n_coded},
+        {"min_rank", d.min_rank},
+        {"max_rank", d.max_rank},
+        {"mean_rank", d.mean_rank},
+        {"floor_share", d.floor_share},
+        {"index_bytes", d.index_bytes},
+        {"stored_bytes", d.stored_bytes},
+        {"full_bytes", d.full_bytes},
+        {"footprint", d.footprint},
+        {"mean_rel_error", d.mean_rel_error},
+        {"timing_ms",
+         {{"anchor_search", d.timing.anchor_search},
+          {"salience", d.timing.salience},
+          {"water_filling", d.timing.water_filling},
+          {"projection", d.timing.projection},
+          {"reconstruction", d.timing.reconstruction},
+          {"total", d.timing.total()}}},
+    };
+    if (per_token) {
+        j["salience"] = float_vector_json(d.salience);
+        j["salience_norm"] = float_vector_json(d.salience_norm);
+        j["rank"] = long_vector_json(d.rank);
+        j["exact"] = long_vector_json(d.exact);
+        j["rel_error"] = float_vector_json(d.rel_error);
+        if (d.kept.defined()) {
+            j["kept_shape"] = d.kept.sizes().vec();
+            j["kept"] = long_vector_json(d.kept.reshape({-1}));
+        }
+    }
+    return j;
+}
+
+LayerDiagnostics layer_diagnostics_from_json(const nlohmann::json& j, const std::string& where) {
+    LayerDiagnostics d;
+    d.method = json_field<std::string>(j, "method", where, "");
+    d.layer = json_field<int64_t>(j, "layer", where, 0);
+    d.n_tokens = json_field<int64_t>(j, "n_tokens", where, 0);
+    d.dim = json_field<int64_t>(j, "dim", where, 0);
+    d.budget_B = json_field<int64_t>(j, "budget_B", where, 0);
+    d.sum_ranks = json_field<int64_t>(j, "sum_ranks", where, 0);
+    d.n_exact = json_field<int64_t>(j, "n_exact", where, 0);
+    d.n_coded = json_field<int64_t>(j, "n_coded", where, 0);
+    d.min_rank = json_field<int64_t>(j, "min_rank", where, 0);
+    d.max_rank = json_field<int64_t>(j, "max_rank", where, 0);
+    d.mean_rank = json_field<double>(j, "mean_rank", where, 0);
+    d.floor_share = json_field<double>(j, "floor_share", where, 0);
+    d.index_bytes = json_field<int64_t>(j, "index_bytes", where, 0);
+    d.stored_bytes = json_field<int64_t>(j, "stored_bytes", where, 0);
+    d.full_bytes = json_field<int64_t>(j, "full_bytes", where, 0);
+    d.footprint = json_field<double>(j, "footprint", where, 0);
+    d.mean_rel_error = json_field<double>(j, "mean_rel_error", where, 0);
+    if (j.contains("timing_ms")) {
+        const auto& t = j["timing_ms"];
+        const std::string w = where + " timing_ms";
+        d.timing.anchor_search = json_field<double>(t, "anchor_search", w, 0);
+        d.timing.salience = json_field<double>(t, "salience", w, 0);
+        d.timing.water_filling = json_field<double>(t, "water_filling", w, 0);
+        d.timing.projection = json_field<double>(t, "projection", w, 0);
+        d.timing.reconstruction = json_field<double>(t, "reconstruction", w, 0);
+    }
+    try {
+        if (j.contains("salience")) d.salience = float_tensor(j["salience"]);
+        if (j.contains("salience_norm")) d.salience_norm = float_tensor(j["salience_norm"]);
+        if (j.contains("rank")) d.rank = long_tensor(j["rank"]);
+        if (j.contains("exact") && !j["exact"].is_null()) d.exact = long_tensor(j["exact"]).to(at::kBool);
+        if (j.contains("rel_error")) d.rel_error = float_tensor(j["rel_error"]);
+        if (j.contains("kept") && j.contains("kept_shape"))
+            d.kept = long_tensor(j["kept"]).view(j["kept_shape"].get<std::vector<int64_t>>()).to(at::kBool);
+    } catch (const nlohmann::json::exception&) {
+        throw Error(where + ": per-token diagnostics are malformed");
+    } catch (const c10::Error&) {
+        throw Error(where + ": per-token diagnostics have inconsistent shapes");
+    }
+    for (const at::Tensor* t : {&d.salience, &d.salience_norm, &d.rank, &d.exact, &d.rel_error})
+        if (t->defined() && t->numel() != d.n_tokens)
+            throw Error(fmt::format("{}: a per-token vector has {} entries for n_tokens {}", where, t->numel(),
+                                    d.n_tokens));
+    return d;
+}
+
+}  // namespace varrate
