@@ -1,10 +1,8 @@
 #pragma once
-// Needle in a haystack (gkamradt / kvpress conventions). The generator builds documents of an exact token
-// length (as build_prompt tokenizes the context) with a needle "The special magic number for <key> is
-// <digits>." inserted at a depth percent, stepped back to the previous sentence end. The sweep runs every
-// method on the same document per (length, depth, sample), writes one JSON record per (method, length,
-// depth, sample) atomically, skips finished records when re-run, and summarises accuracy. A budget that a
-// length cannot meet is recorded as "infeasible" for that cell and left out of the accuracy.
+// Needle-in-a-haystack sweeps over the documents of core/niah_document.h: every method on the same document
+// per (length, depth, sample), one NiahRecord (core/niah_record.h) per (method, length, depth, sample)
+// written atomically, finished records skipped when re-run, and an accuracy summary. A budget that a length
+// cannot meet is recorded as "infeasible" for that cell and left out of the accuracy.
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -18,54 +16,17 @@
 #include "codec/method.h"
 #include "core/compare.h"
 #include "core/needle_probe.h"
+#include "core/niah_document.h"
+#include "core/niah_record.h"
 #include "core/session.h"
 
 namespace varrate {
-
-class Tokenizer;
-
-struct NiahDocOptions {
-    std::string haystack_text;  // "": the procedural filler of core/demo_corpus.h; else repeated as needed
-    uint64_t seed = 42;
-    int64_t distractors = 0;  // extra needles with other keys at random sentence ends
-    bool chat = false;        // the length is counted as build_prompt(chat) tokenizes the context
-};
-
-struct NiahDocument {
-    std::string context;   // the haystack with the needle(s) inserted
-    std::string question;  // "What is the special magic number for <key>?"
-    // "The special magic number for <key> is": the reply's start, given after the question (RULER's prompt)
-    std::string answer_prefix;
-    std::string expected;  // the needle's value
-    std::string needle;    // the needle sentence
-    std::vector<std::string> distractor_needles;
-    int64_t context_tokens = 0;       // build_prompt(...).context_ids.size(): the requested length
-    int64_t haystack_tokens = 0;      // tokens of the haystack part alone
-    int64_t needle_token_offset = 0;  // haystack tokens before the needle
-    size_t needle_char_offset = 0;    // where the needle sentence starts in `context`
-};
-
-// Deterministic in (seed, sample): a sample's needles are the same at every length and depth, and a
-// sample's haystack at one length is a prefix of its haystack at a longer one.
-class NiahGenerator {
-  public:
-    NiahGenerator(const Tokenizer& tokenizer, NiahDocOptions options);
-    ~NiahGenerator();
-    NiahDocument generate(int64_t context_length, double depth_percent, int64_t sample);
-
-  private:
-    struct Stream;
-    Stream& stream_for(int64_t sample, int64_t min_tokens);
-    const Tokenizer& tokenizer_;
-    NiahDocOptions options_;
-    std::map<int64_t, std::unique_ptr<Stream>> streams_;
-};
 
 struct NiahSweepOptions {
     std::vector<int64_t> lengths;  // context lengths in the model's tokens
     std::vector<double> depths;    // needle depth percent, 0..100
     int64_t samples = 1;           // documents per (length, depth)
-    std::vector<std::string> methods = {"full", "varrate", "flat", "snapkv"};
+    std::vector<std::string> methods = method_names();  // every registered method
     CodecSettings settings;
     CompressionMode mode = CompressionMode::QueryAgnostic;
     NiahDocOptions doc;
@@ -92,10 +53,6 @@ struct NiahSweepStats {
 // settings, mode, seed or haystack), Cancelled when job.cancel is raised (finished records stay).
 NiahSweepStats run_niah_sweep(const Session& session, const NiahSweepOptions& options,
                               const JobControl& job = {}, const NiahProgressFn& on_progress = {});
-
-// out_dir/records/<method>/L<length>_D<depth>_S<sample>.json
-std::filesystem::path niah_record_path(const std::filesystem::path& out_dir, const std::string& method,
-                                       int64_t length, double depth_percent, int64_t sample);
 
 struct NiahCell {
     std::string method;

@@ -1,0 +1,102 @@
+#include "core/niah_record.h"
+
+#include <fmt/format.h>
+
+#include "core/base/error.h"
+#include "core/base/file_io.h"
+#include "core/base/json_field.h"
+
+namespace varrate {
+
+nlohmann::json to_json(const NiahRecord& r) {
+    nlohmann::json j;
+    j["model"] = r.model;
+    j["method"] = r.method;
+    j["budget"] = r.budget;
+    j["mode"] = r.mode;
+    j["context_length"] = r.context_length;
+    j["depth_percent"] = r.depth_percent;
+    j["sample"] = r.sample;
+    j["needle"] = r.needle;
+    j["question"] = r.question;
+    j["answer_prefix"] = r.answer_prefix;
+    j["expected"] = r.expected;
+    j["response"] = r.response;
+    if (r.correct) j["correct"] = *r.correct;
+    if (!r.infeasible.empty()) j["infeasible"] = r.infeasible;  // not counted in the accuracy
+    j["distractor_needles"] = r.distractor_needles;
+    j["context_tokens"] = r.context_tokens;
+    j["compressed_tokens"] = r.compressed_tokens;
+    j["haystack_tokens"] = r.haystack_tokens;
+    j["needle_token_offset"] = r.needle_token_offset;
+    j["footprint_fraction"] = r.footprint_fraction;
+    if (!r.needle_retention.is_null()) j["needle_retention"] = r.needle_retention;
+    j["self_calibrated"] = r.self_calibrated;
+    j["durations"] = {{"prefill_ms", r.prefill_ms},
+                      {"compress_ms", r.compress_ms},
+                      {"document_ms", r.document_ms},
+                      {"methods_in_document", r.methods_in_document}};
+    j["timestamp"] = r.timestamp;
+    j["sweep"] = r.sweep;
+    return j;
+}
+
+NiahRecord niah_record_from_json(const nlohmann::json& j, const std::string& where) {
+    if (!j.is_object() || !j.contains("sweep") || !j["sweep"].is_object())
+        throw Error(where + ": not a needle-in-a-haystack record (no \"sweep\" object)");
+    NiahRecord r;
+    r.model = json_field<std::string>(j, "model", where, "");
+    r.method = json_field<std::string>(j, "method", where, "");
+    r.budget = json_field<double>(j, "budget", where, 0);
+    r.mode = json_field<std::string>(j, "mode", where, "");
+    r.context_length = json_field<int64_t>(j, "context_length", where, 0);
+    r.depth_percent = json_field<double>(j, "depth_percent", where, 0);
+    r.sample = json_field<int64_t>(j, "sample", where, 0);
+    r.needle = json_field<std::string>(j, "needle", where, "");
+    r.question = json_field<std::string>(j, "question", where, "");
+    r.answer_prefix = json_field<std::string>(j, "answer_prefix", where, "");
+    r.expected = json_field<std::string>(j, "expected", where, "");
+    r.response = json_field<std::string>(j, "response", where, "");
+    r.infeasible = json_field<std::string>(j, "infeasible", where, "");
+    if (j.contains("correct")) {
+        if (!j["correct"].is_boolean()) throw Error(where + ": \"correct\" is not a boolean");
+        r.correct = j["correct"].get<bool>();
+    }
+    if (r.infeasible.empty() && !r.correct) throw Error(where + ": record has no boolean \"correct\"");
+    r.distractor_needles = json_field<std::vector<std::string>>(j, "distractor_needles", where, {});
+    r.context_tokens = json_field<int64_t>(j, "context_tokens", where, 0);
+    r.compressed_tokens = json_field<int64_t>(j, "compressed_tokens", where, 0);
+    r.haystack_tokens = json_field<int64_t>(j, "haystack_tokens", where, 0);
+    r.needle_token_offset = json_field<int64_t>(j, "needle_token_offset", where, 0);
+    r.footprint_fraction = json_field<double>(j, "footprint_fraction", where, 0);
+    if (j.contains("needle_retention") && j["needle_retention"].is_object())
+        r.needle_retention = j["needle_retention"];
+    r.self_calibrated = json_field<bool>(j, "self_calibrated", where, false);
+    if (j.contains("durations")) {
+        const nlohmann::json& d = j["durations"];
+        const std::string w = where + " durations";
+        r.prefill_ms = json_field<double>(d, "prefill_ms", w, 0);
+        r.compress_ms = json_field<double>(d, "compress_ms", w, 0);
+        r.document_ms = json_field<double>(d, "document_ms", w, 0);
+        r.methods_in_document = json_field<int64_t>(d, "methods_in_document", w, 0);
+    }
+    r.timestamp = json_field<std::string>(j, "timestamp", where, "");
+    r.sweep = j["sweep"];
+    return r;
+}
+
+NiahRecord read_niah_record(const std::filesystem::path& path) {
+    return niah_record_from_json(read_json_file(path), path.string());
+}
+
+std::string niah_depth_label(double depth_percent) {
+    return fmt::format("{:g}", depth_percent);
+}
+
+std::filesystem::path niah_record_path(const std::filesystem::path& out_dir, const std::string& method,
+                                       int64_t length, double depth_percent, int64_t sample) {
+    return out_dir / "records" / method /
+           fmt::format("L{}_D{}_S{}.json", length, niah_depth_label(depth_percent), sample);
+}
+
+}  // namespace varrate
