@@ -10,9 +10,13 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "codec/codec_json.h"
 #include "codec/registry.h"
 #include "core/base/error.h"
+#include "core/base/json_field.h"
 #include "core/prompt.h"
+#include "core/token_text.h"
+#include "models/generate.h"
 
 namespace varrate {
 
@@ -29,19 +33,14 @@ std::vector<int64_t> stop_ids(const Session& s) {
     return ids;
 }
 
-// Greedy continuation from the logits of the last forward (argmax, ties -> lowest id).
+// Greedy continuation from the logits of the last forward (models/generate.h's loop).
 std::vector<int64_t> greedy_from(const Session& s, KVCache& cache, at::Tensor logits, int64_t max_new,
                                  const JobControl& job) {
-    const std::vector<int64_t> stops = stop_ids(s);
-    std::vector<int64_t> out;
-    for (int64_t i = 0; i < max_new; ++i) {
-        check_cancel(job);
-        const int64_t next = logits.select(0, logits.size(0) - 1).argmax().item<int64_t>();
-        out.push_back(next);
-        if (std::find(stops.begin(), stops.end(), next) != stops.end() || i + 1 == max_new) break;
-        logits = s.model().forward({next}, cache);
-    }
-    return out;
+    GenerateOptions opt;
+    opt.max_new_tokens = max_new;
+    opt.stop_ids = stop_ids(s);
+    opt.cancel = job.cancel;
+    return decode_greedy(s.model(), cache, logits.select(0, logits.size(0) - 1), opt).generated;
 }
 
 // Compresses through the method while the prefill runs; collects diagnostics and codec time.
@@ -107,16 +106,6 @@ std::string escape_csv_text(const std::string& text) {
         }
     }
     return "\"" + e + "\"";
-}
-
-// A token's text on its own. SentencePiece decoders strip the leading space of the first piece, which would
-// hide word boundaries in the rank log; put it back.
-std::string token_text(const Tokenizer& tok, int64_t id) {
-    std::string text = tok.decode({id}, false);
-    const std::string piece = tok.token_string(id);
-    static const std::string kMeta = "\xe2\x96\x81";  // U+2581, SentencePiece's space
-    if (piece.rfind(kMeta, 0) == 0 && text.rfind(" ", 0) != 0) text = " " + text;
-    return text;
 }
 
 std::string lower_trim(const std::string& s) {
@@ -246,42 +235,64 @@ CompareResult run_compare(const Session& s, const CompareRequest& req, const Job
     return result;
 }
 
+nlohmann::json to_json(const MethodRun& run, bool per_token) {
+    nlohmann::json m;
+    m["method"] = run.method;
+    m["budget"] = run.budget;
+    m["footprint_fraction"] = run.footprint_fraction;
+    m["stored_bytes"] = run.stored_bytes;
+    m["full_bytes"] = run.full_bytes;
+    m["answers"] = run.answers;
+    m["answer_ids"] = run.answer_ids;
+    if (!run.correct.empty()) {
+        m["correct"] = nlohmann::json::array();
+        for (int c : run.correct) m["correct"].push_back(c != 0);
+    }
+    m["prefill_ms"] = run.prefill_ms;
+    m["compress_ms"] = run.compress_ms;
+    m["self_calibrated"] = run.self_calibrated;
+    m["context_tokens"] = static_cast<int64_t>(run.context_ids.size());
+    if (per_token) m["context_ids"] = run.context_ids;
+    if (!run.infeasible.empty()) m["infeasible"] = run.infeasible;
+    m["layers"] = nlohmann::json::array();
+    for (const auto& d : run.layers) m["layers"].push_back(to_json(d, per_token));
+    return m;
+}
+
+MethodRun method_run_from_json(const nlohmann::json& j, const std::string& where) {
+    MethodRun r;
+    r.method = json_field<std::string>(j, "method", where, "");
+    if (r.method.empty()) throw Error(where + ": no method name");
+    r.budget = json_field<double>(j, "budget", where, 0);
+    r.footprint_fraction = json_field<double>(j, "footprint_fraction", where, 0);
+    r.stored_bytes = json_field<int64_t>(j, "stored_bytes", where, 0);
+    r.full_bytes = json_field<int64_t>(j, "full_bytes", where, 0);
+    r.answers = json_field<std::vector<std::string>>(j, "answers", where, {});
+    r.answer_ids = json_field<std::vector<std::vector<int64_t>>>(j, "answer_ids", where, {});
+    r.correct = json_field<std::vector<int>>(j, "correct", where, {});  // booleans (older files: 0/1)
+    r.prefill_ms = json_field<double>(j, "prefill_ms", where, 0);
+    r.compress_ms = json_field<double>(j, "compress_ms", where, 0);
+    r.self_calibrated = json_field<bool>(j, "self_calibrated", where, false);
+    r.context_ids = json_field<std::vector<int64_t>>(j, "context_ids", where, {});
+    r.infeasible = json_field<std::string>(j, "infeasible", where, "");
+    if (j.contains("layers")) {
+        if (!j["layers"].is_array()) throw Error(where + ": 'layers' is not an array");
+        for (size_t l = 0; l < j["layers"].size(); ++l)
+            r.layers.push_back(
+                layer_diagnostics_from_json(j["layers"][l], where + " layers[" + std::to_string(l) + "]"));
+    }
+    return r;
+}
+
 nlohmann::json to_json(const CompareResult& r, const CompareRequest& req) {
     nlohmann::json methods = nlohmann::json::array();
-    for (const MethodRun& run : r.runs) {
-        nlohmann::json m;
-        m["method"] = run.method;
-        m["budget"] = run.budget;
-        m["footprint_fraction"] = run.footprint_fraction;
-        m["stored_bytes"] = run.stored_bytes;
-        m["full_bytes"] = run.full_bytes;
-        m["answers"] = run.answers;
-        if (!run.correct.empty()) {
-            m["correct"] = nlohmann::json::array();
-            for (int c : run.correct) m["correct"].push_back(c != 0);
-        }
-        m["prefill_ms"] = run.prefill_ms;
-        m["compress_ms"] = run.compress_ms;
-        m["self_calibrated"] = run.self_calibrated;
-        m["context_tokens"] = static_cast<int64_t>(run.context_ids.size());
-        if (!run.infeasible.empty()) m["infeasible"] = run.infeasible;
-        m["layers"] = nlohmann::json::array();
-        for (const auto& d : run.layers) m["layers"].push_back(to_json(d));
-        methods.push_back(std::move(m));
-    }
+    for (const MethodRun& run : r.runs) methods.push_back(to_json(run));
     nlohmann::json j;
     j["mode"] = to_string(req.mode);
     j["questions"] = req.questions;
     j["expected_answers"] = req.answers;
     if (!req.answer_prefixes.empty()) j["answer_prefixes"] = req.answer_prefixes;
-    j["settings"] = {{"budget", req.settings.budget},
-                     {"r_min", req.settings.r_min},
-                     {"rank", req.settings.rank},
-                     {"stride", req.settings.stride},
-                     {"anchors", req.settings.anchors},
-                     {"window", req.settings.window},
-                     {"obs_window", req.settings.obs_window},
-                     {"paper_accounting", req.settings.paper_accounting}};
+    j["settings"] = to_json(req.settings);
     j["basis"] = r.basis_source;
     j["methods"] = std::move(methods);
     return j;
@@ -293,7 +304,7 @@ std::string rank_log_csv(const CompareResult& r, const Tokenizer& tok) {
     for (const MethodRun& run : r.runs) {
         std::vector<std::string> texts;
         texts.reserve(run.context_ids.size());
-        for (int64_t id : run.context_ids) texts.push_back(escape_csv_text(token_text(tok, id)));
+        for (int64_t id : run.context_ids) texts.push_back(escape_csv_text(token_display_text(tok, id)));
         for (const LayerDiagnostics& d : run.layers) {
             const int64_t n = d.n_tokens;
             auto column = [&](const at::Tensor& t, at::ScalarType type) {

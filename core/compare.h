@@ -8,6 +8,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "codec/method.h"
+#include "codec/registry.h"
 #include "core/session.h"
 
 namespace varrate {
@@ -23,7 +24,7 @@ struct CompareRequest {
     // The start of each reply, given to the model after the question (optional; same count as questions when
     // given; "" for none); see build_prompt.
     std::vector<std::string> answer_prefixes;
-    std::vector<std::string> methods = {"full", "varrate", "flat", "snapkv"};
+    std::vector<std::string> methods = method_names();  // every registered method
     CodecSettings settings;
     CompressionMode mode = CompressionMode::QueryAware;
     int64_t max_new_tokens = 32;
@@ -56,6 +57,12 @@ struct CompareResult {
 
 CompareResult run_compare(const Session& session, const CompareRequest& req, const JobControl& job = {});
 
+// The one JSON form of a method's run: the fields of `varrate compare --json`'s methods[]; per_token adds the
+// context ids and every layer's per-token diagnostics (session files).
+nlohmann::json to_json(const MethodRun& run, bool per_token = false);
+// Inverse of to_json(run, true). Throws Error "<where>: ..." on a malformed object.
+MethodRun method_run_from_json(const nlohmann::json& j, const std::string& where);
+
 // One object per method with the fields of `varrate compare --json`.
 nlohmann::json to_json(const CompareResult& r, const CompareRequest& req);
 // CSV: method, layer, position, token_id, token_text, salience, rank, exact, rel_error (one row per method,
@@ -65,7 +72,7 @@ std::string rank_log_csv(const CompareResult& r, const Tokenizer& tokenizer);
 struct PplRequest {
     std::vector<int64_t> ids;   // the whole scored text
     int64_t prefix_tokens = 0;  // compressed part
-    std::vector<std::string> methods = {"full", "varrate", "flat", "snapkv"};
+    std::vector<std::string> methods = method_names();  // every registered method
     CodecSettings settings;
 };
 

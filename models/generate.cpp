@@ -37,18 +37,25 @@ GenerateResult generate_greedy(const LlamaModel& model, KVCache& cache, const st
     if (prompt.empty()) throw Error("generate: the prompt is empty");
     if (opt.max_new_tokens < 0) throw Error("generate: max_new_tokens must not be negative");
     GenerateResult r;
-
     ForwardOptions prefill = opt.prefill;
     prefill.all_logits = false;
     if (!prefill.cancel) prefill.cancel = opt.cancel;
     if (!prefill.progress) prefill.progress = opt.progress;
     auto t0 = Clock::now();
     at::Tensor logits = model.forward(prompt, cache, prefill);  // [1, vocab] fp32 CPU: the one host sync
-    r.prefill_ms = ms_since(t0);
+    const double prefill_ms = ms_since(t0);
+    r = decode_greedy(model, cache, std::move(logits), opt);
+    r.prefill_ms = prefill_ms;
+    return r;
+}
 
+GenerateResult decode_greedy(const LlamaModel& model, KVCache& cache, at::Tensor logits,
+                             const GenerateOptions& opt) {
+    if (opt.max_new_tokens < 0) throw Error("generate: max_new_tokens must not be negative");
+    GenerateResult r;
     ForwardOptions step;
     step.cancel = opt.cancel;
-    t0 = Clock::now();
+    const auto t0 = Clock::now();
     for (int64_t i = 0; i < opt.max_new_tokens; ++i) {
         const int64_t token = greedy_token(logits);
         r.generated.push_back(token);

@@ -29,4 +29,9 @@ struct GenerateResult {
 GenerateResult generate_greedy(const LlamaModel& model, KVCache& cache, const std::vector<int64_t>& prompt,
                                const GenerateOptions& opt);
 
+// The decoding half of generate_greedy: continues from the logits of a forward pass that the caller ran
+// (e.g. a compressing prefill, then a reply prefix) — the one greedy loop of the project. opt.prefill is unused.
+GenerateResult decode_greedy(const LlamaModel& model, KVCache& cache, at::Tensor last_logits,
+                             const GenerateOptions& opt);
+
 }  // namespace varrate

@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "codec/registry.h"
@@ -92,6 +93,10 @@ JobControl terminal_job() {
         std::fflush(stderr);
     };
     return job;
+}
+
+std::string join_method_names() {
+    return fmt::format("{}", fmt::join(method_names(), ","));
 }
 
 std::vector<std::string> parse_methods(const std::string& list) {

@@ -39,6 +39,8 @@ JobControl terminal_job();
 // "full, varrate,flat" -> registered method names (entries trimmed, empty ones skipped); throws Error naming
 // an unknown method (with the known ones) or an empty list.
 std::vector<std::string> parse_methods(const std::string& list);
+// Every registered method, comma-separated: the default of --methods.
+std::string join_method_names();
 // "1,2,3" -> {1,2,3}; throws Error naming `what` on a bad entry.
 std::vector<int64_t> parse_id_list(const std::string& text, const std::string& what);
 

@@ -20,7 +20,7 @@ namespace {
 struct SessionArgs {
     std::string model, basis;
     RuntimeArgs runtime;
-    std::string methods = "full,varrate,flat,snapkv";
+    std::string methods = join_method_names();  // every registered method
     CodecSettings settings;
     CodecFlags codec_flags;
 };

@@ -20,7 +20,7 @@ namespace {
 struct DemoArgs {
     std::string model = "resources/models/varrate-demo";
     std::string basis;
-    std::string methods = "full,varrate,flat,snapkv";
+    std::string methods = join_method_names();  // every registered method
     int64_t length = 1024, distractors = 1;
     double depth = 50;
     uint64_t seed = 2026;

@@ -126,7 +126,7 @@ void clear_progress_line() {
 struct NiahArgs {
     std::string model, basis, haystack_file, out;
     RuntimeArgs runtime;
-    std::string methods = "full,varrate,flat,snapkv";
+    std::string methods = join_method_names();  // every registered method
     std::string lengths, depths = "0,25,50,75,100";
     std::string mode = "query-agnostic";
     CodecSettings settings;
