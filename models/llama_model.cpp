@@ -8,6 +8,7 @@
 
 #include "core/base/error.h"
 #include "models/attention.h"
+#include "models/layer_math.h"
 #include "models/rope.h"
 #include "models/safetensors.h"
 
@@ -34,13 +35,6 @@ struct LayerWeights {
     at::Tensor down;            // [hidden, intermediate]
     at::Tensor down_bias;       // [hidden] or undefined
 };
-
-// HF LlamaRMSNorm: normalise in fp32, cast back, then scale by the weight in the runtime dtype.
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-    const at::Tensor xf = x.to(at::kFloat);
-    const at::Tensor normed = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true).add_(eps));
-    return weight * normed.to(x.scalar_type());
-}
 
 
 // Chunk boundaries [begin, end) of a prefill of n tokens. With an observer, a short last chunk is merged into
@@ -216,7 +210,7 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bi
 // SwiGLU: down(silu(gate(x)) * up(x)), with gate and up from one matmul.
 at::Tensor mlp(const LayerWeights& lw, const at::Tensor& x, int64_t inter) {
     const at::Tensor gate_up = linear(x, lw.gate_up, lw.gate_up_bias);  // [m, 2 inter]
-    const at::Tensor act = at::silu(gate_up.narrow(1, 0, inter)).mul_(gate_up.narrow(1, inter, inter));
+    const at::Tensor act = swiglu(gate_up.narrow(1, 0, inter), gate_up.narrow(1, inter, inter));
     return linear(act, lw.down, lw.down_bias);  // [m, hidden]
 }
 

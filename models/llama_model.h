@@ -17,6 +17,7 @@
 #include "models/device.h"
 #include "models/kv_cache.h"
 #include "models/model_config.h"
+#include "models/rope.h"
 
 namespace varrate {
 
@@ -80,10 +81,5 @@ private:
     std::unique_ptr<Weights> w_;
     at::Tensor inv_freq_;  // [head_dim/2] fp32, with rope scaling applied
 };
-
-// Applies HF rotate_half RoPE: x [.., n_tok, head_dim], cos/sin [n_tok, head_dim].
-at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
-// Inverse rotation (post-RoPE -> pre-RoPE).
-at::Tensor unapply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
 }  // namespace varrate

@@ -1,7 +1,8 @@
 #pragma once
 // Rotary position embedding tables as Hugging Face computes them: inv_freq = 1/theta^(2j/d) in fp32, with
 // "linear" or "llama3" scaling applied, angles = position * inv_freq, tables = cat(angles, angles).
-// apply_rope/unapply_rope themselves are declared in models/llama_model.h.
+// The rotation itself (and its inverse, which the codec uses to go back to pre-RoPE keys) is here too: the
+// runtime and the demo-model trainer share it.
 #include <cstdint>
 #include <utility>
 
@@ -18,5 +19,10 @@ at::Tensor rope_inv_freq(const ModelConfig& config);
 // each [end-begin, head_dim].
 std::pair<at::Tensor, at::Tensor> rope_cos_sin(const at::Tensor& inv_freq, int64_t begin, int64_t end,
                                                c10::ScalarType dtype);
+
+// Applies HF rotate_half RoPE: x [.., n_tok, head_dim], cos/sin [n_tok, head_dim]. Differentiable.
+at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+// Inverse rotation (post-RoPE -> pre-RoPE).
+at::Tensor unapply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
 }  // namespace varrate

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "core/base/error.h"
+#include "models/layer_math.h"
 #include "models/rope.h"
 
 namespace varrate::train {
@@ -53,7 +54,7 @@ RmsNormImpl::RmsNormImpl(int64_t dim, double eps_) : eps(eps_) {
 }
 
 torch::Tensor RmsNormImpl::forward(const torch::Tensor& x) {
-    return weight * (x * torch::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps));
+    return rms_norm(x, weight, eps);
 }
 
 namespace {
@@ -62,12 +63,6 @@ torch::nn::Linear linear(int64_t in, int64_t out) {
     return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
 }
 
-// HF rotate_half RoPE on [.., T, head_dim] with cos/sin [T, head_dim].
-torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
-    const int64_t half = x.size(-1) / 2;
-    const torch::Tensor rotated = torch::cat({x.narrow(-1, half, half).neg(), x.narrow(-1, 0, half)}, -1);
-    return x * cos + rotated * sin;
-}
 
 // A bias-free projection, computed in `dtype` (bf16: the weights are cast from the fp32 masters each step).
 torch::Tensor project(const torch::nn::Linear& l, const torch::Tensor& x, c10::ScalarType dtype) {
@@ -89,10 +84,10 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
                                      const torch::Tensor& sin, const torch::Tensor& bias,
                                      c10::ScalarType attn_dtype) {
     const int64_t B = x.size(0), T = x.size(1), group = heads / kv_heads;
-    const torch::Tensor q = rope(project(q_proj, x, attn_dtype).view({B, T, heads, head_dim}).transpose(1, 2),
+    const torch::Tensor q = apply_rope(project(q_proj, x, attn_dtype).view({B, T, heads, head_dim}).transpose(1, 2),
                                  cos, sin);  // [B, nh, T, hd]
     const torch::Tensor k =
-        rope(project(k_proj, x, attn_dtype).view({B, T, kv_heads, head_dim}).transpose(1, 2), cos, sin);
+        apply_rope(project(k_proj, x, attn_dtype).view({B, T, kv_heads, head_dim}).transpose(1, 2), cos, sin);
     const torch::Tensor v =
         project(v_proj, x, attn_dtype).view({B, T, kv_heads, head_dim}).transpose(1, 2);  // [B, nkv, T, hd]
     // GQA without repeating K/V: the query heads of one kv head become rows (g, t) of one batched matmul, and
@@ -125,7 +120,7 @@ MlpImpl::MlpImpl(const DemoModelShape& s) {
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x, c10::ScalarType dtype) {
-    return project(down_proj, torch::silu(project(gate_proj, x, dtype)) * project(up_proj, x, dtype), dtype);
+    return project(down_proj, swiglu(project(gate_proj, x, dtype), project(up_proj, x, dtype)), dtype);
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const DemoModelShape& s) {
