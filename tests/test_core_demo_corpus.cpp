@@ -181,4 +181,4 @@ class TestDemoCorpus : public QObject {
 };
 
 QTEST_GUILESS_MAIN(TestDemoCorpus)
-#include "test_demo_corpus.moc"
+#include "test_core_demo_corpus.moc"
