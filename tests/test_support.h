@@ -59,11 +59,6 @@ Session* shared_fixture_session();
                          .arg(QString::fromStdString(rel))                                         \
                          .arg(QString::fromStdString(varrate::test::shared_dir().string()))))
 
-// Binds `var` (varrate::Session&) to the shared stories260k Session, skipping when the fixture is absent.
-#define VARRATE_REQUIRE_SESSION(var)                            \
-    VARRATE_REQUIRE_FIXTURE(var##_fixture_dir_, "stories260k"); \
-    varrate::Session& var = *varrate::test::shared_fixture_session()
-
 // Asserts that `expr` throws varrate::Error whose message contains every given substring (at least one).
 #define EXPECT_ERROR(expr, ...)                                                                             \
     do {                                                                                                    \
