@@ -22,9 +22,9 @@
 #include <map>
 #include <random>
 
-#include "core/compare.h"
 #include "core/base/error.h"
 #include "core/base/file_io.h"
+#include "core/compare.h"
 #include "core/session.h"
 #include "viz/chart_export.h"
 #include "viz/document_view.h"

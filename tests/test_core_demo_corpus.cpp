@@ -4,8 +4,8 @@
 
 #include <set>
 
-#include "core/demo_corpus.h"
 #include "core/base/error.h"
+#include "core/demo_corpus.h"
 #include "core/prompt.h"
 #include "models/tokenizer.h"
 

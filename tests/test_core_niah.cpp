@@ -19,9 +19,9 @@
 
 #include <ATen/ATen.h>
 
-#include "core/compare.h"
 #include "core/base/error.h"
 #include "core/base/file_io.h"
+#include "core/compare.h"
 #include "core/needle_probe.h"
 #include "core/niah.h"
 #include "core/prompt.h"
