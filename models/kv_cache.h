@@ -17,7 +17,7 @@ struct LayerKV {
 };
 
 class KVCache {
-public:
+  public:
     struct Snapshot {
         std::vector<int64_t> lengths;
         int64_t next_position = 0;
@@ -45,7 +45,7 @@ public:
     // Bytes held by valid entries (not capacity), at the cache dtype.
     int64_t used_bytes() const;
 
-private:
+  private:
     struct Layer {
         at::Tensor k, v;  // [n_kv_head, capacity, head_dim]
         int64_t length = 0;

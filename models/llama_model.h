@@ -40,22 +40,23 @@ struct LayerCapture {
 using LayerObserver = std::function<std::optional<LayerKV>(const LayerCapture&)>;
 
 struct ForwardOptions {
-    int64_t chunk_size = 512;           // prefill chunk length (bounded attention memory)
-    bool all_logits = false;            // logits for every input position, else only the last
-    LayerObserver observer;             // end-of-prefill hook (optional)
-    int64_t observer_window = 64;       // w_obs: queries handed to the observer
+    int64_t chunk_size = 512;                   // prefill chunk length (bounded attention memory)
+    bool all_logits = false;                    // logits for every input position, else only the last
+    LayerObserver observer;                     // end-of-prefill hook (optional)
+    int64_t observer_window = 64;               // w_obs: queries handed to the observer
     const std::atomic<bool>* cancel = nullptr;  // checked between layers and chunks; throws Cancelled
     ProgressFn progress;
 };
 
 class LlamaModel {
-public:
+  public:
     // Loads config.json (+ generation_config.json) and the safetensors weights of `model_dir`, validates
     // names and shapes, and converts the weights once to options.dtype on options.device.
-    static std::unique_ptr<LlamaModel> load(const std::filesystem::path& model_dir, const RuntimeOptions& options,
-                                            const ProgressFn& progress = {});
+    static std::unique_ptr<LlamaModel> load(const std::filesystem::path& model_dir,
+                                            const RuntimeOptions& options, const ProgressFn& progress = {});
     // Same, from an already parsed config and opened archive (tests, make-model).
-    static std::unique_ptr<LlamaModel> from_archive(const ModelConfig& config, const SafetensorsArchive& archive,
+    static std::unique_ptr<LlamaModel> from_archive(const ModelConfig& config,
+                                                    const SafetensorsArchive& archive,
                                                     const RuntimeOptions& options);
 
     const ModelConfig& config() const { return config_; }
@@ -64,8 +65,9 @@ public:
     KVCache new_cache() const;
 
     // Runs `ids` at positions cache.next_position()... and appends their K/V to `cache`. Returns fp32 logits
-    // on the CPU: [n, vocab] with all_logits, else [1, vocab] for the last position. Long inputs are processed
-    // in chunks of opt.chunk_size; with an observer, the last chunk is at least observer_window long.
+    // on the CPU: [n, vocab] with all_logits, else [1, vocab] for the last position. Long inputs are
+    // processed in chunks of opt.chunk_size; with an observer, the last chunk is at least observer_window
+    // long.
     at::Tensor forward(const std::vector<int64_t>& ids, KVCache& cache, const ForwardOptions& opt = {}) const;
 
     // RoPE cos/sin for positions [begin, end): each [end-begin, head_dim], runtime dtype and device.
@@ -73,7 +75,7 @@ public:
 
     ~LlamaModel();
 
-private:
+  private:
     LlamaModel() = default;
     struct Weights;
     ModelConfig config_;

@@ -16,8 +16,9 @@
 namespace varrate {
 
 class Tokenizer {
-public:
-    // `path` is a tokenizer.json or a directory holding one; tokenizer_config.json beside it is read when present.
+  public:
+    // `path` is a tokenizer.json or a directory holding one; tokenizer_config.json beside it is read when
+    // present.
     static Tokenizer load(const std::filesystem::path& path);
     // From parsed JSON (tokenizer_config may be null). `where` names the source in errors.
     static Tokenizer from_json(const nlohmann::json& tokenizer, const nlohmann::json& tokenizer_config,
@@ -31,7 +32,7 @@ public:
     std::vector<int64_t> encode(std::string_view text, bool add_special_tokens = true) const;
     std::string decode(const std::vector<int64_t>& ids, bool skip_special_tokens = false) const;
 
-    int64_t vocab_size() const;  // including added tokens
+    int64_t vocab_size() const;                  // including added tokens
     std::string token_string(int64_t id) const;  // the vocabulary piece (e.g. "Ġthe", "▁the", "<0x0A>")
     std::optional<int64_t> token_id(const std::string& piece) const;
     bool is_special(int64_t id) const;
@@ -42,7 +43,7 @@ public:
     // tokenizer_config.json's chat_template ("" when none).
     const std::string& chat_template() const;
 
-private:
+  private:
     struct Impl;
     explicit Tokenizer(std::unique_ptr<Impl> impl);
     std::unique_ptr<Impl> impl_;

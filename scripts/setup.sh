@@ -12,7 +12,7 @@ GUI=${VARRATE_GUI:-ON}
 BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-$(nproc)}
 
-packages=(build-essential cmake ninja-build pkgconf git
+packages=(build-essential cmake ninja-build pkgconf git clang-format
           libtorch-dev libopenblas0-pthread libeigen3-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
           libpcre2-dev libutf8proc-dev libcli11-dev qt6-base-dev)
 if [ "$GUI" = ON ]; then

@@ -22,9 +22,9 @@
 #include <map>
 #include <random>
 
-#include "core/compare.h"
 #include "core/base/error.h"
 #include "core/base/file_io.h"
+#include "core/compare.h"
 #include "core/session.h"
 #include "viz/chart_export.h"
 #include "viz/document_view.h"
@@ -39,18 +39,6 @@ using namespace varrate;
 using namespace varrate::viz;
 
 namespace {
-
-// Feasible codec settings for the 64-wide stories260k model (the paper's defaults need D >= 1024).
-CodecSettings small_settings() {
-    CodecSettings s;
-    s.budget = 0.3;
-    s.r_min = 4;
-    s.rank = 64;
-    s.stride = 32;
-    s.window = 16;
-    s.obs_window = 16;
-    return s;
-}
 
 // Share of pixels that differ from the most common colour: 0 for a blank widget.
 double ink_share(const QImage& image) {
@@ -166,15 +154,13 @@ class GuiTestViews : public QObject {
         if (model_) return true;
         const auto dir = test::fixture("stories260k");
         if (dir.empty()) return false;
-        RuntimeOptions o;
-        o.threads = configure_threads(2);
-        session_ = Session::open(dir, o);
+        session_ = test::open_fixture_session();
         const auto greedy = read_json_file(dir / "expected_greedy.json");
         request_.context = greedy["cases"][0]["text"].get<std::string>() + "\n" +
                            greedy["cases"][2]["text"].get<std::string>();
         request_.questions = {"What did Sara find?"};
         request_.methods = {"full", "varrate", "flat", "snapkv"};
-        request_.settings = small_settings();
+        request_.settings = test::small_codec_settings(0.3);
         request_.max_new_tokens = 4;
         result_ = run_compare(*session_, request_);
         texts_ = token_display_texts(session_->tokenizer(), result_.runs.at(0).context_ids);
@@ -593,12 +579,7 @@ class GuiTestViews : public QObject {
         // Bad paths and formats are errors naming the path; an existing file is left as it was.
         QVERIFY_THROWS_EXCEPTION(Error, export_format_for(QStringLiteral("plot.jpg")));
         QVERIFY_THROWS_EXCEPTION(Error, export_widget(&chart, out + "/missing-dir/plot.png"));
-        try {
-            export_widget(&chart, out + "/plot.gif");
-            QFAIL("no error for .gif");
-        } catch (const Error& e) {
-            QVERIFY(QString(e.what()).contains(QStringLiteral("plot.gif")));
-        }
+        EXPECT_ERROR(export_widget(&chart, out + "/plot.gif"), "plot.gif");
         // Clipboard.
         copy_widget_to_clipboard(&chart);
         QCOMPARE(QApplication::clipboard()->image().size(), chart.size() * 2);

@@ -130,16 +130,28 @@ class TestCodecSnapKV : public QObject {
         }
     }
 
-    void windowKeptEvenWhenScoresTie() {
-        // Zero keys: every score ties. The window is still kept, and the earliest tokens win the ties.
+    void tiesGoToTheEarliestTokens() {
+        // Zero keys: every window query attends uniformly, so every score ties, except the first two and last
+        // two scored tokens, which the zero-padded pooling (count_include_pad) lowers to 3/5 and 4/5. The
+        // stable descending sort (snapkv_keep_indices) gives the kept - w = 36 places that the window leaves
+        // to the earliest of the tied tokens, 2..37, in every KV group; tokens 0 and 1 lose.
         LayerCapture cap = synthetic_capture(shape(200), 9);
         cap.keys = at::zeros_like(cap.keys);
         CodecSettings s;
         s.budget = 0.5;
         LayerResult r = make_method("snapkv", s)->compress(cap);
-        const at::Tensor kept = r.diagnostics.kept[0];
-        QVERIFY(kept.narrow(0, 136, 64).all().item<bool>());
-        QCOMPARE(kept.sum().item<int64_t>(), int64_t{100});
+        const at::Tensor pos = at::arange(200, at::TensorOptions().dtype(at::kLong));
+        const at::Tensor expected = ((pos >= 2) & (pos < 38)) | (pos >= 136);  // [L]
+        for (int64_t g = 0; g < 2; ++g) {
+            const at::Tensor kept = r.diagnostics.kept[g];
+            QCOMPARE(kept.sum().item<int64_t>(), int64_t{100});
+            QVERIFY2(at::equal(kept, expected),
+                     qPrintable(QString("group %1 kept %2 of tokens 0..37")
+                                    .arg(g)
+                                    .arg(kept.narrow(0, 0, 38).sum().item<int64_t>())));
+            const at::Tensor ti = expected.nonzero().squeeze(1);
+            QVERIFY(at::equal(r.kv.values[g], cap.values[g].index_select(0, ti)));
+        }
     }
 
     void bf16InputsKeepDtype() {
@@ -156,14 +168,8 @@ class TestCodecSnapKV : public QObject {
         for (double kappa : {0.1, 0.0, 1.2}) {
             CodecSettings s;
             s.budget = kappa;
-            try {
-                make_method("snapkv", s)->compress(cap);
-                QFAIL("expected an error");
-            } catch (const Error& e) {
-                const std::string msg = e.what();
-                QVERIFY2(msg.find("smallest feasible kappa for L=200 is 0.3200") != std::string::npos,
-                         e.what());
-            }
+            EXPECT_ERROR(make_method("snapkv", s)->compress(cap),
+                         "smallest feasible kappa for L=200 is 0.3200");
         }
         QVERIFY_THROWS_EXCEPTION(
             Error, make_method("snapkv", CodecSettings{})->compress(synthetic_capture(shape(64), 1)));

@@ -27,22 +27,15 @@ SyntheticShape small_shape(int64_t n_tokens = 512) {
     return s;
 }
 
-CodecSettings small_settings(double kappa = 0.3) {
+// Codec settings for the synthetic D = 64 captures: the defaults' stride 16 and window 64 (512 tokens leave
+// room for them), R = D and a floor of 4.
+CodecSettings synthetic_settings(double kappa = 0.3) {
     CodecSettings s;
     s.budget = kappa;
     s.r_min = 4;
     s.rank = 64;
     s.precise_timing = false;
     return s;
-}
-
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "";
 }
 
 // The smallest feasible kappa, computed independently of the codec: exact tokens at D scalars, coded
@@ -67,7 +60,7 @@ class TestCodecVarRate : public QObject {
     void ranksSumToBudgetWithinBounds() {
         auto basis = random_basis(3, 64, 64, 16, 4, 1);
         for (double kappa : {0.3, 0.4, 0.6, 0.8}) {
-            auto m = make_method("varrate", small_settings(kappa), basis);
+            auto m = make_method("varrate", synthetic_settings(kappa), basis);
             for (int64_t layer = 0; layer < 3; ++layer) {
                 LayerResult r = m->compress(synthetic_capture(small_shape(), 100 + layer, layer));
                 const LayerDiagnostics& d = r.diagnostics;
@@ -85,30 +78,66 @@ class TestCodecVarRate : public QObject {
         }
     }
 
-    void constantSalienceIsBitIdenticalToFlat() {
+    // Min-max normalisation over the coded tokens makes the allocation depend on how the salience ranks and
+    // spaces the tokens, not on its scale or offset: a positive scale and a shift of the same signal give the
+    // same ranks and the same reconstruction, bit for bit.
+    void affineSalienceGivesTheSameCode() {
         auto basis = random_basis(1, 64, 64, 16, 4, 2);
         for (auto dtype : {at::kFloat, at::kBFloat16}) {
             const LayerCapture cap = synthetic_capture(small_shape(), 5, 0, dtype);
-            VarRateMethod varrate(small_settings(0.3), basis, RankAllocation::Salience);
-            auto flat = make_method("flat", small_settings(0.3), basis);
-            LayerResult a = varrate.compress_with_salience(cap, at::full({512}, 0.37f));
-            LayerResult b = flat->compress(cap);
+            // Integers below 2^24, so 3 s + 7 and every step of the normalisation are exact in fp32.
+            at::Generator gen = at::detail::createCPUGenerator(17);
+            const at::Tensor s = at::randint(0, 1000, {512}, gen, at::TensorOptions().dtype(at::kFloat));
+            VarRateMethod varrate(synthetic_settings(0.3), basis, RankAllocation::Salience);
+            const LayerResult a = varrate.compress_with_salience(cap, s);
+            const LayerResult b = varrate.compress_with_salience(cap, s * 3 + 7);
+            QVERIFY(at::equal(a.diagnostics.salience_norm, b.diagnostics.salience_norm));
+            QVERIFY(at::equal(a.diagnostics.rank, b.diagnostics.rank));
             QVERIFY(at::equal(a.kv.keys, b.kv.keys));
             QVERIFY(at::equal(a.kv.values, b.kv.values));
-            QVERIFY(at::equal(a.diagnostics.rank, b.diagnostics.rank));
-            QVERIFY(b.diagnostics.max_rank - b.diagnostics.min_rank <= 1);
-            // And real salience does change the allocation.
-            LayerResult c = varrate.compress(cap);
-            QVERIFY(!at::equal(c.diagnostics.rank, b.diagnostics.rank));
-            QCOMPARE(c.diagnostics.sum_ranks, b.diagnostics.sum_ranks);
+            // Not a constant signal in disguise: the ranks spread, unlike flat's, at the same total.
+            const LayerResult flat = make_method("flat", synthetic_settings(0.3), basis)->compress(cap);
+            QVERIFY(flat.diagnostics.max_rank - flat.diagnostics.min_rank <= 1);
+            QVERIFY2(
+                a.diagnostics.max_rank - a.diagnostics.min_rank >= 2,
+                qPrintable(QString("ranks %1..%2").arg(a.diagnostics.min_rank).arg(a.diagnostics.max_rank)));
+            QCOMPARE(a.diagnostics.sum_ranks, flat.diagnostics.sum_ranks);
+            // A negative scale reverses the order: a different allocation.
+            const LayerResult c = varrate.compress_with_salience(cap, 1000 - s);
+            QVERIFY(!at::equal(c.diagnostics.rank, a.diagnostics.rank));
         }
+    }
+
+    // A token that every window query attends to is salient: VarRate gives it more rank than flat's even
+    // share, and so a smaller reconstruction error; it is among the layer's highest ranks.
+    void plantedHighAttentionTokenGetsMoreRankAndLessError() {
+        auto basis = random_basis(1, 64, 64, 16, 4, 10);
+        LayerCapture cap = synthetic_capture(small_shape(), 81);
+        const int64_t planted = 201;  // coded: not a multiple of the stride 16, before the window of 64
+        // Every window query of head h is the planted token's (post-RoPE) key in h's KV group, scaled up.
+        const int64_t n_head = cap.window_queries.size(0), n_rep = n_head / cap.keys.size(0);
+        for (int64_t h = 0; h < n_head; ++h)
+            cap.window_queries[h].copy_(
+                (4.0 * cap.keys[h / n_rep][planted]).expand_as(cap.window_queries[h]));
+        const LayerDiagnostics v =
+            make_method("varrate", synthetic_settings(0.3), basis)->compress(cap).diagnostics;
+        const LayerDiagnostics f =
+            make_method("flat", synthetic_settings(0.3), basis)->compress(cap).diagnostics;
+        QVERIFY(!v.exact[planted].item<bool>());
+        const int64_t rv = v.rank[planted].item<int64_t>(), rf = f.rank[planted].item<int64_t>();
+        const float ev = v.rel_error[planted].item<float>(), ef = f.rel_error[planted].item<float>();
+        QVERIFY2(rv > rf, qPrintable(QString("rank varrate %1, flat %2").arg(rv).arg(rf)));
+        QVERIFY2(ev < ef, qPrintable(QString("error varrate %1, flat %2").arg(ev).arg(ef)));
+        QVERIFY2(rv >= v.max_rank - 1, qPrintable(QString("rank %1, layer max %2").arg(rv).arg(v.max_rank)));
+        QVERIFY(v.salience[planted].item<float>() >=
+                v.salience.narrow(0, 0, 512 - 64).max().item<float>() * 0.9f);
     }
 
     void exactTokensAreBitIdentical() {
         auto basis = random_basis(1, 64, 64, 16, 4, 3);
         for (auto dtype : {at::kFloat, at::kBFloat16}) {
             const LayerCapture cap = synthetic_capture(small_shape(300), 9, 0, dtype);
-            LayerResult r = make_method("varrate", small_settings(0.45), basis)->compress(cap);
+            LayerResult r = make_method("varrate", synthetic_settings(0.45), basis)->compress(cap);
             QCOMPARE(r.kv.keys.scalar_type(), dtype);
             const at::Tensor exact = make_anchor_layout(300, 16, 64).exact_pos;
             QVERIFY(at::equal(r.kv.keys.index_select(1, exact), cap.keys.index_select(1, exact)));
@@ -126,8 +155,9 @@ class TestCodecVarRate : public QObject {
         for (const char* name : {"varrate", "flat"}) {
             double previous = 1e9;
             for (double kappa : {0.3, 0.4, 0.5, 0.6, 0.8, 0.95}) {
-                const double err =
-                    make_method(name, small_settings(kappa), basis)->compress(cap).diagnostics.mean_rel_error;
+                const double err = make_method(name, synthetic_settings(kappa), basis)
+                                       ->compress(cap)
+                                       .diagnostics.mean_rel_error;
                 QVERIFY2(
                     err <= previous + 1e-7,
                     qPrintable(QString("%1 kappa %2: %3 > %4").arg(name).arg(kappa).arg(err).arg(previous)));
@@ -139,7 +169,7 @@ class TestCodecVarRate : public QObject {
     void fullRankReconstructsAndReRotates() {
         // kappa = 1 with indices outside B and R = D: every coded token at full rank.
         auto basis = random_basis(1, 64, 64, 16, 4, 5);
-        CodecSettings s = small_settings(1.0);
+        CodecSettings s = synthetic_settings(1.0);
         s.paper_accounting = true;
         const LayerCapture cap = synthetic_capture(small_shape(), 31);
         LayerResult r = make_method("varrate", s, basis)->compress(cap);
@@ -176,27 +206,27 @@ class TestCodecVarRate : public QObject {
         const LayerCapture cap = synthetic_capture(small_shape(512), 51);
         const std::string want = fmt::format("{:.4f}", expected_min_kappa(512, 64, 16, 64, 4, 4, 4));
         for (double kappa : {0.05, 0.0, 1.5}) {
-            const std::string msg =
-                error_of([&] { make_method("varrate", small_settings(kappa), basis)->compress(cap); });
+            const std::string msg = test::error_message(
+                [&] { make_method("varrate", synthetic_settings(kappa), basis)->compress(cap); });
             QVERIFY2(msg.find("smallest feasible kappa") != std::string::npos, msg.c_str());
             QVERIFY2(msg.find(want) != std::string::npos, (msg + " / expected " + want).c_str());
         }
         // The smallest feasible kappa itself works, and its budget sits at the floor or just above.
-        CodecSettings ok = small_settings(std::stod(want));
+        CodecSettings ok = synthetic_settings(std::stod(want));
         QVERIFY(make_method("flat", ok, basis)->compress(cap).diagnostics.min_rank >= 4);
         // Too short for anchors + window.
-        const std::string shortmsg = error_of([&] {
-            make_method("varrate", small_settings(0.5), basis)
+        const std::string shortmsg = test::error_message([&] {
+            make_method("varrate", synthetic_settings(0.5), basis)
                 ->compress(synthetic_capture(small_shape(60), 1));
         });
         QVERIFY2(shortmsg.find("too short") != std::string::npos, shortmsg.c_str());
         // A basis with fewer rows than R.
         auto thin = random_basis(1, 64, 32, 16, 4, 7);
-        const std::string thinmsg =
-            error_of([&] { make_method("varrate", small_settings(0.3), thin)->compress(cap); });
+        const std::string thinmsg = test::error_message(
+            [&] { make_method("varrate", synthetic_settings(0.3), thin)->compress(cap); });
         QVERIFY2(thinmsg.find("32 rows") != std::string::npos, thinmsg.c_str());
         // R above D is clamped, not an error.
-        CodecSettings wide = small_settings(0.3);
+        CodecSettings wide = synthetic_settings(0.3);
         wide.rank = 4096;
         QCOMPARE(make_method("varrate", wide, basis)->compress(cap).diagnostics.max_rank <= 64, true);
     }
@@ -217,7 +247,7 @@ class TestCodecVarRate : public QObject {
                 const LayerCapture cap = synthetic_capture(shape, 61, 0, dtype);
                 for (double kappa : {D == 64 ? 0.3 : 0.25, 0.4}) {
                     for (const char* name : {"varrate", "flat"}) {
-                        CodecSettings s = small_settings(kappa);
+                        CodecSettings s = synthetic_settings(kappa);
                         s.rank = 512;
                         s.r_min = 4;
                         const LayerDiagnostics d = make_method(name, s, basis)->compress(cap).diagnostics;
@@ -252,9 +282,11 @@ class TestCodecVarRate : public QObject {
         QVERIFY(method_names() == (std::vector<std::string>{"full", "varrate", "flat", "snapkv"}));
         QVERIFY(method_needs_basis("varrate") && method_needs_basis("flat"));
         QVERIFY(!method_needs_basis("full") && !method_needs_basis("snapkv"));
-        QVERIFY(error_of([] { make_method("nope", CodecSettings{}); }).find("full, varrate, flat, snapkv") !=
+        QVERIFY(test::error_message([] {
+                    make_method("nope", CodecSettings{});
+                }).find("full, varrate, flat, snapkv") != std::string::npos);
+        QVERIFY(test::error_message([] { make_method("varrate", CodecSettings{}); }).find("basis") !=
                 std::string::npos);
-        QVERIFY(error_of([] { make_method("varrate", CodecSettings{}); }).find("basis") != std::string::npos);
 
         const LayerCapture cap = synthetic_capture(small_shape(), 71);
         LayerResult full = make_method("full", CodecSettings{})->compress(cap);
@@ -262,7 +294,7 @@ class TestCodecVarRate : public QObject {
         QCOMPARE(full.diagnostics.footprint, 1.0);
 
         auto basis = random_basis(1, 64, 64, 16, 4, 9);
-        LayerResult r = make_method("varrate", small_settings(0.3), basis)->compress(cap);
+        LayerResult r = make_method("varrate", synthetic_settings(0.3), basis)->compress(cap);
         const nlohmann::json j = to_json(r.diagnostics, true);
         for (const char* k :
              {"layer", "budget_B", "sum_ranks", "n_exact", "n_coded", "min_rank", "max_rank", "mean_rank",

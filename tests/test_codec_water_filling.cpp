@@ -100,7 +100,9 @@ class TestCodecWaterFilling : public QObject {
 
     void matchesAlgorithm1Loop() {
         std::mt19937 rng(11);
-        for (int trial = 0; trial < 40; ++trial) {
+        const int n_trials = 40;
+        int compared = 0;
+        for (int trial = 0; trial < n_trials; ++trial) {
             const int64_t n = 5 + static_cast<int64_t>(rng() % 500);
             const int64_t r_min = 16, R = 64 + static_cast<int64_t>(rng() % 200);
             // Budgets from just above the floor up to 95 % of the cap (Algorithm 1's regime).
@@ -109,7 +111,10 @@ class TestCodecWaterFilling : public QObject {
             const at::Tensor s = random_salience(rng, n, trial % 3);
             const std::vector<double> ref_levels = algorithm1_levels(to_vec(s), B, r_min, R);
             const double ref_sum = std::accumulate(ref_levels.begin(), ref_levels.end(), 0.0);
-            if (std::abs(ref_sum - static_cast<double>(B)) > 1e-6 * B) continue;  // loop left budget unspent
+            // Algorithm 1 as written leaves budget unspent when every positive-salience token is capped (the
+            // library spreads it over the zero-salience ones): no reference to compare with then.
+            if (std::abs(ref_sum - static_cast<double>(B)) > 1e-6 * B) continue;
+            ++compared;
             const std::vector<double> levels = to_vec(water_fill_levels(s, B, r_min, R));
             for (int64_t t = 0; t < n; ++t) QVERIFY(std::abs(levels[t] - ref_levels[t]) < 1e-6 * R);
             const std::vector<int64_t> ref = reference_integer(ref_levels, B, R);
@@ -120,6 +125,9 @@ class TestCodecWaterFilling : public QObject {
             for (int64_t t = 0; t < n; ++t)
                 QVERIFY2(std::abs(g[t] - ref[t]) <= 1, qPrintable(QString::number(t)));
         }
+        qInfo("matchesAlgorithm1Loop: %d of %d random trials compared with the loop", compared, n_trials);
+        QVERIFY2(compared >= 36,
+                 qPrintable(QString("only %1 of %2 trials compared").arg(compared).arg(n_trials)));
     }
 
     void higherSalienceNeverGetsLessRank() {

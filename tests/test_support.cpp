@@ -4,6 +4,10 @@
 #include <fstream>
 #include <random>
 
+#include "core/base/error.h"
+#include "core/session.h"
+#include "models/device.h"
+
 namespace varrate::test {
 
 std::filesystem::path shared_dir() {
@@ -39,6 +43,45 @@ std::filesystem::path temp_dir(const std::string& tag) {
     std::filesystem::remove_all(p);
     std::filesystem::create_directories(p);
     return p;
+}
+
+std::string error_message(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "<no error thrown>";
+}
+
+bool contains_all(const std::string& text, std::initializer_list<std::string> parts) {
+    for (const std::string& p : parts)
+        if (text.find(p) == std::string::npos) return false;
+    return parts.size() > 0;
+}
+
+CodecSettings small_codec_settings(double kappa) {
+    CodecSettings s;
+    s.budget = kappa;
+    s.r_min = 4;
+    s.rank = 64;
+    s.stride = 32;
+    s.window = 16;
+    s.obs_window = 16;
+    return s;
+}
+
+std::unique_ptr<Session> open_fixture_session(const std::filesystem::path& basis_file) {
+    const std::filesystem::path dir = fixture("stories260k");
+    if (dir.empty()) return nullptr;
+    RuntimeOptions o;
+    o.threads = configure_threads(2);
+    return Session::open(dir, o, basis_file);
+}
+
+Session* shared_fixture_session() {
+    static std::unique_ptr<Session> session = open_fixture_session();
+    return session.get();
 }
 
 }  // namespace varrate::test

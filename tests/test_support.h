@@ -1,11 +1,22 @@
 #pragma once
-// Helpers shared by the Qt Test suites: where the reference fixtures are, and a skip when they are absent.
+// Helpers shared by the Qt Test suites: where the reference fixtures are (and a skip when they are absent),
+// error-message assertions, the codec settings of the 64-wide stories260k fixture and a Session on it.
 #include <QtTest/QtTest>
 
 #include <filesystem>
+#include <functional>
+#include <initializer_list>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "codec/method.h"
+
+namespace varrate {
+class Session;
+}
 
 namespace varrate::test {
 
@@ -20,6 +31,24 @@ std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& path);
 // A fresh empty directory under the system temp dir.
 std::filesystem::path temp_dir(const std::string& tag);
 
+// The message of the varrate::Error that `f` throws, or "<no error thrown>" when it returns normally.
+// Any other exception propagates (Qt Test reports it as a failure).
+std::string error_message(const std::function<void()>& f);
+// Whether `text` contains every one of `parts`.
+bool contains_all(const std::string& text, std::initializer_list<std::string> parts);
+
+// Feasible codec settings for the 64-wide stories260k fixture (D = 64) with a context of a few hundred
+// tokens: the paper's defaults (R 1024, stride 16, window 64) need D >= 1024 and L in the thousands.
+// kappa as given, r_min 4, R 64, stride 32, window 16, obs-window 16.
+CodecSettings small_codec_settings(double kappa = 0.3);
+
+// A Session on fixtures/stories260k (two threads, CPU, fp32) with an optional basis file; null when the
+// fixture is absent.
+std::unique_ptr<Session> open_fixture_session(const std::filesystem::path& basis_file = {});
+// One such Session per test executable, opened on first use and shared by its test functions; null when
+// the fixture is absent.
+Session* shared_fixture_session();
+
 }  // namespace varrate::test
 
 // Skips the current test function with a clear message when a fixture is missing.
@@ -29,3 +58,11 @@ std::filesystem::path temp_dir(const std::string& tag);
     QSKIP(qPrintable(QString("reference fixture '%1' not found under %2 (set VARRATE_SHARED_DIR)") \
                          .arg(QString::fromStdString(rel))                                         \
                          .arg(QString::fromStdString(varrate::test::shared_dir().string()))))
+
+// Asserts that `expr` throws varrate::Error whose message contains every given substring (at least one).
+#define EXPECT_ERROR(expr, ...)                                                                             \
+    do {                                                                                                    \
+        const std::string msg_ = varrate::test::error_message([&] { (void)(expr); });                       \
+        QVERIFY2(varrate::test::contains_all(msg_, {__VA_ARGS__}),                                          \
+                 qPrintable(QString::fromStdString(std::string(#expr) + ": unexpected message: " + msg_))); \
+    } while (0)

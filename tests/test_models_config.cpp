@@ -52,26 +52,6 @@ json tiny_llama() {
       "vocab_size": 512, "max_position_embeddings": 512})");
 }
 
-template <class F>
-std::string error_of(F&& f) {
-    try {
-        f();
-    } catch (const varrate::Error& e) {
-        return e.what();
-    }
-    return "<no error thrown>";
-}
-
-bool has(const std::string& text, const std::string& part) {
-    return text.find(part) != std::string::npos;
-}
-
-#define EXPECT_ERROR(expr, part1, part2)                                                         \
-    do {                                                                                         \
-        const std::string msg_ = error_of([&] { (void)(expr); });                                \
-        QVERIFY2(has(msg_, part1) && has(msg_, part2), ("unexpected message: " + msg_).c_str()); \
-    } while (0)
-
 std::vector<int64_t> shape_of(const ModelConfig& c, const std::string& name) {
     for (const auto& [n, s] : c.expected_tensors())
         if (n == name) return s;
@@ -350,4 +330,4 @@ class TestModelConfig : public QObject {
 };
 
 QTEST_GUILESS_MAIN(TestModelConfig)
-#include "test_model_config.moc"
+#include "test_models_config.moc"

@@ -172,4 +172,4 @@ class TestCli : public QObject {
 };
 
 QTEST_GUILESS_MAIN(TestCli)
-#include "test_cli.moc"
+#include "test_app_cli.moc"

@@ -19,9 +19,9 @@
 
 #include <ATen/ATen.h>
 
-#include "core/compare.h"
 #include "core/base/error.h"
 #include "core/base/file_io.h"
+#include "core/compare.h"
 #include "core/needle_probe.h"
 #include "core/niah.h"
 #include "core/prompt.h"
@@ -88,12 +88,6 @@ void check_document(const Tokenizer& tok, const NiahDocument& doc, int64_t lengt
             break;
         }
     }
-}
-
-std::unique_ptr<Session> open_stories(const fs::path& dir) {
-    RuntimeOptions o;
-    o.threads = configure_threads(2);
-    return Session::open(dir, o);
 }
 
 NiahSweepOptions tiny_sweep(const fs::path& out) {
@@ -353,7 +347,7 @@ class TestNiah : public QObject {
 
     void sweep_records_summary_and_resume() {
         VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
-        const auto session = open_stories(dir);
+        const auto session = test::open_fixture_session();
         const fs::path out = varrate::test::temp_dir("niah-sweep");
         const NiahSweepOptions o = tiny_sweep(out);
         int64_t model_stages = 0;
@@ -472,7 +466,7 @@ class TestNiah : public QObject {
 
     void query_aware_sweep() {
         VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
-        const auto session = open_stories(dir);
+        const auto session = test::open_fixture_session();
         const fs::path out = varrate::test::temp_dir("niah-qa");
         NiahSweepOptions o = tiny_sweep(out);
         o.mode = CompressionMode::QueryAware;
@@ -501,7 +495,7 @@ class TestNiah : public QObject {
     // is recorded as infeasible and left out of the accuracy; the other methods and lengths still run.
     void infeasible_cell_is_recorded_not_fatal() {
         VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
-        const auto session = open_stories(dir);
+        const auto session = test::open_fixture_session();
         const fs::path out = varrate::test::temp_dir("niah-infeasible");
         NiahSweepOptions o = tiny_sweep(out);
         o.lengths = {48, 200};
@@ -537,7 +531,7 @@ class TestNiah : public QObject {
 
     void cancel_keeps_finished_records() {
         VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
-        const auto session = open_stories(dir);
+        const auto session = test::open_fixture_session();
         const fs::path out = varrate::test::temp_dir("niah-cancel");
         NiahSweepOptions o = tiny_sweep(out);
         o.methods = {"full"};
@@ -656,4 +650,4 @@ class TestNiah : public QObject {
 };
 
 QTEST_GUILESS_MAIN(TestNiah)
-#include "test_niah.moc"
+#include "test_core_niah.moc"

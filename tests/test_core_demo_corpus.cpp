@@ -4,8 +4,8 @@
 
 #include <set>
 
-#include "core/demo_corpus.h"
 #include "core/base/error.h"
+#include "core/demo_corpus.h"
 #include "core/prompt.h"
 #include "models/tokenizer.h"
 
@@ -181,4 +181,4 @@ class TestDemoCorpus : public QObject {
 };
 
 QTEST_GUILESS_MAIN(TestDemoCorpus)
-#include "test_demo_corpus.moc"
+#include "test_core_demo_corpus.moc"

@@ -257,4 +257,4 @@ class TestTrain : public QObject {
 };
 
 QTEST_GUILESS_MAIN(TestTrain)
-#include "test_train.moc"
+#include "test_app_train.moc"

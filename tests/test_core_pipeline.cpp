@@ -1,13 +1,14 @@
 // The comparison pipeline on real weights (stories260k): query-aware and query-agnostic runs, reuse of one
-// compression for several questions, JSON/rank-log consistency, perplexity and basis files.
+// compression for several questions, JSON/rank-log consistency, answer checking, perplexity (VarRate against
+// flat on the committed eval text) and basis files.
 #include "tests/test_support.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "core/compare.h"
 #include "core/base/error.h"
 #include "core/base/file_io.h"
+#include "core/compare.h"
 #include "core/prompt.h"
 #include "core/session.h"
 #include "models/generate.h"
@@ -16,37 +17,45 @@ using namespace varrate;
 
 namespace {
 
-// Feasible codec settings for a 64-wide model with a <= 512-token context (the paper's defaults need D >=
-// 1024).
-CodecSettings small_settings(double budget) {
-    CodecSettings s;
-    s.budget = budget;
-    s.r_min = 4;
-    s.rank = 64;
-    s.stride = 32;
-    s.window = 16;
-    s.obs_window = 16;
-    return s;
+// A basis calibrated on the committed calibration texts (as scripts/eval-stories-ppl.sh does), so that runs
+// with it are not self-calibrated and their texts are not the ones compressed.
+std::shared_ptr<const Basis> calibration_texts_basis(const Session& session) {
+    const auto texts = test::source_dir() / "resources/eval/stories260k";
+    std::vector<std::vector<int64_t>> ids;
+    for (const char* f : {"calib_a.txt", "calib_b.txt"})
+        ids.push_back(session.tokenizer().encode(read_text_file(texts / f), true));
+    return std::make_shared<const Basis>(
+        session.calibrate(ids, test::small_codec_settings(0.3), 64, /*self_calibrated=*/false));
 }
+
+// The uncompressed model's greedy reply to "What did Sara find?" about the two stories is "Dad, what is that
+// your": this expected answer matches it once trimmed and compared case-insensitively.
+const char* const kSaraFound = "  What is THAT ";
 
 }  // namespace
 
 class TestPipeline : public QObject {
     Q_OBJECT
-    std::unique_ptr<Session> session_;
+    Session* session_ = nullptr;
+    std::unique_ptr<Session> calibrated_;  // with calibration_texts_basis()
     std::string context_;
 
     void need_session() {
         if (session_) return;
-        const auto dir = test::fixture("stories260k");
-        if (dir.empty()) return;
-        RuntimeOptions o;
-        o.threads = configure_threads(2);
-        session_ = Session::open(dir, o);
+        session_ = test::shared_fixture_session();
+        if (!session_) return;
         // Two of the model's own stories: ~400 tokens of in-distribution text.
-        const auto greedy = read_json_file(dir / "expected_greedy.json");
+        const auto greedy = read_json_file(test::fixture("stories260k") / "expected_greedy.json");
         context_ = greedy["cases"][0]["text"].get<std::string>() + "\n" +
                    greedy["cases"][2]["text"].get<std::string>();
+    }
+
+    Session& calibrated_session() {
+        if (!calibrated_) {
+            calibrated_ = test::open_fixture_session();
+            calibrated_->set_basis(calibration_texts_basis(*calibrated_), "calibration texts");
+        }
+        return *calibrated_;
     }
 
     CompareRequest request(const std::vector<std::string>& methods, CompressionMode mode,
@@ -56,7 +65,7 @@ class TestPipeline : public QObject {
         r.methods = methods;
         r.mode = mode;
         r.questions = questions;
-        r.settings = small_settings(0.3);
+        r.settings = test::small_codec_settings(0.3);
         r.max_new_tokens = 12;
         return r;
     }
@@ -120,12 +129,13 @@ class TestPipeline : public QObject {
         need_session();
         const std::vector<std::string> methods = {"varrate", "flat", "snapkv"};
         const std::string q1 = "What did Sara find?", q2 = "Who went to the park?";
+        Session& session = calibrated_session();
         const CompareResult both =
-            run_compare(*session_, request(methods, CompressionMode::QueryAgnostic, {q1, q2}));
+            run_compare(session, request(methods, CompressionMode::QueryAgnostic, {q1, q2}));
         const CompareResult one =
-            run_compare(*session_, request(methods, CompressionMode::QueryAgnostic, {q1}));
+            run_compare(session, request(methods, CompressionMode::QueryAgnostic, {q1}));
         const CompareResult two =
-            run_compare(*session_, request(methods, CompressionMode::QueryAgnostic, {q2}));
+            run_compare(session, request(methods, CompressionMode::QueryAgnostic, {q2}));
         for (size_t m = 0; m < methods.size(); ++m) {
             QCOMPARE(both.runs[m].answer_ids.size(), size_t{2});
             QCOMPARE(both.runs[m].answer_ids[0], one.runs[m].answer_ids[0]);
@@ -133,17 +143,23 @@ class TestPipeline : public QObject {
         }
     }
 
+    // With a basis calibrated on other texts: footprints at the budget, answers checked against the expected
+    // ones (one that the uncompressed model gets right, one that no method can match).
     void compare_json_is_consistent() {
         VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
         need_session();
+        Session& session = calibrated_session();
+        const std::vector<std::string> questions = {"What did Sara find?", "Who went to the park?"};
         for (auto mode : {CompressionMode::QueryAware, CompressionMode::QueryAgnostic}) {
-            CompareRequest req =
-                request({"full", "varrate", "flat", "snapkv"}, mode, {"What did Sara find?"});
-            req.answers = {"key"};
-            const CompareResult r = run_compare(*session_, req);
+            CompareRequest req = request({"full", "varrate", "flat", "snapkv"}, mode, questions);
+            // The uncompressed reply to the first question matches kSaraFound; no reply names a purple
+            // elephant.
+            req.answers = {kSaraFound, "a purple elephant"};
+            const CompareResult r = run_compare(session, req);
             const nlohmann::json j = to_json(r, req);
             QCOMPARE(j["methods"].size(), size_t{4});
-            const int64_t n_layers = session_->model().config().num_layers;
+            const int64_t n_layers = session.model().config().num_layers;
+            const int64_t L = static_cast<int64_t>(r.runs[0].context_ids.size());
             for (const auto& m : j["methods"]) {
                 for (const char* key :
                      {"method", "budget", "footprint_fraction", "stored_bytes", "full_bytes", "answers",
@@ -151,22 +167,27 @@ class TestPipeline : public QObject {
                     QVERIFY2(m.contains(key), key);
                 QCOMPARE(static_cast<int64_t>(m["layers"].size()), n_layers);
                 const std::string name = m["method"];
+                const QString where = QString("%1 %2").arg(name.c_str()).arg(to_string(mode).c_str());
+                // The full cache: every layer's L tokens at D fp32 scalars.
+                QCOMPARE(m["full_bytes"].get<int64_t>(), n_layers * L * session.joint_dim() * 4);
+                QCOMPARE(m["correct"].size(), size_t{2});
+                QVERIFY2(!m["correct"][1].get<bool>(), qPrintable(where + ": a purple elephant matched"));
+                if (name == "full")
+                    QVERIFY2(m["correct"][0].get<bool>(),
+                             qPrintable(where + ": " + QString::fromStdString(m["answers"][0].dump())));
                 const double fp = m["footprint_fraction"];
-                QCOMPARE(fp, m["stored_bytes"].get<double>() / m["full_bytes"].get<double>());
                 if (name == "varrate" || name == "flat") {
-                    QVERIFY2(std::abs(fp - 0.3) <= 0.001,
-                             qPrintable(QString("%1 footprint %2").arg(name.c_str()).arg(fp)));
-                    QVERIFY(m["self_calibrated"].get<bool>());
+                    QVERIFY2(fp <= 0.3 + 1e-12 && fp >= 0.299,
+                             qPrintable(where + QString(" footprint %1").arg(fp)));
+                    QVERIFY(!m["self_calibrated"].get<bool>());
                     for (const auto& l : m["layers"]) {
                         QCOMPARE(l["sum_ranks"], l["budget_B"]);
                         QVERIFY(l["min_rank"].get<int64_t>() >= 4);
                         QVERIFY(l["max_rank"].get<int64_t>() <= 64);
-                        QCOMPARE(l["n_exact"].get<int64_t>() + l["n_coded"].get<int64_t>(),
-                                 static_cast<int64_t>(r.runs[0].context_ids.size()));
+                        QCOMPARE(l["n_exact"].get<int64_t>() + l["n_coded"].get<int64_t>(), L);
                     }
                 } else if (name == "snapkv") {
-                    const double L = static_cast<double>(r.runs[0].context_ids.size());
-                    QCOMPARE(fp, std::floor(L * 0.3) / L);
+                    QCOMPARE(fp, std::floor(static_cast<double>(L) * 0.3) / static_cast<double>(L));
                 } else {
                     QCOMPARE(fp, 1.0);
                 }
@@ -179,8 +200,9 @@ class TestPipeline : public QObject {
     void rank_log_has_a_row_per_method_layer_position() {
         VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
         need_session();
-        const CompareResult r = run_compare(
-            *session_, request({"varrate", "snapkv"}, CompressionMode::QueryAgnostic, {"Who is Sara?"}));
+        const CompareResult r =
+            run_compare(calibrated_session(),
+                        request({"varrate", "snapkv"}, CompressionMode::QueryAgnostic, {"Who is Sara?"}));
         const std::string csv = rank_log_csv(r, session_->tokenizer());
         QVERIFY(csv.rfind("method,layer,position,token_id,token_text,salience,rank,exact,rel_error\n", 0) ==
                 0);
@@ -200,42 +222,58 @@ class TestPipeline : public QObject {
         PplRequest req;
         req.ids = session_->tokenizer().encode(context_, true);
         req.prefix_tokens = static_cast<int64_t>(req.ids.size()) - 80;
-        req.settings = small_settings(0.5);
+        req.settings = test::small_codec_settings(0.5);
         const auto runs = run_perplexity(*session_, req);
         QCOMPARE(runs.size(), size_t{4});
-        for (const auto& r : runs) {
-            QVERIFY(std::isfinite(r.ppl) && r.ppl > 1.0);
-            QCOMPARE(r.scored_tokens, int64_t{80});
+        for (size_t i = 0; i < runs.size(); ++i) {
+            QCOMPARE(runs[i].method, req.methods[i]);
+            QVERIFY(std::isfinite(runs[i].ppl));
+            QCOMPARE(runs[i].scored_tokens, int64_t{80});
         }
-        // Compression can only lose information about the prefix: the ceiling is not beaten by much.
-        QVERIFY(runs[1].ppl > 0.9 * runs[0].ppl);
         req.prefix_tokens = static_cast<int64_t>(req.ids.size());
         QVERIFY_THROWS_EXCEPTION(Error, run_perplexity(*session_, req));
+    }
+
+    // The paper's A.1 check on the small real model (scripts/eval-stories-ppl.sh): the committed eval text
+    // scored after a compressed 400-token prefix, with a basis calibrated on the two committed calibration
+    // texts. At kappa 0.3 allocating rank by salience beats spending it evenly (measured 6.43 vs 6.57).
+    void varrate_beats_flat_perplexity_on_the_eval_text() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        Session& session = calibrated_session();
+        PplRequest req;
+        req.ids = session.tokenizer().encode(
+            read_text_file(test::source_dir() / "resources/eval/stories260k/eval.txt"), true);
+        req.prefix_tokens = 400;
+        req.methods = {"full", "varrate", "flat"};
+        req.settings = test::small_codec_settings(0.3);
+        const auto runs = run_perplexity(session, req);
+        QCOMPARE(runs.size(), size_t{3});
+        const double full = runs[0].ppl, varrate = runs[1].ppl, flat = runs[2].ppl;
+        qInfo("eval.txt after a 400-token prefix at kappa 0.3: full %.4f, varrate %.4f, flat %.4f", full,
+              varrate, flat);
+        QVERIFY(!runs[1].self_calibrated && !runs[2].self_calibrated);
+        QVERIFY2(std::abs(runs[1].footprint_fraction - 0.3) < 1e-3,
+                 qPrintable(QString::number(runs[1].footprint_fraction)));
+        QVERIFY2(varrate < flat, qPrintable(QString("varrate %1 >= flat %2").arg(varrate).arg(flat)));
     }
 
     void basis_file_round_trip_and_mismatch() {
         VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
         need_session();
         const auto tmp = test::temp_dir("pipeline-basis");
-        const CodecSettings s = small_settings(0.3);
+        const CodecSettings s = test::small_codec_settings(0.3);
         const Basis b = session_->calibrate({session_->tokenizer().encode(context_, true)}, s, 64, false);
         b.save(tmp / "basis.safetensors");
-        RuntimeOptions o;
-        auto with_basis = Session::open(dir, o, tmp / "basis.safetensors");
+        auto with_basis = test::open_fixture_session(tmp / "basis.safetensors");
         QVERIFY(with_basis->basis() != nullptr);
         CompareRequest req = request({"varrate"}, CompressionMode::QueryAgnostic, {"Who is Sara?"});
         const CompareResult r = run_compare(*with_basis, req);
         QVERIFY(!r.runs[0].self_calibrated);
         // Settings the basis was not made for are a clear error.
         req.settings.stride = 16;
-        try {
-            run_compare(*with_basis, req);
-            QFAIL("a basis made with stride 32 was accepted for stride 16");
-        } catch (const Error& e) {
-            QVERIFY2(QString(e.what()).contains("stride"), e.what());
-        }
+        EXPECT_ERROR(run_compare(*with_basis, req), "stride");
     }
 };
 
 QTEST_GUILESS_MAIN(TestPipeline)
-#include "test_pipeline.moc"
+#include "test_core_pipeline.moc"

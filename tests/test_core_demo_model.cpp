@@ -68,4 +68,4 @@ class TestDemoModel : public QObject {
 };
 
 QTEST_GUILESS_MAIN(TestDemoModel)
-#include "test_demo_model.moc"
+#include "test_core_demo_model.moc"

@@ -123,4 +123,4 @@ class TestKVCache : public QObject {
 };
 
 QTEST_GUILESS_MAIN(TestKVCache)
-#include "test_kv_cache.moc"
+#include "test_models_kv_cache.moc"
