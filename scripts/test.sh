@@ -23,7 +23,7 @@ fi
 
 read -r passed failed skipped < <(awk '/^Totals: [0-9]+ passed, [0-9]+ failed, [0-9]+ skipped/ {
   p += $2; f += $4; s += $6 } END { printf "%d %d %d\n", p, f, s }' "$log")
-echo "test functions: $passed passed, $failed failed, $skipped skipped"
+echo "functions: $passed passed, $failed failed, $skipped skipped"
 grep -E '^SKIP +: ' "$log" | sed 's/^/  /' || true
 
 shared=$(sed -n 's/^VARRATE_SHARED_DIR:[A-Z]*=//p' CMakeCache.txt)
