@@ -39,6 +39,7 @@ nlohmann::json to_json(const LayerDiagnostics& d, bool per_token) {
         {"mean_rank", d.mean_rank},
         {"floor_share", d.floor_share},
         {"index_bytes", d.index_bytes},
+        {"basis_bytes", d.basis_bytes},
         {"stored_bytes", d.stored_bytes},
         {"full_bytes", d.full_bytes},
         {"footprint", d.footprint},

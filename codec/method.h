@@ -15,17 +15,17 @@ namespace varrate {
 
 // Settings shared by every method; each method reads the ones it needs. Defaults are the paper's.
 struct CodecSettings {
-    double budget = 0.20;     // kappa: fraction of the full cache kept, in (0, 1]
-    int64_t r_min = 16;       // rank floor of every coded token
-    int64_t rank = 1024;      // R: basis rank and per-token rank cap (clamped to D)
-    int64_t stride = 16;      // Delta: anchors at positions 0, Delta, 2*Delta, ... are stored exactly
-    int64_t anchors = 4;      // c: a coded token is predicted by the mean of its c nearest anchors
-    int64_t window = 64;      // w: the last w tokens are stored exactly
-    int64_t obs_window = 64;  // w_obs: queries of the last w_obs tokens score salience (SnapKV window)
-    int64_t pool_kernel = 5;  // SnapKV smoothing (average pool, padding kernel/2)
-    bool paper_accounting =
-        false;                   // true: anchor indices are not charged to B (the paper; footprint > kappa)
-    bool precise_timing = true;  // wait for the device at stage boundaries so stage times are real
+    double budget = 0.20;           // kappa: fraction of the full cache kept, in (0, 1]
+    int64_t r_min = 16;             // rank floor of every coded token
+    int64_t rank = 1024;            // R: basis rank and per-token rank cap (clamped to D)
+    int64_t stride = 16;            // Delta: anchors at positions 0, Delta, 2*Delta, ... are stored exactly
+    int64_t anchors = 4;            // c: a coded token is predicted by the mean of its c nearest anchors
+    int64_t window = 64;            // w: the last w tokens are stored exactly
+    int64_t obs_window = 64;        // w_obs: queries of the last w_obs tokens score salience (SnapKV window)
+    int64_t pool_kernel = 5;        // SnapKV smoothing (average pool, padding kernel/2)
+    bool paper_accounting = false;  // true: neither anchor indices nor a self-calibrated basis are charged
+                                    // to B (the paper; footprint > kappa)
+    bool precise_timing = true;     // wait for the device at stage boundaries so stage times are real
 };
 
 // Milliseconds spent in each stage of one layer's compression.
@@ -53,9 +53,11 @@ struct LayerDiagnostics {
     double mean_rank = 0;
     double floor_share = 0;   // share of coded tokens at r_min
     int64_t index_bytes = 0;  // bytes of one stored anchor index (2 = int16, 4 = int32; 0 = none)
+    int64_t basis_bytes = 0;  // R x D of a self-calibrated basis at cache precision, in stored_bytes
+                              // (0 with a calibrated basis file or paper accounting)
     int64_t stored_bytes = 0;
     int64_t full_bytes = 0;     // L * D * element size of the cache dtype
-    double footprint = 0;       // stored_bytes / full_bytes
+    double footprint = 0;       // stored_bytes / full_bytes: accounted, the runtime cache still holds L x D
     double mean_rel_error = 0;  // mean over all L tokens of ||z - z^|| / ||z|| (exact 0, evicted 1)
     StageTiming timing;
 
@@ -68,7 +70,8 @@ struct LayerDiagnostics {
 };
 
 // Field names: layer, method, budget_B, sum_ranks, n_exact, n_coded, min_rank, max_rank, mean_rank,
-// floor_share, mean_rel_error, stored_bytes, full_bytes, footprint, index_bytes, n_tokens, dim, timing_ms.
+// floor_share, mean_rel_error, stored_bytes, full_bytes, footprint, index_bytes, basis_bytes, n_tokens, dim,
+// timing_ms.
 // per_token adds the per-token vectors (salience, salience_norm, rank, exact, rel_error).
 nlohmann::json to_json(const LayerDiagnostics& d, bool per_token = false);
 
