@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/compare.h"
 #include "core/base/error.h"
 #include "core/base/file_io.h"
+#include "core/compare.h"
 #include "core/prompt.h"
 #include "core/session.h"
 #include "models/generate.h"
@@ -56,7 +56,8 @@ class TestPipeline : public QObject {
         r.methods = methods;
         r.mode = mode;
         r.questions = questions;
-        r.settings = small_settings(0.3);
+        // 0.4: the self-calibrated basis (64 x 64 per layer, charged) needs about 0.32 at this length.
+        r.settings = small_settings(0.4);
         r.max_new_tokens = 12;
         return r;
     }
@@ -154,7 +155,7 @@ class TestPipeline : public QObject {
                 const double fp = m["footprint_fraction"];
                 QCOMPARE(fp, m["stored_bytes"].get<double>() / m["full_bytes"].get<double>());
                 if (name == "varrate" || name == "flat") {
-                    QVERIFY2(std::abs(fp - 0.3) <= 0.001,
+                    QVERIFY2(std::abs(fp - 0.4) <= 0.001,
                              qPrintable(QString("%1 footprint %2").arg(name.c_str()).arg(fp)));
                     QVERIFY(m["self_calibrated"].get<bool>());
                     for (const auto& l : m["layers"]) {
@@ -166,7 +167,7 @@ class TestPipeline : public QObject {
                     }
                 } else if (name == "snapkv") {
                     const double L = static_cast<double>(r.runs[0].context_ids.size());
-                    QCOMPARE(fp, std::floor(L * 0.3) / L);
+                    QCOMPARE(fp, std::floor(L * 0.4) / L);
                 } else {
                     QCOMPARE(fp, 1.0);
                 }
