@@ -15,17 +15,17 @@ namespace varrate {
 
 // Settings shared by every method; each method reads the ones it needs. Defaults are the paper's.
 struct CodecSettings {
-    double budget = 0.20;           // kappa: fraction of the full cache kept, in (0, 1]
-    int64_t r_min = 16;             // rank floor of every coded token
-    int64_t rank = 1024;            // R: basis rank and per-token rank cap (clamped to D)
-    int64_t stride = 16;            // Delta: anchors at positions 0, Delta, 2*Delta, ... are stored exactly
-    int64_t anchors = 4;            // c: a coded token is predicted by the mean of its c nearest anchors
-    int64_t window = 64;            // w: the last w tokens are stored exactly
-    int64_t obs_window = 64;        // w_obs: queries of the last w_obs tokens score salience (SnapKV window)
-    int64_t pool_kernel = 5;        // SnapKV smoothing (average pool, padding kernel/2)
-    bool paper_accounting = false;  // true: neither anchor indices nor a self-calibrated basis are charged
-                                    // to B (the paper; footprint > kappa)
-    bool precise_timing = true;     // wait for the device at stage boundaries so stage times are real
+    double budget = 0.20;     // kappa: fraction of the full cache kept, in (0, 1]
+    int64_t r_min = 16;       // rank floor of every coded token
+    int64_t rank = 1024;      // R: basis rank and per-token rank cap (clamped to D)
+    int64_t stride = 16;      // Delta: anchors at positions 0, Delta, 2*Delta, ... are stored exactly
+    int64_t anchors = 4;      // c: a coded token is predicted by the mean of its c nearest anchors
+    int64_t window = 64;      // w: the last w tokens are stored exactly
+    int64_t obs_window = 64;  // w_obs: queries of the last w_obs tokens score salience (SnapKV window)
+    int64_t pool_kernel = 5;  // SnapKV smoothing (average pool, padding kernel/2)
+    bool paper_accounting =
+        false;                   // true: anchor indices are not charged to B (the paper; footprint > kappa)
+    bool precise_timing = true;  // wait for the device at stage boundaries so stage times are real
 };
 
 // Milliseconds spent in each stage of one layer's compression.

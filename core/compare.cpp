@@ -347,8 +347,8 @@ std::vector<PplRun> run_perplexity(const Session& s, const PplRequest& req, cons
         positions_warning(s.model().config(), n, fmt::format("the scored text ({} tokens)", n));
     if (!beyond.empty() && !req.allow_beyond_positions)
         throw Error(beyond +
-                    "; perplexity there measures positions the model never saw, so it is refused: pass "
-                    "--allow-beyond-positions to score it anyway, or shorten the text");
+                    "; a perplexity over them is refused: shorten the text, or pass --allow-beyond-positions "
+                    "to score it anyway");
     const std::vector<int64_t> prefix(req.ids.begin(), req.ids.begin() + req.prefix_tokens);
     const std::vector<int64_t> rest(req.ids.begin() + req.prefix_tokens, req.ids.end() - 1);
     const at::Tensor targets =

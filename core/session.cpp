@@ -40,7 +40,7 @@ std::string positions_warning(const ModelConfig& config, int64_t positions, cons
     if (positions <= config.max_position_embeddings) return "";
     return fmt::format(
         "{} spans {} positions, beyond the model's max_position_embeddings of {}: the model was not trained "
-        "on positions that far, so every method's results there (the full cache's too) are unreliable",
+        "on positions that far, so its outputs there are unreliable, with or without compression",
         what, positions, config.max_position_embeddings);
 }
 
