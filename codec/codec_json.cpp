@@ -124,6 +124,7 @@ nlohmann::json to_json(const LayerDiagnostics& d, bool per_token) {
         {"mean_rank", d.mean_rank},
         {"floor_share", d.floor_share},
         {"index_bytes", d.index_bytes},
+        {"basis_bytes", d.basis_bytes},
         {"stored_bytes", d.stored_bytes},
         {"full_bytes", d.full_bytes},
         {"footprint", d.footprint},
@@ -165,6 +166,7 @@ LayerDiagnostics layer_diagnostics_from_json(const nlohmann::json& j, const std:
     d.mean_rank = json_field<double>(j, "mean_rank", where, 0);
     d.floor_share = json_field<double>(j, "floor_share", where, 0);
     d.index_bytes = json_field<int64_t>(j, "index_bytes", where, 0);
+    d.basis_bytes = json_field<int64_t>(j, "basis_bytes", where, 0);
     d.stored_bytes = json_field<int64_t>(j, "stored_bytes", where, 0);
     d.full_bytes = json_field<int64_t>(j, "full_bytes", where, 0);
     d.footprint = json_field<double>(j, "footprint", where, 0);

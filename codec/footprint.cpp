@@ -26,10 +26,20 @@ double smallest_kappa(int64_t needed, int64_t n_tokens, int64_t dim) {
     return k;
 }
 
+// The command that replaces a per-context basis by one calibrated once on other texts (not charged).
+std::string calibrate_hint(const CodecSettings& s, int64_t rank) {
+    return fmt::format(
+        "calibrate a basis once on separate texts (it is then shared by every context and not charged): "
+        "`varrate calibrate --model MODEL_DIR --text-file TEXT [--text-file TEXT ...] --rank {} --stride {} "
+        "--anchors {} --window {} --out MODEL_DIR/varrate-basis.safetensors` (found beside the model, or "
+        "pass it with --basis)",
+        rank, s.stride, s.anchors, s.window);
+}
+
 }  // namespace
 
 CodecBudget plan_codec_budget(const CodecSettings& s, int64_t n_tokens, int64_t dim, int64_t element_size,
-                              const std::string& who) {
+                              const std::string& who, bool self_calibrated_basis) {
     if (s.stride <= 0 || s.anchors <= 0 || s.window < 0 || s.r_min < 0 || s.rank <= 0)
         throw Error(
             fmt::format("{}: settings need stride > 0, anchors > 0, window >= 0, r_min >= 0, rank > 0 "
@@ -59,21 +69,46 @@ CodecBudget plan_codec_budget(const CodecSettings& s, int64_t n_tokens, int64_t 
     if (!s.paper_accounting) {
         const int64_t bytes = b.index_total_bytes();
         b.index_scalars = (bytes + element_size - 1) / element_size;
+        // A decoder of this context needs every row the codec projects on; they are stored at cache
+        // precision.
+        if (self_calibrated_basis) b.basis_rows = b.rank_cap;
     }
-    const int64_t needed = b.n_exact * dim + b.index_scalars + s.r_min * b.n_coded;
+    b.basis_scalars = b.basis_rows * dim;
+    const int64_t needed_uncharged = b.n_exact * dim + b.index_scalars + s.r_min * b.n_coded;
+    const int64_t needed = needed_uncharged + b.basis_scalars;
     b.min_feasible_budget = smallest_kappa(needed, n_tokens, dim);
-    const std::string hint = fmt::format(
-        "the smallest feasible kappa for L={} (D={}, {} exact + {} coded tokens at "
-        "r_min={}) is {:.4f}",
-        n_tokens, dim, b.n_exact, b.n_coded, s.r_min, b.min_feasible_budget);
+    b.min_feasible_uncharged = smallest_kappa(needed_uncharged, n_tokens, dim);
+    const std::string hint =
+        b.basis_scalars > 0
+            ? fmt::format(
+                  "the smallest feasible kappa for L={} (D={}, {} exact + {} coded tokens at r_min={}, "
+                  "a charged basis of R={} x D={}) is {:.4f}",
+                  n_tokens, dim, b.n_exact, b.n_coded, s.r_min, b.basis_rows, dim, b.min_feasible_budget)
+            : fmt::format(
+                  "the smallest feasible kappa for L={} (D={}, {} exact + {} coded tokens at "
+                  "r_min={}) is {:.4f}",
+                  n_tokens, dim, b.n_exact, b.n_coded, s.r_min, b.min_feasible_budget);
     if (!(s.budget > 0.0 && s.budget <= 1.0))
         throw Error(fmt::format("{}: budget kappa={} is outside (0, 1]; {}", who, s.budget, hint));
-    b.budget_B = floor_scalars(s.budget, n_tokens, dim) - b.n_exact * dim - b.index_scalars;
-    if (b.budget_B < s.r_min * b.n_coded)
+    const int64_t total = floor_scalars(s.budget, n_tokens, dim);
+    b.budget_B = total - b.n_exact * dim - b.index_scalars - b.basis_scalars;
+    if (b.budget_B < s.r_min * b.n_coded) {
+        if (b.basis_scalars > 0)
+            throw InfeasibleBudget(fmt::format(
+                "{}: budget kappa={} is infeasible with a basis fitted on this very context: its R={} x D={} "
+                "= {} scalars per layer are charged like any stored scalar ({:.1f}% of the L x D cache), and "
+                "with {} exact tokens ({} scalars), {} index scalars and the floor r_min={} per coded token "
+                "({} scalars) they exceed the {} scalars of kappa x L x D; {}. With a calibrated basis file "
+                "the smallest feasible kappa is {:.4f}: {}",
+                who, s.budget, b.basis_rows, dim, b.basis_scalars,
+                100.0 * static_cast<double>(b.basis_scalars) / static_cast<double>(n_tokens * dim), b.n_exact,
+                b.n_exact * dim, b.index_scalars, s.r_min, s.r_min * b.n_coded, total, hint,
+                b.min_feasible_uncharged, calibrate_hint(s, b.rank_cap)));
         throw InfeasibleBudget(
             fmt::format("{}: budget kappa={} is infeasible: it leaves B={} scalars for {} coded tokens, "
                         "below the floor r_min={} per token ({} scalars); {}",
                         who, s.budget, b.budget_B, b.n_coded, s.r_min, s.r_min * b.n_coded, hint));
+    }
     if (b.budget_B > b.rank_cap * b.n_coded) {
         spdlog::debug(
             "{}: budget kappa={} exceeds rank R={} for every coded token at L={}; B capped from {} to {}",

@@ -1,8 +1,11 @@
 #pragma once
-// Budgets and measured footprints. VarRate/flat: stored scalars = D per exact token + r_t per coded token,
-// plus c anchor indices per coded token (int16 below 32768 anchors, else int32). By default the index
-// bytes are charged to B, so the measured footprint is <= kappa and within one scalar of it;
-// paper_accounting keeps them outside B (the paper's footprint, slightly above kappa).
+// Budgets and accounted footprints (what a compressed store would hold; the runtime cache still holds
+// L x D). VarRate/flat: stored scalars = D per exact token + r_t per coded token, plus c anchor indices per
+// coded token (int16 below 32768 anchors, else int32), plus, for a basis fitted on the very context being
+// compressed (self-calibrated: a per-sequence oracle a decoder would need to receive), its R x D scalars.
+// By default index and basis bytes are charged to B, so the accounted footprint is <= kappa and within
+// one scalar of it; paper_accounting charges neither (the paper's footprint, slightly above kappa). A
+// basis calibrated once on other texts is shared by every context and never charged.
 #include <cstdint>
 #include <string>
 
@@ -13,26 +16,34 @@ namespace varrate {
 struct CodecBudget {
     int64_t n_tokens = 0, dim = 0;
     int64_t n_anchors = 0, n_exact = 0, n_coded = 0;
-    int64_t rank_cap = 0;            // R clamped to D
-    int64_t element_size = 0;        // bytes per cache scalar
-    int64_t anchors = 0;             // c indices stored per coded token
-    int64_t index_bytes = 0;         // bytes per anchor index
-    int64_t index_scalars = 0;       // index bytes charged to B, in scalars (0 with paper accounting)
-    int64_t budget_B = 0;            // sum of the coded ranks
-    double min_feasible_budget = 0;  // smallest kappa that is feasible for this L
+    int64_t rank_cap = 0;               // R clamped to D
+    int64_t element_size = 0;           // bytes per cache scalar
+    int64_t anchors = 0;                // c indices stored per coded token
+    int64_t index_bytes = 0;            // bytes per anchor index
+    int64_t index_scalars = 0;          // index bytes charged to B, in scalars (0 with paper accounting)
+    int64_t basis_rows = 0;             // basis rows charged: R for a self-calibrated basis, else 0
+    int64_t basis_scalars = 0;          // basis_rows * D
+    int64_t budget_B = 0;               // sum of the coded ranks
+    double min_feasible_budget = 0;     // smallest kappa that is feasible for this L
+    double min_feasible_uncharged = 0;  // the same without the basis charge (with a calibrated basis file)
 
     int64_t full_bytes() const { return n_tokens * dim * element_size; }
     int64_t index_total_bytes() const { return n_coded * anchors * index_bytes; }
+    int64_t basis_bytes() const { return basis_scalars * element_size; }
     int64_t stored_bytes(int64_t sum_ranks) const {
-        return (n_exact * dim + sum_ranks) * element_size + index_total_bytes();
+        return (n_exact * dim + sum_ranks) * element_size + index_total_bytes() + basis_bytes();
     }
 };
 
-// Plans one layer of VarRate/flat. Throws Error for infeasible settings: kappa outside (0, 1], L too
-// short for the anchors and the window, r_min above R, or B below r_min per coded token; the message
-// names the smallest feasible kappa for this L. A budget above R per coded token is capped (logged).
+// Plans one layer of VarRate/flat. self_calibrated_basis: the basis was fitted on this very context, so
+// its R x D scalars (R = min(rank, D), the rows the codec projects on) are charged unless
+// paper_accounting. Throws Error for infeasible settings: kappa outside (0, 1], L too short for the
+// anchors and the window, r_min above R, or B below r_min per coded token; the message names the
+// smallest feasible kappa for this L, and when the charged basis is what makes kappa infeasible it says
+// so and gives the `varrate calibrate` command that makes a basis file instead. A budget above R per
+// coded token is capped (logged).
 CodecBudget plan_codec_budget(const CodecSettings& s, int64_t n_tokens, int64_t dim, int64_t element_size,
-                              const std::string& who = "varrate");
+                              const std::string& who = "varrate", bool self_calibrated_basis = false);
 
 // SnapKV: tokens kept per KV head = int(L * kappa), the observation window included. Throws Error when
 // that cannot hold the window or kappa is outside (0, 1].

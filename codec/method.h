@@ -52,9 +52,11 @@ struct LayerDiagnostics {
     double mean_rank = 0;
     double floor_share = 0;   // share of coded tokens at r_min
     int64_t index_bytes = 0;  // bytes of one stored anchor index (2 = int16, 4 = int32; 0 = none)
+    int64_t basis_bytes = 0;  // R x D of a self-calibrated basis at cache precision, in stored_bytes
+                              // (0 with a calibrated basis file or paper accounting)
     int64_t stored_bytes = 0;
     int64_t full_bytes = 0;     // L * D * element size of the cache dtype
-    double footprint = 0;       // stored_bytes / full_bytes
+    double footprint = 0;       // stored_bytes / full_bytes: accounted, the runtime cache still holds L x D
     double mean_rel_error = 0;  // mean over all L tokens of ||z - z^|| / ||z|| (exact 0, evicted 1)
     StageTiming timing;
 

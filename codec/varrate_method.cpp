@@ -43,12 +43,23 @@ VarRateMethod::VarRateMethod(const CodecSettings& settings, std::shared_ptr<cons
                         "{} and c={}",
                         name(), info.stride, info.anchors, settings_.stride, settings_.anchors));
     device_basis_.resize(basis_->n_layers());
+    device_basis_dtype_.resize(basis_->n_layers(), at::kFloat);
 }
 
-const at::Tensor& VarRateMethod::basis_on(int64_t layer, int64_t rank, const at::Device& device) {
+bool VarRateMethod::basis_charged() const {
+    return basis_->info().self_calibrated && !settings_.paper_accounting;
+}
+
+const at::Tensor& VarRateMethod::basis_on(int64_t layer, int64_t rank, const at::Device& device,
+                                          at::ScalarType cache_dtype) {
     at::Tensor& cached = device_basis_.at(layer);
-    if (!cached.defined() || cached.device() != device || cached.size(0) != rank)
-        cached = basis_->layer(layer).narrow(0, 0, rank).to(device, at::kFloat).contiguous();
+    // A charged basis is stored with the cache, at its precision: encode and decode with what is stored.
+    const at::ScalarType stored = basis_charged() ? cache_dtype : at::kFloat;
+    if (!cached.defined() || cached.device() != device || cached.size(0) != rank ||
+        device_basis_dtype_.at(layer) != stored) {
+        cached = basis_->layer(layer).narrow(0, 0, rank).to(device, stored).to(at::kFloat).contiguous();
+        device_basis_dtype_.at(layer) = stored;
+    }
     return cached;
 }
 
@@ -57,7 +68,7 @@ LayerResult VarRateMethod::compress(const LayerCapture& capture) {
     const CaptureShape shape = check_capture(capture, name(), /*needs_pre_rope=*/true);
     // Settings errors first (they name the smallest feasible kappa), before any work.
     plan_codec_budget(settings_, shape.n_tokens, 2 * shape.n_kv_head * shape.head_dim,
-                      element_size(capture.keys.scalar_type()), name());
+                      element_size(capture.keys.scalar_type()), name(), basis_->info().self_calibrated);
     if (allocation_ == RankAllocation::Uniform) {
         // Flat: a constant signal, which the shared path turns into exactly uniform ranks.
         return compress_with_salience(capture,
@@ -73,7 +84,8 @@ LayerResult VarRateMethod::compress_with_salience(const LayerCapture& capture, c
     const CaptureShape shape = check_capture(capture, name(), /*needs_pre_rope=*/true);
     const int64_t n_tok = shape.n_tokens, dim = 2 * shape.n_kv_head * shape.head_dim;
     const at::ScalarType dtype = capture.keys.scalar_type();
-    const CodecBudget plan = plan_codec_budget(settings_, n_tok, dim, element_size(dtype), name());
+    const CodecBudget plan =
+        plan_codec_budget(settings_, n_tok, dim, element_size(dtype), name(), basis_->info().self_calibrated);
     if (!salience.defined() || salience.dim() != 1 || salience.size(0) != n_tok)
         throw Error(fmt::format("{}: layer {} salience must be [L={}]", name(), capture.layer, n_tok));
     if (capture.layer < 0 || capture.layer >= basis_->n_layers())
@@ -113,9 +125,11 @@ LayerResult VarRateMethod::compress_with_salience(const LayerCapture& capture, c
     sync_for_timing(ranks, sync);
     d.timing.water_filling = ms_since(t);
 
-    // 12: one projection at full rank R, truncated per token to its leading r_t coefficients.
-    const at::Tensor& V = basis_on(capture.layer, rank, dev);  // [R, D]
-    at::Tensor coeff = res.residual.mm(V.t());                 // [n_coded, R]
+    // 12: one projection at full rank R, truncated per token to its leading r_t coefficients, which are
+    // stored (and charged) at cache precision: round them, so the reconstruction is what would be decoded.
+    const at::Tensor& V = basis_on(capture.layer, rank, dev, dtype);  // [R, D]
+    at::Tensor coeff = res.residual.mm(V.t());                        // [n_coded, R] fp32
+    if (dtype != at::kFloat) coeff = coeff.to(dtype).to(at::kFloat);
     coeff.mul_(at::arange(rank, ranks.options()).unsqueeze(0) < ranks.unsqueeze(1));
     sync_for_timing(coeff, sync);
     d.timing.projection = ms_since(t);
@@ -159,6 +173,7 @@ LayerResult VarRateMethod::compress_with_salience(const LayerCapture& capture, c
     d.floor_share = st[4];
     d.mean_rel_error = st[5];
     d.index_bytes = plan.index_bytes;
+    d.basis_bytes = plan.basis_bytes();
     d.stored_bytes = plan.stored_bytes(d.sum_ranks);
     d.full_bytes = plan.full_bytes();
     d.footprint = static_cast<double>(d.stored_bytes) / static_cast<double>(d.full_bytes);

@@ -27,13 +27,20 @@ class VarRateMethod : public CompressionMethod {
     LayerResult compress_with_salience(const LayerCapture& capture, const at::Tensor& salience,
                                        double salience_ms = 0);
 
+    // A self-calibrated basis is part of what a decoder of this context needs: charged to the budget at
+    // cache precision (and used at that precision) unless paper_accounting.
+    bool basis_charged() const;
+
   private:
-    const at::Tensor& basis_on(int64_t layer, int64_t rank, const at::Device& device);
+    // The leading `rank` rows of layer's basis on `device` (fp32; rounded to the cache dtype when charged).
+    const at::Tensor& basis_on(int64_t layer, int64_t rank, const at::Device& device,
+                               at::ScalarType cache_dtype);
 
     CodecSettings settings_;
     std::shared_ptr<const Basis> basis_;
     RankAllocation allocation_;
     std::vector<at::Tensor> device_basis_;  // per layer: the leading R rows, resident on the compute device
+    std::vector<at::ScalarType> device_basis_dtype_;  // per layer: the precision device_basis_ was rounded to
 };
 
 }  // namespace varrate

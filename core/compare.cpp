@@ -72,10 +72,11 @@ struct CompressingPrefill {
 };
 
 void add_footprint(MethodRun& run) {
-    run.stored_bytes = run.full_bytes = 0;
+    run.stored_bytes = run.full_bytes = run.basis_bytes = 0;
     for (const auto& d : run.layers) {
         run.stored_bytes += d.stored_bytes;
         run.full_bytes += d.full_bytes;
+        run.basis_bytes += d.basis_bytes;
     }
     run.footprint_fraction = run.full_bytes > 0
                                  ? static_cast<double>(run.stored_bytes) / static_cast<double>(run.full_bytes)
@@ -129,6 +130,12 @@ CompressionMode parse_mode(const std::string& s) {
     throw Error("unknown mode '" + s + "' (use query-aware or query-agnostic)");
 }
 
+std::string basis_accounting(const std::string& method, bool self_calibrated, const CodecSettings& s) {
+    if (!method_needs_basis(method)) return "no basis";
+    if (!self_calibrated) return "basis file";
+    return s.paper_accounting ? "basis not charged" : "basis charged";
+}
+
 bool answer_matches(const std::string& response, const std::string& expected) {
     const std::string want = lower_trim(expected);
     return !want.empty() && lower_trim(response).find(want) != std::string::npos;
@@ -157,6 +164,14 @@ CompareResult run_compare(const Session& s, const CompareRequest& req, const Job
 
     std::shared_ptr<const Basis> basis;
     CompareResult result;
+    size_t longest = 0;
+    for (const PromptParts& p : parts)
+        longest = std::max(longest, p.context_ids.size() + p.question_ids.size() + p.prefix_ids.size());
+    const std::string beyond =
+        positions_warning(s.model().config(), static_cast<int64_t>(longest) + req.max_new_tokens,
+                          fmt::format("the longest prompt ({} tokens) plus up to {} generated tokens",
+                                      longest, req.max_new_tokens));
+    if (!beyond.empty()) result.warnings.push_back(beyond);
     for (const auto& name : req.methods) {
         if (method_needs_basis(name) && !basis) basis = s.basis_for(context_ids, req.settings, job);
     }
@@ -174,6 +189,7 @@ CompareResult run_compare(const Session& s, const CompareRequest& req, const Job
         run.method = name;
         run.budget = name == "full" ? 1.0 : req.settings.budget;
         run.self_calibrated = method_needs_basis(name) && basis->info().self_calibrated;
+        run.basis_accounting = basis_accounting(name, run.self_calibrated, req.settings);
 
         try {
             if (req.mode == CompressionMode::QueryAgnostic) {
@@ -227,6 +243,8 @@ CompareResult run_compare(const Session& s, const CompareRequest& req, const Job
             run = MethodRun{};
             run.method = name;
             run.budget = req.settings.budget;
+            run.self_calibrated = method_needs_basis(name) && basis->info().self_calibrated;
+            run.basis_accounting = basis_accounting(name, run.self_calibrated, req.settings);
             run.infeasible = why;
         }
         result.runs.push_back(std::move(run));
@@ -242,6 +260,8 @@ nlohmann::json to_json(const MethodRun& run, bool per_token) {
     m["footprint_fraction"] = run.footprint_fraction;
     m["stored_bytes"] = run.stored_bytes;
     m["full_bytes"] = run.full_bytes;
+    m["basis_bytes"] = run.basis_bytes;
+    m["basis_accounting"] = run.basis_accounting;
     m["answers"] = run.answers;
     m["answer_ids"] = run.answer_ids;
     if (!run.correct.empty()) {
@@ -267,6 +287,8 @@ MethodRun method_run_from_json(const nlohmann::json& j, const std::string& where
     r.footprint_fraction = json_field<double>(j, "footprint_fraction", where, 0);
     r.stored_bytes = json_field<int64_t>(j, "stored_bytes", where, 0);
     r.full_bytes = json_field<int64_t>(j, "full_bytes", where, 0);
+    r.basis_bytes = json_field<int64_t>(j, "basis_bytes", where, 0);
+    r.basis_accounting = json_field<std::string>(j, "basis_accounting", where, "");
     r.answers = json_field<std::vector<std::string>>(j, "answers", where, {});
     r.answer_ids = json_field<std::vector<std::vector<int64_t>>>(j, "answer_ids", where, {});
     r.correct = json_field<std::vector<int>>(j, "correct", where, {});  // booleans (older files: 0/1)
@@ -294,6 +316,8 @@ nlohmann::json to_json(const CompareResult& r, const CompareRequest& req) {
     if (!req.answer_prefixes.empty()) j["answer_prefixes"] = req.answer_prefixes;
     j["settings"] = to_json(req.settings);
     j["basis"] = r.basis_source;
+    j["footprint"] = "accounted";  // stored bytes a compressed store would hold; the cache still holds L x D
+    j["warnings"] = r.warnings;
     j["methods"] = std::move(methods);
     return j;
 }
@@ -332,6 +356,12 @@ std::vector<PplRun> run_perplexity(const Session& s, const PplRequest& req, cons
     if (req.prefix_tokens < 1 || req.prefix_tokens >= n)
         throw Error(fmt::format("--prefix-tokens {} must be between 1 and the text length minus one ({})",
                                 req.prefix_tokens, n - 1));
+    const std::string beyond =
+        positions_warning(s.model().config(), n, fmt::format("the scored text ({} tokens)", n));
+    if (!beyond.empty() && !req.allow_beyond_positions)
+        throw Error(beyond +
+                    "; a perplexity over them is refused: shorten the text, or pass --allow-beyond-positions "
+                    "to score it anyway");
     const std::vector<int64_t> prefix(req.ids.begin(), req.ids.begin() + req.prefix_tokens);
     const std::vector<int64_t> rest(req.ids.begin() + req.prefix_tokens, req.ids.end() - 1);
     const at::Tensor targets =
@@ -367,10 +397,12 @@ std::vector<PplRun> run_perplexity(const Session& s, const PplRequest& req, cons
         run.ppl = std::exp(nll);
         run.scored_tokens = targets.size(0);
         run.self_calibrated = method_needs_basis(name) && basis->info().self_calibrated;
+        run.basis_accounting = basis_accounting(name, run.self_calibrated, req.settings);
         MethodRun tmp;
         tmp.layers = prefill.layers;
         add_footprint(tmp);
         run.footprint_fraction = tmp.footprint_fraction;
+        run.basis_bytes = tmp.basis_bytes;
         runs.push_back(run);
     }
     return runs;

@@ -37,8 +37,12 @@ struct CompareRequest {
 struct MethodRun {
     std::string method;
     double budget = 0;
-    double footprint_fraction = 0;  // stored bytes / full-cache bytes, over all layers
+    // Accounted: stored bytes / full-cache bytes over all layers, i.e. what a compressed store would hold
+    // (the runtime cache still holds L x D). stored_bytes includes basis_bytes.
+    double footprint_fraction = 0;
     int64_t stored_bytes = 0, full_bytes = 0;
+    int64_t basis_bytes = 0;       // self-calibrated basis charged, over all layers (see basis_accounting)
+    std::string basis_accounting;  // see basis_accounting()
     std::vector<std::string> answers;
     std::vector<std::vector<int64_t>> answer_ids;
     std::vector<int> correct;  // 1/0 per question when answers were given
@@ -52,8 +56,14 @@ struct MethodRun {
 
 struct CompareResult {
     std::vector<MethodRun> runs;
-    std::string basis_source;  // file, or "self-calibrated"
+    std::string basis_source;           // file, or "self-calibrated"
+    std::vector<std::string> warnings;  // e.g. positions beyond the model's (positions_warning)
 };
+
+// How a method's basis enters its footprint: "basis charged" (fitted on the context itself: a
+// per-sequence oracle, charged like any stored scalar), "basis not charged" (the same under paper
+// accounting), "basis file" (calibrated once on other texts, shared, not charged) or "no basis".
+std::string basis_accounting(const std::string& method, bool self_calibrated, const CodecSettings& s);
 
 CompareResult run_compare(const Session& session, const CompareRequest& req, const JobControl& job = {});
 
@@ -74,13 +84,18 @@ struct PplRequest {
     int64_t prefix_tokens = 0;  // compressed part
     std::vector<std::string> methods = method_names();  // every registered method
     CodecSettings settings;
+    // A text longer than the model's max_position_embeddings is refused (an Error naming
+    // --allow-beyond-positions) unless this is set: a perplexity there measures untrained positions.
+    bool allow_beyond_positions = false;
 };
 
 struct PplRun {
     std::string method;
     double ppl = 0, nll = 0;  // over tokens prefix_tokens..end
     int64_t scored_tokens = 0;
-    double footprint_fraction = 0;
+    double footprint_fraction = 0;  // accounted, basis_bytes included
+    int64_t basis_bytes = 0;
+    std::string basis_accounting;
     bool self_calibrated = false;
 };
 

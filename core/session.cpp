@@ -6,9 +6,9 @@
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
-#include "core/codec_defaults.h"
 #include "core/base/error.h"
 #include "core/base/hash.h"
+#include "core/codec_defaults.h"
 #include "models/safetensors.h"
 
 namespace varrate {
@@ -36,6 +36,13 @@ std::string compute_fingerprint(const ModelConfig& cfg, const std::filesystem::p
 
 }  // namespace
 
+std::string positions_warning(const ModelConfig& config, int64_t positions, const std::string& what) {
+    if (positions <= config.max_position_embeddings) return "";
+    return fmt::format(
+        "{} spans {} positions, beyond the model's max_position_embeddings of {}: the model was not trained "
+        "on positions that far, so its outputs there are unreliable, with or without compression",
+        what, positions, config.max_position_embeddings);
+}
 
 std::unique_ptr<Session> Session::open(const std::filesystem::path& model_dir, const RuntimeOptions& runtime,
                                        const std::filesystem::path& basis_file, const JobControl& job) {
@@ -122,7 +129,8 @@ std::shared_ptr<const Basis> Session::basis_for(const std::vector<int64_t>& cont
         return basis_;
     }
     spdlog::info(
-        "no basis given or found beside the model: calibrating on the context itself (self-calibrated)");
+        "no basis given or found beside the model: calibrating on the context itself (self-calibrated; its "
+        "bytes are charged to the budget unless --paper-accounting)");
     return std::make_shared<Basis>(
         calibrate({context_ids}, settings, std::min(settings.rank, joint_dim()), true, job));
 }

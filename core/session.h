@@ -16,6 +16,11 @@
 
 namespace varrate {
 
+// "" when `positions` fit the model's max_position_embeddings; else a warning naming both numbers and
+// `what` spans them (e.g. "the scored text (600 tokens)"). Positions past the trained range make every
+// method's output, the uncompressed one included, unreliable. Used by every command that runs a context.
+std::string positions_warning(const ModelConfig& config, int64_t positions, const std::string& what);
+
 class Session {
   public:
     // Loads DIR's config, weights and tokenizer. `basis_file` empty: use DIR/varrate-basis.safetensors when
@@ -47,7 +52,8 @@ class Session {
                     int64_t rank, bool self_calibrated, const JobControl& job = {}) const;
 
     // The basis a run with `settings` should use for `context_ids`: the session's (checked), or one
-    // calibrated on the context itself (marked self-calibrated).
+    // calibrated on the context itself (marked self-calibrated: a per-sequence oracle whose R x D bytes
+    // the codec charges to the budget, see codec/footprint.h).
     std::shared_ptr<const Basis> basis_for(const std::vector<int64_t>& context_ids,
                                            const CodecSettings& settings, const JobControl& job = {}) const;
 

@@ -149,7 +149,7 @@ class GuiTestMainWindow : public QObject {
         QCOMPARE(s.codec.stride, int64_t{32});
         QCOMPARE(s.codec.window, int64_t{16});
         QCOMPARE(s.codec.obs_window, int64_t{16});
-        QCOMPARE(s.codec.budget, 0.3);
+        QCOMPARE(s.codec.budget, 0.4);
         QVERIFY(w.run_panel()->defaults_text().contains("D = 64"));
         QCOMPARE(s.methods, (std::vector<std::string>{"full", "varrate", "flat", "snapkv"}));
     }
@@ -172,7 +172,8 @@ class GuiTestMainWindow : public QObject {
         }
         QCOMPARE(t->item(0, t->footprint_column())->text(), QString("100.00 %"));
         const double fp = outcome->result.runs[1].footprint_fraction;
-        QVERIFY2(fp > 0.2 && fp <= 0.3 + 1e-9, qPrintable(QString::number(fp)));
+        QVERIFY2(fp > 0.3 && fp <= 0.4 + 1e-9, qPrintable(QString::number(fp)));
+        QVERIFY(outcome->result.runs[1].basis_bytes > 0);  // the self-calibrated basis is charged
         // No basis ships with stories260k: VarRate/flat self-calibrate and the window says so.
         QVERIFY(outcome->result.runs[1].self_calibrated);
         QCOMPARE(t->item(1, t->footprint_column() + 3)->text(), QString("yes"));

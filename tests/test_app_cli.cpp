@@ -128,6 +128,8 @@ class TestCli : public QObject {
                                    "Once upon a time, there was a little girl named Lily. She loved to "
                                    "play outside in the park with her big red ball.");
         const QString m = QString::fromStdString(model.string());
+        // --paper-accounting: a ~30-token context cannot hold a charged self-calibrated 48 x 64 basis, and
+        // this test is about where the settings come from.
         auto settings_of = [&](const QStringList& extra) {
             const auto out = model.parent_path() / "compare.json";
             QStringList args = {"compare",
@@ -142,7 +144,8 @@ class TestCli : public QObject {
                                 "--max-new-tokens",
                                 "2",
                                 "--json",
-                                QString::fromStdString(out.string())};
+                                QString::fromStdString(out.string()),
+                                "--paper-accounting"};
             const CliResult r = run_varrate(args + extra);
             if (r.exit_code != 0) qWarning() << r.err;
             return r.exit_code == 0 ? varrate::read_json_file(out)["settings"] : nlohmann::json();

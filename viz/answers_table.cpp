@@ -46,7 +46,7 @@ void AnswersTable::clear_result() {
     setRowCount(0);
     setColumnCount(7);
     setHorizontalHeaderLabels(
-        {"Method", "Answer", "Correct", "Footprint", "Prefill ms", "Codec ms", "Self-calibrated"});
+        {"Method", "Answer", "Correct", "Accounted", "Prefill ms", "Codec ms", "Self-calibrated"});
     horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
     horizontalHeader()->setSectionResizeMode(1, QHeaderView::Stretch);
 }
@@ -61,7 +61,7 @@ void AnswersTable::set_result(const CompareResult& result, const CompareRequest&
         headers << h;
     }
     headers << "Correct"
-            << "Footprint"
+            << "Accounted"
             << "Prefill ms"
             << "Codec ms"
             << "Self-calibrated";
@@ -101,7 +101,12 @@ void AnswersTable::set_result(const CompareResult& result, const CompareRequest&
                                               : QString("%1/%2").arg(n_correct).arg(run.correct.size()),
                           Qt::AlignCenter));
         auto* fp = make_item(QString("%1 %").arg(100.0 * run.footprint_fraction, 0, 'f', 2), right);
-        fp->setToolTip(QString("%1 of %2 bytes").arg(run.stored_bytes).arg(run.full_bytes));
+        fp->setToolTip(QString("accounted: %1 of %2 bytes would be stored (%3 of them basis: %4); the cache "
+                               "itself still holds L x D")
+                           .arg(run.stored_bytes)
+                           .arg(run.full_bytes)
+                           .arg(run.basis_bytes)
+                           .arg(QString::fromStdString(run.basis_accounting)));
         setItem(r, c + 1, fp);
         setItem(r, c + 2, make_item(QString::number(run.prefill_ms, 'f', 1), right));
         setItem(r, c + 3, make_item(QString::number(run.compress_ms, 'f', 1), right));

@@ -1,6 +1,6 @@
 #pragma once
 // Answers side by side: one row per method with its answer to each question (green when it contains the
-// expected answer, red when not), the share correct, the measured footprint, prefill and codec time, and
+// expected answer, red when not), the share correct, the accounted footprint, prefill and codec time, and
 // whether its basis was calibrated on the document itself.
 #include <QTableWidget>
 

@@ -624,10 +624,15 @@ void MainWindow::apply_outcome(std::shared_ptr<const RunOutcome> o) {
     tabs_->setCurrentIndex(0);
     update_status_labels();
     update_empty_state();
-    status(QString("Compared %1 methods on %2 tokens in %3 s")
-               .arg(outcome_->result.runs.size())
-               .arg(model_->n_tokens())
-               .arg(outcome_->wall_s, 0, 'f', 2));
+    QString done = QString("Compared %1 methods on %2 tokens in %3 s")
+                       .arg(outcome_->result.runs.size())
+                       .arg(model_->n_tokens())
+                       .arg(outcome_->wall_s, 0, 'f', 2);
+    for (const std::string& w : outcome_->result.warnings) done += " — warning: " + QString::fromStdString(w);
+    if (outcome_->result.warnings.empty())
+        status(done);
+    else
+        statusBar()->showMessage(done);  // a warning stays until the next message
 }
 
 void MainWindow::update_view_selectors() {

@@ -10,8 +10,8 @@
 #include <spdlog/spdlog.h>
 
 #include "codec/registry.h"
-#include "core/codec_defaults.h"
 #include "core/base/error.h"
+#include "core/codec_defaults.h"
 
 namespace varrate::cli {
 
@@ -57,8 +57,8 @@ CodecFlags add_codec_options(CLI::App& sub, CodecSettings& s) {
         sub.add_option("--obs-window", s.obs_window, "w_obs: observation window queries for salience")
             ->capture_default_str();
     sub.add_flag("--paper-accounting", s.paper_accounting,
-                 "do not charge anchor indices to the budget (the paper's accounting; footprint slightly "
-                 "above kappa)");
+                 "charge neither anchor indices nor a self-calibrated basis to the budget (the paper's "
+                 "accounting; footprint slightly above kappa, runs labelled \"basis not charged\")");
     sub.footer("Codec settings not given come from MODEL/" + std::string(kCodecDefaultsFile) +
                " when the model directory has one (the shipped demo model does).");
     return f;

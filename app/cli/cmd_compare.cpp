@@ -4,14 +4,15 @@
 #include <sstream>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
 #include "app/cli/cli_common.h"
 #include "app/cli/commands.h"
 #include "codec/registry.h"
-#include "core/compare.h"
 #include "core/base/error.h"
 #include "core/base/file_io.h"
+#include "core/compare.h"
 
 namespace varrate::cli {
 
@@ -35,6 +36,11 @@ void add_session_options(CLI::App& sub, SessionArgs& a) {
         ->capture_default_str();
     a.codec_flags = add_codec_options(sub, a.settings);
     add_runtime_options(sub, a.runtime);
+}
+
+// " (self-calibrated, basis charged)" / " (self-calibrated, basis not charged)" / "".
+std::string basis_note(bool self_calibrated, const std::string& accounting) {
+    return self_calibrated ? " (self-calibrated, " + accounting + ")" : "";
 }
 
 std::unique_ptr<Session> open_session(const SessionArgs& a) {
@@ -68,11 +74,17 @@ int run_compare_cmd(const CompareArgs& a) {
     const nlohmann::json j = to_json(r, req);
     if (!a.json_out.empty()) write_file_atomic(a.json_out, j.dump(2) + "\n");
     if (!a.rank_log.empty()) write_file_atomic(a.rank_log, rank_log_csv(r, session->tokenizer()));
+    for (const std::string& w : r.warnings) spdlog::warn("{}", w);
     std::cout << fmt::format("{} tokens of context, {}, basis: {}\n",
                              r.runs.empty() ? 0 : r.runs[0].context_ids.size(), to_string(req.mode),
                              r.basis_source.empty() ? "none needed" : r.basis_source);
-    std::cout << fmt::format("{:<9} {:>9} {:>11} {:>11}  {}\n", "method", "footprint", "prefill ms",
-                             "codec ms", "answers");
+    std::cout << (req.settings.paper_accounting
+                      ? "footprints are accounted under the paper's convention (anchor indices and a "
+                        "self-calibrated basis not charged; the cache itself still holds L x D)\n"
+                      : "footprints are accounted (bytes a compressed store would hold, anchor indices and a "
+                        "self-calibrated basis included; the cache itself still holds L x D)\n");
+    std::cout << fmt::format("{:<9} {:>9} {:>8} {:>11} {:>11}  {}\n", "method", "accounted", "basis",
+                             "prefill ms", "codec ms", "answers");
     for (const MethodRun& run : r.runs) {
         std::string answers;
         for (size_t i = 0; i < run.answers.size(); ++i) {
@@ -82,9 +94,13 @@ int run_compare_cmd(const CompareArgs& a) {
             answers += (i ? " | " : "") + ans;
             if (i < run.correct.size()) answers += run.correct[i] ? " [ok]" : " [wrong]";
         }
-        std::cout << fmt::format("{:<9} {:>8.2f}% {:>11.1f} {:>11.1f}  {}{}\n", run.method,
-                                 100.0 * run.footprint_fraction, run.prefill_ms, run.compress_ms, answers,
-                                 run.self_calibrated ? " (self-calibrated)" : "");
+        const double basis_share =
+            run.full_bytes > 0 ? static_cast<double>(run.basis_bytes) / static_cast<double>(run.full_bytes)
+                               : 0;
+        std::cout << fmt::format("{:<9} {:>8.2f}% {:>7.2f}% {:>11.1f} {:>11.1f}  {}{}\n", run.method,
+                                 100.0 * run.footprint_fraction, 100.0 * basis_share, run.prefill_ms,
+                                 run.compress_ms, answers,
+                                 basis_note(run.self_calibrated, run.basis_accounting));
     }
     return 0;
 }
@@ -94,6 +110,7 @@ struct PplArgs {
     std::string text_file;
     int64_t prefix_tokens = 0;
     bool json = false;
+    bool allow_beyond_positions = false;
 };
 
 int run_ppl_cmd(const PplArgs& a) {
@@ -104,6 +121,11 @@ int run_ppl_cmd(const PplArgs& a) {
     apply_model_codec_defaults(a.session.codec_flags, a.session.model, req.settings);
     req.ids = session->tokenizer().encode(read_text_file(a.text_file), true);
     req.prefix_tokens = a.prefix_tokens;
+    req.allow_beyond_positions = a.allow_beyond_positions;
+    const std::string beyond =
+        positions_warning(session->model().config(), static_cast<int64_t>(req.ids.size()),
+                          fmt::format("the scored text ({} tokens)", req.ids.size()));
+    if (!beyond.empty() && a.allow_beyond_positions) spdlog::warn("{} (--allow-beyond-positions)", beyond);
     const auto runs = run_perplexity(*session, req, terminal_job());
     nlohmann::json j;
     j["text_file"] = a.text_file;
@@ -111,6 +133,9 @@ int run_ppl_cmd(const PplArgs& a) {
     j["prefix_tokens"] = a.prefix_tokens;
     j["budget"] = req.settings.budget;
     j["basis"] = session->basis() ? session->basis_source() : "self-calibrated";
+    j["footprint"] = "accounted";
+    j["paper_accounting"] = req.settings.paper_accounting;
+    j["warnings"] = beyond.empty() ? nlohmann::json::array() : nlohmann::json::array({beyond});
     j["methods"] = nlohmann::json::array();
     for (const auto& r : runs) {
         j["methods"].push_back({{"method", r.method},
@@ -118,6 +143,8 @@ int run_ppl_cmd(const PplArgs& a) {
                                 {"nll", r.nll},
                                 {"scored_tokens", r.scored_tokens},
                                 {"footprint_fraction", r.footprint_fraction},
+                                {"basis_bytes", r.basis_bytes},
+                                {"basis_accounting", r.basis_accounting},
                                 {"self_calibrated", r.self_calibrated}});
     }
     if (a.json) {
@@ -127,9 +154,9 @@ int run_ppl_cmd(const PplArgs& a) {
             "perplexity over tokens {}..{} after a compressed prefix of {} (budget {})\n", a.prefix_tokens,
             req.ids.size() - 1, a.prefix_tokens, req.settings.budget);
         for (const auto& r : runs)
-            std::cout << fmt::format("{:<9} ppl {:>10.4f}  footprint {:>6.2f}%{}\n", r.method, r.ppl,
-                                     100.0 * r.footprint_fraction,
-                                     r.self_calibrated ? " (self-calibrated)" : "");
+            std::cout << fmt::format("{:<9} ppl {:>10.4f}  accounted footprint {:>6.2f}%{}\n", r.method,
+                                     r.ppl, 100.0 * r.footprint_fraction,
+                                     basis_note(r.self_calibrated, r.basis_accounting));
     }
     return 0;
 }
@@ -153,7 +180,10 @@ Command add_compare(CLI::App& root) {
         ->capture_default_str()
         ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
     sub->add_flag("--chat", a->chat, "wrap context and question in the model's chat template");
-    sub->add_option("--json", a->json_out, "write the full results as JSON to this file");
+    sub->add_option(
+        "--json", a->json_out,
+        "write the full results as JSON to this file (accounted footprints: stored_bytes includes "
+        "basis_bytes, the R x D of a self-calibrated basis unless --paper-accounting)");
     sub->add_option("--rank-log", a->rank_log, "write per-token salience/rank/error as CSV to this file");
     return {sub, [a] { return run_compare_cmd(*a); }};
 }
@@ -165,6 +195,8 @@ Command add_ppl(CLI::App& root) {
     sub->add_option("--text-file", a->text_file, "the scored text")->required()->check(CLI::ExistingFile);
     sub->add_option("--prefix-tokens", a->prefix_tokens, "tokens whose cache is compressed")->required();
     sub->add_flag("--json", a->json, "print JSON");
+    sub->add_flag("--allow-beyond-positions", a->allow_beyond_positions,
+                  "score a text longer than the model's max_position_embeddings (refused otherwise)");
     return {sub, [a] { return run_ppl_cmd(*a); }};
 }
 

@@ -1,15 +1,16 @@
 // varrate demo: the side-by-side demonstration on one generated needle document — its question, and the
-// answers of every method in both compression modes with the measured footprints. Defaults to the embedded
+// answers of every method in both compression modes with the accounted footprints. Defaults to the embedded
 // demo model, so a fresh checkout runs it without downloading weights.
 #include <cstdio>
 #include <iostream>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "app/cli/cli_common.h"
 #include "app/cli/commands.h"
-#include "core/compare.h"
 #include "core/base/error.h"
+#include "core/compare.h"
 #include "core/niah.h"
 #include "core/session.h"
 
@@ -68,18 +69,22 @@ int run_demo(const DemoArgs& a) {
     req.methods = parse_methods(a.methods);
     req.settings = settings;
     req.max_new_tokens = 24;
-    std::cout << fmt::format("{:<15} {:<8} {:>9} {:>8}  {}\n", "mode", "method", "footprint", "correct",
+    std::cout << fmt::format("{:<15} {:<8} {:>9} {:>8}  {}\n", "mode", "method", "accounted", "correct",
                              "answer");
     for (const CompressionMode mode : {CompressionMode::QueryAware, CompressionMode::QueryAgnostic}) {
         req.mode = mode;
         const CompareResult r = run_compare(*session, req, terminal_job());
+        if (mode == CompressionMode::QueryAware)
+            for (const std::string& w : r.warnings) spdlog::warn("{}", w);
         for (const MethodRun& run : r.runs)
-            std::cout << fmt::format("{:<15} {:<8} {:>8.1f}% {:>8}  {}\n", to_string(mode), run.method,
-                                     100.0 * run.footprint_fraction, run.correct.at(0) ? "yes" : "no",
-                                     one_line(run.answers.at(0)));
+            std::cout << fmt::format(
+                "{:<15} {:<8} {:>8.1f}% {:>8}  {}{}\n", to_string(mode), run.method,
+                100.0 * run.footprint_fraction, run.correct.at(0) ? "yes" : "no", one_line(run.answers.at(0)),
+                run.self_calibrated ? " (self-calibrated, " + run.basis_accounting + ")" : "");
     }
     std::cout << fmt::format(
-        "\nbasis: {}. query-aware: the question is in the cache when it is compressed; "
+        "\nbasis: {}. accounted footprints: the bytes a compressed store would hold (the cache itself still "
+        "holds L x D). query-aware: the question is in the cache when it is compressed; "
         "query-agnostic: the cache is compressed once, before any question (paper 4.3).\n",
         session->basis_source().empty() ? "self-calibrated" : session->basis_source());
     return 0;

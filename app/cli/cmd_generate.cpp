@@ -5,6 +5,7 @@
 #include <iostream>
 #include <sstream>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
@@ -12,6 +13,7 @@
 #include "app/cli/commands.h"
 #include "core/base/error.h"
 #include "core/base/file_io.h"
+#include "core/session.h"
 #include "models/chat_template.h"
 #include "models/generate.h"
 #include "models/tokenizer.h"
@@ -69,6 +71,12 @@ int run_generate(const GenerateArgs& a) {
             throw Error("prompt id " + std::to_string(id) + " is outside the vocabulary [0, " +
                         std::to_string(cfg.vocab_size) + ")");
     }
+
+    const std::string beyond =
+        positions_warning(cfg, static_cast<int64_t>(prompt.size()) + a.max_new_tokens,
+                          fmt::format("the prompt ({} tokens) plus up to {} generated tokens", prompt.size(),
+                                      a.max_new_tokens));
+    if (!beyond.empty()) spdlog::warn("{}", beyond);
 
     GenerateOptions opt;
     opt.max_new_tokens = a.max_new_tokens;

@@ -1,5 +1,6 @@
 // varrate niah: a resumable needle-in-a-haystack sweep over methods x context lengths x depths x samples,
 // with one JSON record per cell, an accuracy summary (JSON, CSV) and a heatmap.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -19,6 +20,7 @@
 #include "core/base/error.h"
 #include "core/base/file_io.h"
 #include "core/niah.h"
+#include "core/session.h"
 
 namespace varrate::cli {
 
@@ -231,6 +233,12 @@ int run_niah_cmd(const NiahArgs& a) {
     JobControl job;
     job.cancel = &g_interrupted;
     auto session = Session::open(a.model, runtime_options(a.runtime), a.basis, job);
+    const int64_t longest = *std::max_element(o.lengths.begin(), o.lengths.end());
+    const std::string beyond = positions_warning(
+        session->model().config(), longest + o.max_new_tokens,
+        fmt::format("the longest document ({} tokens) plus its question and up to {} generated tokens",
+                    longest, o.max_new_tokens));
+    if (!beyond.empty()) spdlog::warn("{}", beyond);
     NiahSweepStats stats;
     try {
         stats = run_niah_sweep(*session, o, job, progress_printer());
