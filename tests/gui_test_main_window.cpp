@@ -9,6 +9,7 @@
 #include <QFile>
 #include <QImage>
 #include <QLabel>
+#include <QPushButton>
 #include <QSignalSpy>
 #include <QSvgRenderer>
 #include <QTemporaryDir>
@@ -410,7 +411,7 @@ class GuiTestMainWindow : public QObject {
             QString::fromStdString((test::source_dir() / "resources/eval/stories260k").string());
         const QStringList files = {texts + "/calib_a.txt", texts + "/calib_b.txt"};
         const QString basis = model + "/varrate-basis.safetensors";
-        MainWindow w(ini());
+        MainWindow w(tmp_.filePath("calibrate.ini"));  // not the shared ini: its recent models stay
         w.show();
         QVERIFY2(start_on(w, model.toStdString()), qPrintable(w.error_text()));
         QVERIFY(w.model_info().basis_source.isEmpty());  // none shipped: runs self-calibrate
