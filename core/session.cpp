@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/base/error.h"
+#include "core/base/file_io.h"
 #include "core/base/hash.h"
 #include "core/codec_defaults.h"
 #include "models/safetensors.h"
@@ -44,6 +45,24 @@ std::string positions_warning(const ModelConfig& config, int64_t positions, cons
         what, positions, config.max_position_embeddings);
 }
 
+std::string to_string(BasisChoice b) {
+    switch (b) {
+        case BasisChoice::File:
+            return "file";
+        case BasisChoice::CalibrateNow:
+            return "calibrate";
+        default:
+            return "shipped";
+    }
+}
+
+BasisChoice parse_basis_choice(const std::string& s) {
+    if (s == "shipped") return BasisChoice::Shipped;
+    if (s == "file") return BasisChoice::File;
+    if (s == "calibrate") return BasisChoice::CalibrateNow;
+    throw Error("unknown basis choice '" + s + "' (use shipped, file or calibrate)");
+}
+
 std::unique_ptr<Session> Session::open(const std::filesystem::path& model_dir, const RuntimeOptions& runtime,
                                        const std::filesystem::path& basis_file, const JobControl& job) {
     std::unique_ptr<Session> s(new Session());
@@ -57,20 +76,10 @@ std::unique_ptr<Session> Session::open(const std::filesystem::path& model_dir, c
     s->tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::load(model_dir));
     if (job.progress) job.progress("load", 2, 3);
     s->fingerprint_ = compute_fingerprint(s->model_->config(), model_dir);
-    s->codec_defaults_ = read_codec_defaults(model_dir);
+    s->codec_defaults_ = read_codec_defaults(model_dir, width_codec_defaults(s->joint_dim()));
     std::filesystem::path bf = basis_file;
-    if (bf.empty() && std::filesystem::exists(model_dir / "varrate-basis.safetensors"))
-        bf = model_dir / "varrate-basis.safetensors";
-    if (!bf.empty()) {
-        BasisRequirements req;
-        req.model_fingerprint = s->fingerprint_;
-        req.dim = s->joint_dim();
-        s->basis_ = std::make_shared<Basis>(Basis::load(bf, req));
-        s->basis_source_ = bf.string();
-        if (s->basis_->n_layers() != s->model_->config().num_layers)
-            throw Error(fmt::format("{}: basis has {} layers, the model has {}", bf.string(),
-                                    s->basis_->n_layers(), s->model_->config().num_layers));
-    }
+    if (bf.empty() && std::filesystem::exists(model_dir / kBasisFile)) bf = model_dir / kBasisFile;
+    if (!bf.empty()) s->set_shipped_basis(s->load_basis(bf), bf.string());
     if (job.progress) job.progress("load", 3, 3);
     return s;
 }
@@ -80,9 +89,68 @@ void Session::set_basis(std::shared_ptr<const Basis> basis, const std::string& s
     basis_source_ = source;
 }
 
+void Session::set_shipped_basis(std::shared_ptr<const Basis> basis, const std::string& source) {
+    shipped_basis_ = basis;
+    shipped_source_ = source;
+    set_basis(std::move(basis), source);
+}
+
+CodecSettings Session::default_codec_settings() const {
+    return varrate::default_codec_settings(model_->config(), codec_defaults_);
+}
+
 int64_t Session::joint_dim() const {
-    const ModelConfig& c = model_->config();
-    return 2 * c.num_kv_heads * c.head_dim;
+    return varrate::joint_dim(model_->config());
+}
+
+std::shared_ptr<const Basis> Session::load_basis(const std::filesystem::path& file) const {
+    BasisRequirements req;
+    req.model_fingerprint = fingerprint_;
+    req.dim = joint_dim();
+    auto b = std::make_shared<Basis>(Basis::load(file, req));
+    if (b->n_layers() != model_->config().num_layers)
+        throw Error(fmt::format("{}: basis has {} layers, the model has {}", file.string(), b->n_layers(),
+                                model_->config().num_layers));
+    return b;
+}
+
+void Session::select_basis(BasisChoice choice, const std::filesystem::path& file,
+                           const std::vector<int64_t>& context_ids, const CodecSettings& settings,
+                           const JobControl& job) {
+    switch (choice) {
+        case BasisChoice::Shipped:
+            set_basis(shipped_basis_, shipped_source_);
+            return;
+        case BasisChoice::File:
+            if (file.empty()) throw Error("basis: 'file' is chosen but no basis file is given");
+            set_basis(load_basis(file), file.string());
+            return;
+        case BasisChoice::CalibrateNow:
+            if (context_ids.empty()) {
+                set_basis(nullptr, "");  // each run self-calibrates on its own context
+                return;
+            }
+            set_basis(std::make_shared<Basis>(calibrate({context_ids}, settings,
+                                                        std::min(settings.rank, joint_dim()), true, job)),
+                      "calibrated on the document");
+            return;
+    }
+}
+
+std::vector<std::vector<int64_t>> Session::calibration_texts(const std::vector<std::filesystem::path>& files,
+                                                             const CodecSettings& settings,
+                                                             int64_t max_tokens) const {
+    std::vector<std::vector<int64_t>> texts;
+    for (const auto& f : files) {
+        std::vector<int64_t> ids = tokenizer_->encode(read_text_file(f), true);
+        if (static_cast<int64_t>(ids.size()) > max_tokens) ids.resize(max_tokens);
+        if (static_cast<int64_t>(ids.size()) < settings.window + 2 * settings.stride)
+            throw Error(fmt::format(
+                "{}: only {} tokens; calibration needs more than the window ({}) plus two strides ({})",
+                f.string(), ids.size(), settings.window, settings.stride));
+        texts.push_back(std::move(ids));
+    }
+    return texts;
 }
 
 void Session::check_basis(const Basis& basis, const CodecSettings& settings, const std::string& where) const {

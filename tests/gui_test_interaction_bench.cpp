@@ -15,8 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "app/studio/interaction_bench.h"
 #include "core/base/error.h"
-#include "viz/interaction_bench.h"
 
 using namespace varrate;
 using namespace varrate::viz;

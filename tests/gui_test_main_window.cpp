@@ -9,6 +9,7 @@
 #include <QFile>
 #include <QImage>
 #include <QLabel>
+#include <QPushButton>
 #include <QSignalSpy>
 #include <QSvgRenderer>
 #include <QTemporaryDir>
@@ -394,6 +395,51 @@ class GuiTestMainWindow : public QObject {
         w.run_niah();
         QVERIFY(done.wait(kRunTimeoutMs));
         QVERIFY(tab->status_text().contains("0 computed"));
+    }
+
+    // Run > Calibrate on Files: a basis from text files, written beside the model through the worker (with
+    // progress and cancel), and used by the next run instead of self-calibration.
+    void calibrate_on_files_writes_basis_beside_model() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        // A copy of the fixture model (links), so that the basis is written beside it and not into the
+        // fixture.
+        const QString model = tmp_.filePath("calibrated-model");
+        QVERIFY(QDir().mkpath(model));
+        for (const char* f : {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+                              "tokenizer_config.json"})
+            std::filesystem::create_symlink(dir / f, std::filesystem::path(model.toStdString()) / f);
+        const QString texts =
+            QString::fromStdString((test::source_dir() / "resources/eval/stories260k").string());
+        const QStringList files = {texts + "/calib_a.txt", texts + "/calib_b.txt"};
+        const QString basis = model + "/varrate-basis.safetensors";
+        MainWindow w(tmp_.filePath("calibrate.ini"));  // not the shared ini: its recent models stay
+        w.show();
+        QVERIFY2(start_on(w, model.toStdString()), qPrintable(w.error_text()));
+        QVERIFY(w.model_info().basis_source.isEmpty());  // none shipped: runs self-calibrate
+        QSignalSpy done(&w, &MainWindow::calibration_finished);
+
+        // Cancelled while queued behind a document generation: nothing is written.
+        w.generate_document(NiahDocRequest{});
+        w.calibrate_on_files(files);
+        QVERIFY(w.run_panel()->cancel_button()->isEnabled());
+        w.cancel();
+        QVERIFY(done.wait(kRunTimeoutMs));
+        QCOMPARE(done.takeFirst().at(0).toBool(), false);
+        QVERIFY(!QFile::exists(basis));
+        QSignalSpy idle(&w, &MainWindow::idle);
+        if (w.busy()) QVERIFY(idle.wait(kLoadTimeoutMs));
+
+        w.calibrate_on_files(files);
+        QVERIFY(done.wait(kRunTimeoutMs));
+        QVERIFY2(done.takeFirst().at(0).toBool(), qPrintable(w.error_text()));
+        QVERIFY(QFile::exists(basis));
+        QCOMPARE(w.model_info().basis_source, basis);
+        QVERIFY(!w.run_panel()->cancel_button()->isEnabled());
+        bool ok = false;
+        QVERIFY(run_and_wait(w, &ok) && ok);
+        QCOMPARE(w.outcome()->result.runs.at(1).method, std::string("varrate"));
+        QVERIFY(!w.outcome()->result.runs.at(1).self_calibrated);
+        QCOMPARE(QString::fromStdString(w.outcome()->result.basis_source), basis);
     }
 
     void theme_and_recent_models_persist() {

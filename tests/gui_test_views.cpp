@@ -26,6 +26,7 @@
 #include "core/base/file_io.h"
 #include "core/compare.h"
 #include "core/session.h"
+#include "viz/axis_interaction.h"
 #include "viz/chart_export.h"
 #include "viz/document_view.h"
 #include "viz/layer_summary.h"
@@ -238,6 +239,50 @@ class GuiTestViews : public QObject {
         QCOMPARE(visible_whitespace(QStringLiteral(" a\tb\n")), QString::fromUtf8("\xc2\xb7"
                                                                                   "a\xe2\x86\x92"
                                                                                   "b\xe2\x86\xb5"));
+    }
+
+    // The shared zoom / pan / cursor filter on a bare widget whose plot area is x in [100, 500].
+    void axis_interaction_zooms_pans_clicks_and_resets() {
+        QWidget view;
+        view.resize(600, 200);
+        PositionAxis axis;
+        axis.set_length(1000);
+        const QRectF plot(100, 20, 400, 160);
+        auto* ia = new AxisInteraction(&view, &axis, [plot] { return plot; });
+        QSignalSpy clicks(ia, &AxisInteraction::clicked), hovers(ia, &AxisInteraction::hovered);
+        QCOMPARE(ia->position_at(300), 500.0);
+        // Hover: the cursor follows the mouse inside the plot only.
+        send_mouse(&view, QEvent::MouseMove, QPointF(200, 50), Qt::NoButton, Qt::NoButton);
+        QCOMPARE(axis.cursor(), 250);
+        send_mouse(&view, QEvent::MouseMove, QPointF(50, 50), Qt::NoButton, Qt::NoButton);
+        QCOMPARE(axis.cursor(), 250);
+        QCOMPARE(hovers.count(), 2);  // both moves are reported (the heatmap's layer hover needs them)
+        // Wheel up zooms in around the position under the mouse (it stays under the mouse).
+        send_wheel(&view, QPointF(200, 50), 120);
+        QCOMPARE(axis.width(), 800.0);
+        QVERIFY(std::abs(ia->position_at(200) - 250) < 1e-9);
+        // A drag pans by the dragged distance in positions, keeping the width; it is not a click.
+        const double begin = axis.begin();
+        send_mouse(&view, QEvent::MouseButtonPress, QPointF(300, 50), Qt::LeftButton, Qt::LeftButton);
+        send_mouse(&view, QEvent::MouseMove, QPointF(250, 50), Qt::NoButton, Qt::LeftButton);
+        send_mouse(&view, QEvent::MouseButtonRelease, QPointF(250, 50), Qt::LeftButton, Qt::NoButton);
+        QCOMPARE(axis.begin(), begin + 50.0 / 400.0 * 800.0);
+        QCOMPARE(axis.width(), 800.0);
+        QCOMPARE(clicks.count(), 0);
+        // Press and release in place: a click at that point.
+        send_mouse(&view, QEvent::MouseButtonPress, QPointF(310, 60), Qt::LeftButton, Qt::LeftButton);
+        send_mouse(&view, QEvent::MouseButtonRelease, QPointF(311, 60), Qt::LeftButton, Qt::NoButton);
+        QCOMPARE(clicks.count(), 1);
+        QCOMPARE(clicks.at(0).at(0).toPointF(), QPointF(311, 60));
+        // Double click shows everything again.
+        send_mouse(&view, QEvent::MouseButtonDblClick, QPointF(300, 50), Qt::LeftButton, Qt::LeftButton);
+        QCOMPARE(axis.begin(), 0.0);
+        QCOMPARE(axis.end(), 1000.0);
+        // A horizontal wheel is not a zoom and is left to the view.
+        QWheelEvent sideways(QPointF(200, 50), view.mapToGlobal(QPointF(200, 50)), QPoint(), QPoint(120, 0),
+                             Qt::NoButton, Qt::NoModifier, Qt::NoScrollPhase, false);
+        QApplication::sendEvent(&view, &sideways);
+        QCOMPARE(axis.width(), 1000.0);
     }
 
     void run_model_series_match_diagnostics() {

@@ -376,6 +376,8 @@ void MainWindow::build_menus() {
         tabs_->setCurrentWidget(niah_);
         run_niah();
     });
+    runm->addSeparator();
+    runm->addAction("Calibrate on &Files…", this, &MainWindow::dialog_calibrate);
 
     QMenu* view = menuBar()->addMenu("&View");
     auto* group = new QActionGroup(this);
@@ -404,7 +406,7 @@ void MainWindow::rebuild_recent_menu() {
 void MainWindow::connect_worker() {
     connect(worker_, &RunWorker::started, this, [this] { job_failed_ = false; });
     connect(worker_, &RunWorker::progress, this, [this](const QString& stage, qint64 done, qint64 total) {
-        if (!jobs_.empty() && jobs_.front() != "niah") panel_->set_progress(stage, done, total);
+        if (!jobs_.empty() && jobs_.front() != JobKind::Niah) panel_->set_progress(stage, done, total);
     });
     connect(worker_, &RunWorker::model_loaded, this, &MainWindow::on_model_loaded);
     connect(worker_, &RunWorker::document_ready, this, [this](const GeneratedDocument& d) {
@@ -422,6 +424,17 @@ void MainWindow::connect_worker() {
         niah_outcome_ = o;
         niah_->show_outcome(*o);
     });
+    connect(worker_, &RunWorker::calibrated, this, [this](const CalibrationOutcome& o) {
+        loaded_.basis_source = o.path;
+        panel_->set_basis_status(o.path, false);
+        update_status_labels();
+        status(QString("Wrote %1: %2 layers, D %3, R %4, %5 residual tokens per layer")
+                   .arg(o.path)
+                   .arg(o.layers)
+                   .arg(o.dim)
+                   .arg(o.rank)
+                   .arg(o.tokens));
+    });
     connect(worker_, &RunWorker::failed, this, [this](const QString& m) {
         job_failed_ = true;
         show_error(m);
@@ -435,29 +448,32 @@ void MainWindow::connect_worker() {
 
 void MainWindow::on_job_finished() {
     if (jobs_.empty()) return;
-    const QString kind = jobs_.front();
+    const JobKind kind = jobs_.front();
     jobs_.pop_front();
     const bool ok = !job_failed_;
-    if (kind == "load" && !ok && loaded_.model_dir != model_dir_) {
+    if (kind == JobKind::Load && !ok && loaded_.model_dir != model_dir_) {
         model_dir_ = loaded_.model_dir;  // runs keep using the model that is loaded
         run_when_ready_ = false;
     }
-    const bool compare_pending = std::find(jobs_.begin(), jobs_.end(), "compare") != jobs_.end();
-    const bool niah_pending = std::find(jobs_.begin(), jobs_.end(), "niah") != jobs_.end();
-    if (kind == "compare") {
-        panel_->set_running(compare_pending);
+    if (kind == JobKind::Compare || kind == JobKind::Calibrate)
+        panel_->set_running(job_queued(JobKind::Compare) || job_queued(JobKind::Calibrate));
+    if (kind == JobKind::Compare) {
         if (!ok) panel_->set_progress(job_failed_ && error_text().isEmpty() ? "Cancelled" : "Stopped", 0, 0);
         Q_EMIT run_finished(ok);
     }
-    if (kind == "niah") {
-        niah_->set_running(niah_pending);
+    if (kind == JobKind::Calibrate) {
+        if (!ok) panel_->set_progress(error_text().isEmpty() ? "Cancelled" : "Stopped", 0, 0);
+        Q_EMIT calibration_finished(ok);
+    }
+    if (kind == JobKind::Niah) {
+        niah_->set_running(job_queued(JobKind::Niah));
         Q_EMIT niah_finished(ok);
     }
-    if ((kind == "load" || kind == "generate") && ok && run_when_ready_ && jobs_.empty()) {
+    if ((kind == JobKind::Load || kind == JobKind::Generate) && ok && run_when_ready_ && jobs_.empty()) {
         run_when_ready_ = false;
         run();
     }
-    if (kind == "load") panel_->set_progress("Ready", 0, 0);
+    if (kind == JobKind::Load) panel_->set_progress("Ready", 0, 0);
     update_empty_state();
     if (jobs_.empty()) Q_EMIT idle();
 }
@@ -467,7 +483,7 @@ void MainWindow::on_model_loaded(const ModelInfo& info) {
     loaded_ = info;
     settings_->add_recent_model(info.model_dir);
     if (new_model && apply_defaults_on_load_) {
-        panel_->apply_model_defaults(info.joint_dim, info.codec_defaults);
+        panel_->apply_model_defaults(info.defaults, info.codec_defaults.has_value(), info.defaults_text);
         niah_->apply_model(info);
     }
     apply_defaults_on_load_ = true;
@@ -488,7 +504,7 @@ void MainWindow::start(const StartupOptions& o) {
     run_when_ready_ = o.run;
     if (!model.isEmpty()) {
         model_dir_ = QDir::cleanPath(model);
-        jobs_.push_back("load");
+        jobs_.push_back(JobKind::Load);
         std::optional<NiahDocRequest> doc;
         if (!have_doc) doc = NiahDocRequest{};
         worker_->load_model(model_dir_, panel_->settings(), doc);
@@ -508,7 +524,7 @@ void MainWindow::open_model(const QString& dir) {
     std::optional<NiahDocRequest> doc;
     // A generated document belongs to the previous model's tokenizer and positions: make a new one.
     if (document().trimmed().isEmpty() || document_source_ == "generated") doc = NiahDocRequest{};
-    jobs_.push_back("load");
+    jobs_.push_back(JobKind::Load);
     worker_->load_model(clean, panel_->settings(), doc);
     status("Loading " + clean + " …");
 }
@@ -550,12 +566,12 @@ void MainWindow::generate_document(const NiahDocRequest& request) {
             "Generating a NIAH document needs a model (its tokenizer counts the length): open one first");
         return;
     }
-    jobs_.push_back("generate");
+    jobs_.push_back(JobKind::Generate);
     worker_->generate_document(model_dir_, panel_->settings(), request);
 }
 
 void MainWindow::run() {
-    if (std::find(jobs_.begin(), jobs_.end(), "compare") != jobs_.end()) {
+    if (job_queued(JobKind::Compare)) {
         status("A comparison is already running.");
         return;
     }
@@ -574,7 +590,7 @@ void MainWindow::run() {
         return;
     }
     panel_->set_running(true);
-    jobs_.push_back("compare");
+    jobs_.push_back(JobKind::Compare);
     worker_->run_compare(model_dir_, s, document(), needle_);
     QStringList names;
     for (const auto& m : s.methods) names << QString::fromStdString(m);
@@ -589,7 +605,7 @@ void MainWindow::cancel() {
 }
 
 void MainWindow::run_niah() {
-    if (std::find(jobs_.begin(), jobs_.end(), "niah") != jobs_.end()) return;
+    if (job_queued(JobKind::Niah)) return;
     clear_error();
     if (model_dir_.isEmpty()) {
         show_error("No model: open one with File > Open Model");
@@ -599,7 +615,7 @@ void MainWindow::run_niah() {
         const RunSettings s = panel_->settings();
         const NiahSweepOptions opts = niah_->options(s.codec);
         niah_->set_running(true);
-        jobs_.push_back("niah");
+        jobs_.push_back(JobKind::Niah);
         worker_->run_niah(model_dir_, s, opts);
     } catch (const std::exception& e) {
         show_error(QString::fromUtf8(e.what()));
@@ -608,6 +624,10 @@ void MainWindow::run_niah() {
 
 bool MainWindow::busy() const {
     return !jobs_.empty();
+}
+
+bool MainWindow::job_queued(JobKind kind) const {
+    return std::find(jobs_.begin(), jobs_.end(), kind) != jobs_.end();
 }
 
 void MainWindow::apply_outcome(std::shared_ptr<const RunOutcome> o) {

@@ -60,6 +60,10 @@ class MainWindow : public QMainWindow {
     void run();
     void cancel();
     void run_niah();
+    // Calibrates a basis on text files with the run panel's codec settings and writes it beside the model
+    // (MODEL/varrate-basis.safetensors, replacing one that is there: the menu asks first); runs with the
+    // "shipped" basis use it from then on.
+    void calibrate_on_files(const QStringList& files);
     bool save_session(const QString& path);
     bool open_session(const QString& path);
     bool export_results_json(const QString& path);
@@ -72,6 +76,7 @@ class MainWindow : public QMainWindow {
     QString error_text() const;  // the banner's message ("" when hidden)
     void clear_error();
     bool busy() const;
+    bool job_queued(JobKind kind) const;
     bool has_model() const { return !loaded_.model_dir.isEmpty(); }
     const ModelInfo& model_info() const { return loaded_; }
     QString model_dir() const { return model_dir_; }
@@ -96,6 +101,7 @@ class MainWindow : public QMainWindow {
     void document_changed();
     void run_finished(bool ok);  // a comparison ended: true with results, false on error/cancel
     void niah_finished(bool ok);
+    void calibration_finished(bool ok);
     void idle();  // no job queued or running
 
   protected:
@@ -120,6 +126,7 @@ class MainWindow : public QMainWindow {
     QString ask_save_path(const QString& title, const QString& name, const QString& filter);
     void dialog_generate_document();
     void dialog_paste_text();
+    void dialog_calibrate();
     StudioSession current_session() const;
 
     std::unique_ptr<AppSettings> settings_;
@@ -154,7 +161,7 @@ class MainWindow : public QMainWindow {
     QString theme_ = "dark";
     std::shared_ptr<const RunOutcome> outcome_;
     std::shared_ptr<const NiahOutcome> niah_outcome_;
-    std::deque<QString> jobs_;  // kinds of queued jobs, in order ("load", "generate", "compare", "niah")
+    std::deque<JobKind> jobs_;  // kinds of the queued jobs, in order
     bool apply_defaults_on_load_ = true;
     bool run_when_ready_ = false;
     bool job_failed_ = false;

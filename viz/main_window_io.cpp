@@ -9,6 +9,7 @@
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QFormLayout>
+#include <QMessageBox>
 #include <QMimeData>
 #include <QPlainTextEdit>
 #include <QSpinBox>
@@ -150,7 +151,7 @@ bool MainWindow::open_session(const QString& path) {
     if (!s.model_dir.isEmpty() && QDir::cleanPath(s.model_dir) != QDir::cleanPath(loaded_.model_dir)) {
         model_dir_ = QDir::cleanPath(s.model_dir);
         apply_defaults_on_load_ = false;  // the session's settings stay
-        jobs_.push_back("load");
+        jobs_.push_back(JobKind::Load);
         worker_->load_model(model_dir_, s.settings);
     }
     update_status_labels();
@@ -213,6 +214,48 @@ void MainWindow::dialog_paste_text() {
     if (d.exec() != QDialog::Accepted || edit->toPlainText().trimmed().isEmpty()) return;
     set_document(edit->toPlainText(), "pasted");
     tabs_->setCurrentWidget(source_);
+}
+
+void MainWindow::calibrate_on_files(const QStringList& files) {
+    clear_error();
+    if (model_dir_.isEmpty()) {
+        show_error("Calibrating a basis needs a model: open one first (File > Open Model)");
+        return;
+    }
+    if (files.isEmpty()) {
+        show_error("Calibrate: choose at least one text file");
+        return;
+    }
+    if (job_queued(JobKind::Calibrate) || job_queued(JobKind::Compare)) {
+        status("Wait for the running comparison or calibration to finish.");
+        return;
+    }
+    panel_->set_running(true);
+    jobs_.push_back(JobKind::Calibrate);
+    CalibrationRequest request;
+    request.files = files;
+    worker_->calibrate(model_dir_, panel_->settings(), request);
+    status(QString("Calibrating a basis on %1 file(s) …").arg(files.size()));
+}
+
+void MainWindow::dialog_calibrate() {
+    if (model_dir_.isEmpty()) {
+        show_error("Calibrating a basis needs a model: open one first (File > Open Model)");
+        return;
+    }
+    const QStringList files =
+        QFileDialog::getOpenFileNames(this, "Calibrate the codec basis on text files", settings_->last_dir(),
+                                      "Text (*.txt *.md *.markdown);;All files (*)");
+    if (files.isEmpty()) return;
+    settings_->set_last_dir(QFileInfo(files.front()).absolutePath());
+    const QString out = QDir(model_dir_).filePath(QString::fromUtf8(kBasisFile));
+    if (QFileInfo::exists(out) &&
+        QMessageBox::question(this, "Replace the basis?",
+                              out + " exists. Replace it with a basis calibrated on the chosen files?",
+                              QMessageBox::Yes | QMessageBox::Cancel,
+                              QMessageBox::Cancel) != QMessageBox::Yes)
+        return;
+    calibrate_on_files(files);
 }
 
 void MainWindow::dragEnterEvent(QDragEnterEvent* e) {

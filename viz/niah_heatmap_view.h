@@ -1,16 +1,14 @@
 #pragma once
-// Needle-in-a-haystack accuracy heatmaps, one per method side by side (gkamradt layout): rows = needle depth,
-// columns = context length, colour on a fixed 0..1 scale red -> amber -> green (#F0496E #EBB839 #0CD79F);
-// cells without records are hatched grey.
+// Needle-in-a-haystack accuracy heatmaps of the NIAH tab: the same painter as the CLI's heatmap.png
+// (viz/niah_heatmap_paint.h), in the window's palette and font, with cells sized to fit the widget; cells
+// without records are hatched grey and every cell has a tooltip.
 #include <QColor>
 #include <QWidget>
 
 #include "core/niah.h"
+#include "viz/niah_heatmap_paint.h"
 
 namespace varrate::viz {
-
-// The heatmap colour of an accuracy in [0, 1] (clamped); invalid QColor for a negative (missing) value.
-QColor niah_colour(double accuracy);
 
 class NiahHeatmapView : public QWidget {
     Q_OBJECT
@@ -32,10 +30,8 @@ class NiahHeatmapView : public QWidget {
     bool event(QEvent* event) override;  // cell tooltips
 
   private:
-    struct Layout {
-        double panel_w = 0, cell_w = 0, cell_h = 0, left = 0, top = 0, gap = 0;
-    };
-    Layout layout() const;
+    // The painter's look in this widget's palette and font, cells fitted to `size`.
+    NiahHeatmapStyle style(QSize size) const;
     NiahSummary summary_;
 };
 

@@ -3,17 +3,16 @@
 // line segments), and switches to a polyline with markers when zoomed in below one token per pixel.
 #include "viz/position_charts.h"
 
-#include <QMouseEvent>
 #include <QPainter>
 #include <QPainterPath>
 #include <QSplitter>
 #include <QVBoxLayout>
-#include <QWheelEvent>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include "viz/axis_interaction.h"
 #include "viz/view_style.h"
 
 namespace varrate::viz {
@@ -45,7 +44,7 @@ QString layer_label(int layer) {
 
 PositionChart::PositionChart(RunModel* model, PositionAxis* axis, PositionChartKind kind, QWidget* parent)
     : QWidget(parent), model_(model), axis_(axis), kind_(kind) {
-    setMouseTracking(true);
+    new AxisInteraction(this, axis_, [this] { return plot_rect(); });
     setAutoFillBackground(false);
     setAttribute(Qt::WA_OpaquePaintEvent);
     connect(model_, &RunModel::changed, this, &PositionChart::reload);
@@ -401,44 +400,6 @@ void PositionChart::paintEvent(QPaintEvent*) {
         p.setPen(pal.color(QPalette::ToolTipText));
         p.drawText(box, Qt::AlignCenter, label);
     }
-}
-
-void PositionChart::wheelEvent(QWheelEvent* event) {
-    const double steps = event->angleDelta().y() / 120.0;
-    if (steps == 0 || axis_->length() <= 0) return;
-    axis_->zoom(std::pow(0.8, steps), position_at(event->position().x()));
-    event->accept();
-}
-
-void PositionChart::mousePressEvent(QMouseEvent* event) {
-    if (event->button() == Qt::LeftButton) {
-        drag_from_ = event->position().x();
-        drag_begin_ = axis_->begin();
-    }
-}
-
-void PositionChart::mouseMoveEvent(QMouseEvent* event) {
-    const QRectF area = plot_rect();
-    const double x = event->position().x();
-    if (drag_from_ >= 0 && (event->buttons() & Qt::LeftButton)) {
-        const double tokens = (drag_from_ - x) / area.width() * axis_->width();
-        const double w = axis_->width();
-        axis_->set_range(drag_begin_ + tokens, drag_begin_ + tokens + w);
-    }
-    if (x >= area.left() && x <= area.right() && axis_->length() > 0)
-        axis_->set_cursor(std::clamp(static_cast<int>(std::floor(position_at(x))), 0, axis_->length() - 1));
-}
-
-void PositionChart::mouseReleaseEvent(QMouseEvent*) {
-    drag_from_ = -1;
-}
-
-void PositionChart::mouseDoubleClickEvent(QMouseEvent*) {
-    axis_->reset();
-}
-
-void PositionChart::leaveEvent(QEvent*) {
-    drag_from_ = -1;
 }
 
 PositionCharts::PositionCharts(RunModel* model, PositionAxis* axis, QWidget* parent)

@@ -2,7 +2,8 @@
 // Per-token plots on the shared position axis: salience, allocated rank (with decile means as in the paper's
 // Figure 7, the floor r_min and the uniform rank B/|C|) and reconstruction error of a method against a
 // reference (VarRate vs flat). Each plot decimates to its pixel width (min/max per column), so 32k-token
-// documents repaint in milliseconds. Wheel zooms, drag pans, mouse move sets the cursor, double click resets.
+// documents repaint in milliseconds. Wheel zooms, drag pans, mouse move sets the cursor, double click resets
+// (AxisInteraction).
 #include <QColor>
 #include <QString>
 #include <QWidget>
@@ -43,12 +44,6 @@ class PositionChart : public QWidget {
 
   protected:
     void paintEvent(QPaintEvent* event) override;
-    void wheelEvent(QWheelEvent* event) override;
-    void mousePressEvent(QMouseEvent* event) override;
-    void mouseMoveEvent(QMouseEvent* event) override;
-    void mouseReleaseEvent(QMouseEvent* event) override;
-    void mouseDoubleClickEvent(QMouseEvent* event) override;
-    void leaveEvent(QEvent* event) override;
 
   private:
     struct Series {
@@ -80,8 +75,6 @@ class PositionChart : public QWidget {
     std::vector<uint8_t> exact_;  // of method_, drawn as a strip under the plot
     double y_min_ = 0, y_max_ = 1;
     QString y_label_;
-    double drag_from_ = -1;  // position where a drag started
-    double drag_begin_ = 0;
 };
 
 // The three position charts stacked in a splitter, sharing method and layer.

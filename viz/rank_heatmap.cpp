@@ -1,13 +1,9 @@
-// RankHeatmap: ranks of all layers copied once per run into a flat int32 array; each paint of a new range or
+// RankHeatmap: ranks of all layers read once per run from RunModel::rank_grid; each paint of a new range or
 // width averages the visible tokens into one image column per pixel (layers x pixels), then scales it.
 #include "viz/rank_heatmap.h"
 
 #include <QLinearGradient>
-#include <QMouseEvent>
 #include <QPainter>
-#include <QWheelEvent>
-
-#include <ATen/core/Tensor.h>
 
 #include <algorithm>
 #include <cmath>
@@ -17,9 +13,25 @@
 namespace varrate::viz {
 
 RankHeatmap::RankHeatmap(RunModel* model, PositionAxis* axis, QWidget* parent)
-    : QWidget(parent), model_(model), axis_(axis) {
-    setMouseTracking(true);
+    : QWidget(parent),
+      model_(model),
+      axis_(axis),
+      interaction_(new AxisInteraction(this, axis, [this] { return plot_rect(); })) {
     setAttribute(Qt::WA_OpaquePaintEvent);
+    connect(interaction_, &AxisInteraction::clicked, this, [this](QPointF pt) {
+        const int layer = layer_at(pt);
+        if (layer >= 0) Q_EMIT layer_clicked(layer);
+    });
+    connect(interaction_, &AxisInteraction::hovered, this, [this](QPointF pt) {
+        const int layer = layer_at(pt);
+        if (layer == hover_layer_) return;
+        hover_layer_ = layer;
+        update();
+    });
+    connect(interaction_, &AxisInteraction::left, this, [this] {
+        hover_layer_ = -1;
+        update();
+    });
     connect(model_, &RunModel::changed, this, &RankHeatmap::reload);
     connect(axis_, &PositionAxis::range_changed, this, qOverload<>(&QWidget::update));
     connect(axis_, &PositionAxis::cursor_changed, this, qOverload<>(&QWidget::update));
@@ -33,24 +45,10 @@ void RankHeatmap::set_method(const QString& method) {
 }
 
 void RankHeatmap::reload() {
-    ranks_.clear();
-    n_layers_ = 0;
     n_tokens_ = model_->n_tokens();
     dim_ = std::max(1, model_->joint_dim());
     image_begin_ = image_end_ = -1;
-    if (const MethodRun* r = model_->run(method_)) {
-        std::vector<const LayerDiagnostics*> layers;
-        for (const LayerDiagnostics& d : r->layers)
-            if (d.rank.defined() && d.rank.numel() == n_tokens_) layers.push_back(&d);
-        std::sort(layers.begin(), layers.end(), [](auto* a, auto* b) { return a->layer < b->layer; });
-        n_layers_ = static_cast<int>(layers.size());
-        ranks_.resize(static_cast<size_t>(n_layers_) * static_cast<size_t>(n_tokens_));
-        for (int l = 0; l < n_layers_; ++l) {
-            const at::Tensor t = layers[static_cast<size_t>(l)]->rank.to(at::kInt).contiguous().cpu();
-            std::copy(t.data_ptr<int32_t>(), t.data_ptr<int32_t>() + n_tokens_,
-                      ranks_.begin() + static_cast<ptrdiff_t>(l) * n_tokens_);
-        }
-    }
+    grid_ = model_->rank_grid(method_);
     update();
 }
 
@@ -65,8 +63,9 @@ QRectF RankHeatmap::plot_rect() const {
 
 int RankHeatmap::layer_at(const QPointF& p) const {
     const QRectF r = plot_rect();
-    if (n_layers_ == 0 || !r.contains(p)) return -1;
-    return std::clamp(static_cast<int>((p.y() - r.top()) / r.height() * n_layers_), 0, n_layers_ - 1);
+    if (grid_.n_layers == 0 || !r.contains(p)) return -1;
+    return std::clamp(static_cast<int>((p.y() - r.top()) / r.height() * grid_.n_layers), 0,
+                      grid_.n_layers - 1);
 }
 
 int RankHeatmap::position_at(const QPointF& p) const {
@@ -77,25 +76,24 @@ int RankHeatmap::position_at(const QPointF& p) const {
 }
 
 int RankHeatmap::rank_at(int layer, int position) const {
-    if (layer < 0 || layer >= n_layers_ || position < 0 || position >= n_tokens_) return -1;
-    return ranks_[static_cast<size_t>(layer) * static_cast<size_t>(n_tokens_) +
-                  static_cast<size_t>(position)];
+    if (layer < 0 || layer >= grid_.n_layers || position < 0 || position >= grid_.n_tokens) return -1;
+    return grid_.at(layer, position);
 }
 
 const QImage& RankHeatmap::heat_image(int width) {
     const double b = axis_->begin(), e = axis_->end();
-    if (image_.width() == width && image_.height() == n_layers_ && image_begin_ == b && image_end_ == e)
+    if (image_.width() == width && image_.height() == grid_.n_layers && image_begin_ == b && image_end_ == e)
         return image_;
-    image_ = QImage(width, std::max(1, n_layers_), QImage::Format_RGB32);
+    image_ = QImage(width, std::max(1, grid_.n_layers), QImage::Format_RGB32);
     image_begin_ = b;
     image_end_ = e;
     // Colour lookup per rank 0..D, so the inner loop is a table read.
     std::vector<QRgb> lut(static_cast<size_t>(dim_) + 1);
     for (int r = 0; r <= dim_; ++r) lut[static_cast<size_t>(r)] = sequential_colour(double(r) / dim_).rgb();
     const double tokens_per_px = (e - b) / width;
-    for (int l = 0; l < n_layers_; ++l) {
+    for (int l = 0; l < grid_.n_layers; ++l) {
         auto* row = reinterpret_cast<QRgb*>(image_.scanLine(l));
-        const int32_t* ranks = ranks_.data() + static_cast<size_t>(l) * static_cast<size_t>(n_tokens_);
+        const int32_t* ranks = grid_.ranks.data() + static_cast<size_t>(l) * static_cast<size_t>(n_tokens_);
         for (int c = 0; c < width; ++c) {
             int i0 = static_cast<int>(std::floor(b + c * tokens_per_px));
             int i1 = static_cast<int>(std::floor(b + (c + 1) * tokens_per_px));
@@ -121,7 +119,7 @@ void RankHeatmap::paintEvent(QPaintEvent*) {
     p.setPen(text);
     p.drawText(QPointF(area.left(), fm.ascent() + 2),
                QStringLiteral("Allocated rank \u2014 %1 (layer \u00D7 position)").arg(method_));
-    if (n_layers_ == 0 || n_tokens_ == 0) {
+    if (grid_.n_layers == 0 || n_tokens_ == 0) {
         p.setPen(pal.color(QPalette::Mid));
         p.drawRect(area);
         p.setPen(text);
@@ -135,9 +133,9 @@ void RankHeatmap::paintEvent(QPaintEvent*) {
     const double b = axis_->begin(), e = axis_->end();
 
     // Layer labels (as many as fit), position ticks.
-    const double row_h = area.height() / n_layers_;
+    const double row_h = area.height() / grid_.n_layers;
     const int every = std::max(1, static_cast<int>(std::ceil(fm.height() / row_h)));
-    for (int l = 0; l < n_layers_; l += every)
+    for (int l = 0; l < grid_.n_layers; l += every)
         p.drawText(QRectF(0, area.top() + l * row_h, area.left() - 4, std::max<double>(row_h, fm.height())),
                    Qt::AlignRight | Qt::AlignTop, QString::number(l));
     const int target =
@@ -184,57 +182,6 @@ void RankHeatmap::paintEvent(QPaintEvent*) {
         p.setPen(text);
         p.drawText(box, Qt::AlignCenter, label);
     }
-}
-
-void RankHeatmap::wheelEvent(QWheelEvent* event) {
-    const double steps = event->angleDelta().y() / 120.0;
-    if (steps == 0 || axis_->length() <= 0) return;
-    const QRectF r = plot_rect();
-    axis_->zoom(std::pow(0.8, steps),
-                axis_->begin() + (event->position().x() - r.left()) / r.width() * axis_->width());
-    event->accept();
-}
-
-void RankHeatmap::mousePressEvent(QMouseEvent* event) {
-    if (event->button() != Qt::LeftButton) return;
-    drag_from_ = event->position().x();
-    drag_begin_ = axis_->begin();
-    dragged_ = false;
-}
-
-void RankHeatmap::mouseMoveEvent(QMouseEvent* event) {
-    const QPointF pt = event->position();
-    if (drag_from_ >= 0 && (event->buttons() & Qt::LeftButton)) {
-        const double tokens = (drag_from_ - pt.x()) / plot_rect().width() * axis_->width();
-        if (std::abs(pt.x() - drag_from_) > 3) dragged_ = true;
-        const double w = axis_->width();
-        axis_->set_range(drag_begin_ + tokens, drag_begin_ + tokens + w);
-    }
-    const int layer = layer_at(pt);
-    if (layer != hover_layer_) {
-        hover_layer_ = layer;
-        update();
-    }
-    const int pos = position_at(pt);
-    if (pos >= 0) axis_->set_cursor(pos);
-}
-
-void RankHeatmap::mouseReleaseEvent(QMouseEvent* event) {
-    if (event->button() == Qt::LeftButton && !dragged_) {
-        const int layer = layer_at(event->position());
-        if (layer >= 0) Q_EMIT layer_clicked(layer);
-    }
-    drag_from_ = -1;
-}
-
-void RankHeatmap::mouseDoubleClickEvent(QMouseEvent*) {
-    axis_->reset();
-}
-
-void RankHeatmap::leaveEvent(QEvent*) {
-    drag_from_ = -1;
-    hover_layer_ = -1;
-    update();
 }
 
 }  // namespace varrate::viz

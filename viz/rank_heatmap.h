@@ -1,13 +1,14 @@
 #pragma once
 // Layer x position heatmap of the allocated ranks of one method (rows = layers, columns = token positions
 // aggregated to pixel columns by their mean), with a colour bar from 0 (evicted) to D (exact). Linked to the
-// shared position axis like the position charts: wheel zooms, drag pans, mouse move sets the cursor.
+// shared position axis like the position charts (AxisInteraction); a click picks the layer under the mouse.
 #include <QImage>
 #include <QString>
 #include <QWidget>
 
 #include <vector>
 
+#include "viz/axis_interaction.h"
 #include "viz/run_model.h"
 
 namespace varrate::viz {
@@ -34,12 +35,6 @@ class RankHeatmap : public QWidget {
 
   protected:
     void paintEvent(QPaintEvent* event) override;
-    void wheelEvent(QWheelEvent* event) override;
-    void mousePressEvent(QMouseEvent* event) override;
-    void mouseMoveEvent(QMouseEvent* event) override;
-    void mouseReleaseEvent(QMouseEvent* event) override;
-    void mouseDoubleClickEvent(QMouseEvent* event) override;
-    void leaveEvent(QEvent* event) override;
 
   private:
     void reload();
@@ -47,13 +42,12 @@ class RankHeatmap : public QWidget {
 
     RunModel* model_;
     PositionAxis* axis_;
+    AxisInteraction* interaction_;
     QString method_ = QStringLiteral("varrate");
-    int n_layers_ = 0, n_tokens_ = 0, dim_ = 1;
-    std::vector<int32_t> ranks_;  // [n_layers, L]
+    int n_tokens_ = 0, dim_ = 1;
+    RankGrid grid_;
     QImage image_;
     double image_begin_ = -1, image_end_ = -1;
-    double drag_from_ = -1, drag_begin_ = 0;
-    bool dragged_ = false;
     int hover_layer_ = -1;
 };
 

@@ -218,6 +218,25 @@ std::vector<uint8_t> RunModel::exact_mask(const QString& method, int layer) cons
     return out;
 }
 
+RankGrid RunModel::rank_grid(const QString& method) const {
+    RankGrid g;
+    const MethodRun* r = run(method);
+    if (!r) return g;
+    g.n_tokens = n_tokens();
+    std::vector<const LayerDiagnostics*> layers;
+    for (const LayerDiagnostics& d : r->layers)
+        if (d.rank.defined() && d.rank.numel() == g.n_tokens) layers.push_back(&d);
+    std::sort(layers.begin(), layers.end(), [](auto* a, auto* b) { return a->layer < b->layer; });
+    g.n_layers = static_cast<int>(layers.size());
+    g.ranks.resize(static_cast<size_t>(g.n_layers) * static_cast<size_t>(g.n_tokens));
+    for (int l = 0; l < g.n_layers; ++l) {
+        const at::Tensor t = layers[static_cast<size_t>(l)]->rank.to(at::kInt).contiguous().cpu();
+        std::copy(t.data_ptr<int32_t>(), t.data_ptr<int32_t>() + g.n_tokens,
+                  g.ranks.begin() + static_cast<ptrdiff_t>(l) * g.n_tokens);
+    }
+    return g;
+}
+
 int RunModel::joint_dim() const {
     for (const MethodRun& r : result_.runs)
         for (const LayerDiagnostics& d : r.layers)

@@ -29,6 +29,16 @@ std::optional<std::pair<int, int>> text_token_span(const std::vector<QString>& t
                                                    const QString& text);
 
 enum class TokenMetric { Salience, SalienceNorm, Rank, RelError };
+
+// Allocated ranks of one method, layer by layer (layers sorted, those without per-token ranks left out).
+struct RankGrid {
+    int n_layers = 0, n_tokens = 0;
+    std::vector<int32_t> ranks;  // [n_layers, n_tokens] row-major
+    int at(int layer, int position) const {
+        return ranks[static_cast<size_t>(layer) * static_cast<size_t>(n_tokens) +
+                     static_cast<size_t>(position)];
+    }
+};
 // Display name of a metric ("salience", "rank", ...).
 QString metric_name(TokenMetric metric);
 
@@ -58,6 +68,8 @@ class RunModel : public QObject {
     std::vector<float> series(const QString& method, TokenMetric metric, int layer) const;
     // 1 = stored exactly / kept; layer -1: exact in at least half of the layers.
     std::vector<uint8_t> exact_mask(const QString& method, int layer) const;
+    // Ranks of every layer of one method (empty grid when the method has none).
+    RankGrid rank_grid(const QString& method) const;
     const MethodRun* run(const QString& method) const;
     // The full (uncompressed) dimension D of a coded token (0 without a result).
     int joint_dim() const;

@@ -23,27 +23,10 @@
 
 #include "codec/registry.h"
 #include "core/base/error.h"
+#include "core/codec_defaults.h"
 #include "models/device.h"
 
 namespace varrate::viz {
-
-std::string to_string(BasisChoice b) {
-    switch (b) {
-        case BasisChoice::File:
-            return "file";
-        case BasisChoice::CalibrateNow:
-            return "calibrate";
-        default:
-            return "shipped";
-    }
-}
-
-BasisChoice parse_basis_choice(const std::string& s) {
-    if (s == "shipped") return BasisChoice::Shipped;
-    if (s == "file") return BasisChoice::File;
-    if (s == "calibrate") return BasisChoice::CalibrateNow;
-    throw Error("unknown basis choice '" + s + "' (use shipped, file or calibrate)");
-}
 
 CompareRequest RunSettings::request(const std::string& context) const {
     CompareRequest r;
@@ -57,37 +40,6 @@ CompareRequest RunSettings::request(const std::string& context) const {
     r.max_new_tokens = max_new_tokens;
     r.chat = chat;
     return r;
-}
-
-CodecSettings default_codec_settings(int64_t joint_dim) {
-    CodecSettings s;  // the paper's
-    if (joint_dim <= 0 || joint_dim >= 1024) return s;
-    // A narrow model cannot hold the paper's rank 1024 / r_min 16 / 64-token windows: scale them down so
-    // the budget stays feasible on short documents (as the pipeline tests do for D = 64), a self-calibrated
-    // basis (R x D, charged) included: it needs about 0.32 on the default ~400-token document at D = 64.
-    s.budget = 0.4;
-    s.rank = joint_dim;
-    s.r_min = std::max<int64_t>(2, joint_dim / 16);
-    s.stride = 32;
-    s.window = 16;
-    s.obs_window = 16;
-    return s;
-}
-
-QString describe_defaults(int64_t joint_dim) {
-    const CodecSettings s = default_codec_settings(joint_dim);
-    const QString values = QString("budget %1, r_min %2, rank %3, stride %4, window %5, obs window %6")
-                               .arg(s.budget)
-                               .arg(s.r_min)
-                               .arg(s.rank)
-                               .arg(s.stride)
-                               .arg(s.window)
-                               .arg(s.obs_window);
-    if (joint_dim <= 0) return "Paper defaults (no model loaded): " + values;
-    if (joint_dim >= 1024) return QString("Paper defaults for D = %1: %2").arg(joint_dim).arg(values);
-    return QString("Small-model defaults for D = %1 (< 1024, paper defaults infeasible): %2")
-        .arg(joint_dim)
-        .arg(values);
 }
 
 namespace {
@@ -295,9 +247,9 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
     connect(cancel_, &QPushButton::clicked, this, &RunPanel::cancel_requested);
 
     RunSettings defaults;
-    defaults.codec = default_codec_settings(0);
+    defaults.codec = width_codec_defaults(0);
     set_settings(defaults);
-    defaults_->setText(describe_defaults(0));
+    defaults_->setText(QString::fromStdString(describe_codec_defaults(0, std::nullopt)));
 }
 
 void RunPanel::update_dtypes() {
@@ -396,29 +348,17 @@ void RunPanel::set_settings(const RunSettings& s) {
     basis_file_->setText(QString::fromStdString(s.basis_file));
 }
 
-void RunPanel::apply_model_defaults(int64_t joint_dim, const std::optional<CodecSettings>& recorded) {
+void RunPanel::apply_model_defaults(const CodecSettings& defaults, bool recorded,
+                                    const QString& description) {
     RunSettings s = settings();
-    s.codec = recorded ? *recorded : default_codec_settings(joint_dim);
+    s.codec = defaults;
     // Keep the user's paper-accounting / timing / SnapKV choices; only the width-dependent ones change.
     s.codec.paper_accounting = paper_accounting_->isChecked();
     s.codec.precise_timing = precise_timing_->isChecked();
     s.codec.pool_kernel = pool_kernel_->value();
     if (!recorded) s.codec.anchors = anchors_->value();
     set_settings(s);
-    if (recorded)
-        defaults_->setText(
-            QString("This model's defaults (varrate-codec.json, D = %1): budget %2, r_min %3, rank "
-                    "%4, stride %5, anchors %6, window %7, obs window %8")
-                .arg(joint_dim)
-                .arg(recorded->budget)
-                .arg(recorded->r_min)
-                .arg(recorded->rank)
-                .arg(recorded->stride)
-                .arg(recorded->anchors)
-                .arg(recorded->window)
-                .arg(recorded->obs_window));
-    else
-        defaults_->setText(describe_defaults(joint_dim));
+    defaults_->setText(description);
 }
 
 QString RunPanel::defaults_text() const {

@@ -9,6 +9,7 @@
 
 #include "codec/method.h"
 #include "core/compare.h"
+#include "core/session.h"
 
 class QCheckBox;
 class QComboBox;
@@ -21,12 +22,6 @@ class QSpinBox;
 class QTableWidget;
 
 namespace varrate::viz {
-
-// Where the VarRate/flat basis comes from: beside the model (else self-calibrated per context), a file, or
-// calibrated now on the current document.
-enum class BasisChoice { Shipped, File, CalibrateNow };
-std::string to_string(BasisChoice b);  // "shipped", "file", "calibrate"
-BasisChoice parse_basis_choice(const std::string& s);
 
 // Everything the panel edits; the document comes from the main window.
 struct RunSettings {
@@ -44,11 +39,6 @@ struct RunSettings {
     CompareRequest request(const std::string& context) const;
 };
 
-// Codec defaults for a model of joint width D = 2 * n_kv_head * head_dim: the paper's when D >= 1024, else
-// a scaled-down feasible set (rank D, r_min D/16, stride 32, window and observation window 16, budget 0.3).
-CodecSettings default_codec_settings(int64_t joint_dim);
-QString describe_defaults(int64_t joint_dim);
-
 class RunPanel : public QWidget {
     Q_OBJECT
   public:
@@ -56,9 +46,10 @@ class RunPanel : public QWidget {
 
     RunSettings settings() const;
     void set_settings(const RunSettings& s);
-    // Applies the width-dependent codec defaults and says which are in force.
-    // The model's own codec defaults (varrate-codec.json) when it has them, else the width-based ones.
-    void apply_model_defaults(int64_t joint_dim, const std::optional<CodecSettings>& recorded = std::nullopt);
+    // Applies a model's codec defaults (core/codec_defaults.h: recorded beside the model, else width-based)
+    // and shows `description`, which says which are in force. Paper accounting, stage timing and the
+    // SnapKV pool kernel keep the user's choice; so do the anchors unless the model records them.
+    void apply_model_defaults(const CodecSettings& defaults, bool recorded, const QString& description);
     QString defaults_text() const;
 
     void set_questions(const std::vector<std::string>& questions, const std::vector<std::string>& answers,

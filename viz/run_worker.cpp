@@ -11,6 +11,7 @@
 
 #include "codec/basis.h"
 #include "core/base/error.h"
+#include "core/codec_defaults.h"
 #include "core/prompt.h"
 #include "core/session.h"
 #include "models/device.h"
@@ -26,6 +27,22 @@ double seconds_since(Clock::time_point t0) {
 }
 
 }  // namespace
+
+QString to_string(JobKind kind) {
+    switch (kind) {
+        case JobKind::Load:
+            return QStringLiteral("load");
+        case JobKind::Generate:
+            return QStringLiteral("generate");
+        case JobKind::Compare:
+            return QStringLiteral("compare");
+        case JobKind::Niah:
+            return QStringLiteral("niah");
+        case JobKind::Calibrate:
+            return QStringLiteral("calibrate");
+    }
+    return {};
+}
 
 std::vector<QString> token_texts(const Tokenizer& tok, const std::vector<int64_t>& ids) {
     static const std::string kMeta = "\xe2\x96\x81";  // U+2581, SentencePiece's space
@@ -67,8 +84,6 @@ struct RunWorker::State {
     std::shared_ptr<Session> session;
     QString dir;
     std::string device, dtype;
-    std::shared_ptr<const Basis> shipped_basis;  // as Session::open found it
-    std::string shipped_source;
     std::shared_ptr<const Tokenizer> gui_tokenizer;
 
     Session& ensure(RunWorker& w, const QString& model_dir, const RunSettings& rs, const JobControl& job,
@@ -92,8 +107,6 @@ struct RunWorker::State {
         dir = clean;
         device = rs.device;
         dtype = rs.dtype;
-        shipped_basis = session->basis();
-        shipped_source = session->basis_source();
         gui_tokenizer = std::make_shared<const Tokenizer>(Tokenizer::load(clean.toStdString()));
         if (reused) *reused = false;
         ModelInfo loaded = info(rs);
@@ -112,50 +125,36 @@ struct RunWorker::State {
         m.n_layers = c.num_layers;
         m.max_positions = c.max_position_embeddings;
         m.vocab = session->tokenizer().vocab_size();
-        m.basis_source = shipped_basis ? QString::fromStdString(shipped_source) : QString();
+        m.basis_source =
+            session->shipped_basis() ? QString::fromStdString(session->shipped_source()) : QString();
         m.codec_defaults = session->codec_defaults();
+        m.defaults = session->default_codec_settings();
+        m.defaults_text =
+            QString::fromStdString(describe_codec_defaults(session->joint_dim(), session->codec_defaults()));
         m.device = QString::fromStdString(rs.device);
         m.dtype = QString::fromStdString(rs.dtype);
         m.tokenizer = gui_tokenizer;
         return m;
     }
 
-    // Puts the basis the settings ask for into the session.
+    // Puts the basis the settings ask for into the session (Session::select_basis); "calibrate now"
+    // calibrates on the context part of the prompt built from `context` (none: per-run self-calibration).
     void select_basis(const RunSettings& rs, const std::string& context, const JobControl& job) {
-        switch (rs.basis) {
-            case BasisChoice::Shipped:
-                session->set_basis(shipped_basis, shipped_source);
-                break;
-            case BasisChoice::File: {
-                if (rs.basis_file.empty())
-                    throw Error(
-                        "basis: 'File' is selected but no basis file is given (Run panel > Basis file)");
-                BasisRequirements req;
-                req.model_fingerprint = session->fingerprint();
-                req.dim = session->joint_dim();
-                auto b = std::make_shared<Basis>(Basis::load(rs.basis_file, req));
-                if (b->n_layers() != session->model().config().num_layers)
-                    throw Error(rs.basis_file + ": basis has " + std::to_string(b->n_layers()) +
-                                " layers, the model has " +
-                                std::to_string(session->model().config().num_layers));
-                session->set_basis(b, rs.basis_file);
-                break;
-            }
-            case BasisChoice::CalibrateNow: {
-                const std::string q = rs.questions.empty() ? std::string() : rs.questions.front();
-                const PromptParts parts = build_prompt(session->tokenizer(), context, q, rs.chat);
-                const int64_t rank = std::min(rs.codec.rank, session->joint_dim());
-                auto b = std::make_shared<Basis>(
-                    session->calibrate({parts.context_ids}, rs.codec, rank, true, job));
-                session->set_basis(b, "calibrated on the document");
-                break;
-            }
+        std::vector<int64_t> context_ids;
+        if (rs.basis == BasisChoice::CalibrateNow && !context.empty()) {
+            const std::string q = rs.questions.empty() ? std::string() : rs.questions.front();
+            context_ids = build_prompt(session->tokenizer(), context, q, rs.chat).context_ids;
         }
+        if (rs.basis == BasisChoice::File && rs.basis_file.empty())
+            throw Error("basis: 'File' is selected but no basis file is given (Run panel > Basis file)");
+        session->select_basis(rs.basis, rs.basis_file, context_ids, rs.codec, job);
     }
 };
 
 RunWorker::RunWorker(QObject* parent) : QObject(parent), state_(std::make_unique<State>()) {
+    qRegisterMetaType<JobKind>();
     qRegisterMetaType<ModelInfo>();
+    qRegisterMetaType<CalibrationOutcome>();
     qRegisterMetaType<GeneratedDocument>();
     qRegisterMetaType<std::shared_ptr<const RunOutcome>>();
     qRegisterMetaType<std::shared_ptr<const NiahOutcome>>();
@@ -178,13 +177,13 @@ void RunWorker::cancel() {
     for (auto& f : flags_) f->store(true);
 }
 
-void RunWorker::post(const QString& what, Job job) {
+void RunWorker::post(JobKind kind, Job job) {
     auto flag = std::make_shared<std::atomic<bool>>(false);
     flags_.push_back(flag);
     ++pending_;
     QMetaObject::invokeMethod(
         executor_,
-        [this, what, flag, job = std::move(job)] {
+        [this, kind, flag, job = std::move(job)] {
             JobControl control;
             control.cancel = flag.get();
             control.progress = [this](const std::string& stage, int64_t done, int64_t total) {
@@ -192,7 +191,7 @@ void RunWorker::post(const QString& what, Job job) {
             };
             try {
                 check_cancel(control);  // cancelled while queued
-                Q_EMIT started(what);
+                Q_EMIT started(kind);
                 job(*state_, control);
             } catch (const Cancelled&) {
                 Q_EMIT cancelled();
@@ -237,7 +236,7 @@ GeneratedDocument generate(const Session& s, const NiahDocRequest& req) {
 
 void RunWorker::load_model(const QString& dir, const RunSettings& settings,
                            std::optional<NiahDocRequest> doc) {
-    post("load", [this, dir, settings, doc](State& st, const JobControl& job) {
+    post(JobKind::Load, [this, dir, settings, doc](State& st, const JobControl& job) {
         bool reused = false;
         double load_s = 0;
         Session& s = st.ensure(*this, dir, settings, job, &reused, &load_s);
@@ -256,7 +255,7 @@ void RunWorker::load_model(const QString& dir, const RunSettings& settings,
 
 void RunWorker::generate_document(const QString& dir, const RunSettings& settings,
                                   const NiahDocRequest& doc) {
-    post("generate", [this, dir, settings, doc](State& st, const JobControl& job) {
+    post(JobKind::Generate, [this, dir, settings, doc](State& st, const JobControl& job) {
         Session& s = st.ensure(*this, dir, settings, job);
         if (job.progress) job.progress("generate document", 0, 1);
         Q_EMIT document_ready(generate(s, doc));
@@ -265,7 +264,7 @@ void RunWorker::generate_document(const QString& dir, const RunSettings& setting
 
 void RunWorker::run_compare(const QString& dir, const RunSettings& settings, const QString& document,
                             const QString& needle) {
-    post("compare", [this, dir, settings, document, needle](State& st, const JobControl& job) {
+    post(JobKind::Compare, [this, dir, settings, document, needle](State& st, const JobControl& job) {
         const auto t0 = Clock::now();
         if (settings.methods.empty()) throw Error("no method selected: tick at least one in the Run panel");
         if (document.trimmed().isEmpty()) throw Error("the document is empty: open, paste or generate one");
@@ -284,14 +283,11 @@ void RunWorker::run_compare(const QString& dir, const RunSettings& settings, con
 }
 
 void RunWorker::run_niah(const QString& dir, const RunSettings& settings, const NiahSweepOptions& options) {
-    post("niah", [this, dir, settings, options](State& st, const JobControl& job) {
+    post(JobKind::Niah, [this, dir, settings, options](State& st, const JobControl& job) {
         Session& s = st.ensure(*this, dir, settings, job);
         if (options.out_dir.empty()) throw Error("NIAH sweep: choose an output folder");
         // Every sweep document is different: "calibrate now" means the per-document self-calibration.
-        if (settings.basis == BasisChoice::CalibrateNow)
-            st.session->set_basis(nullptr, "");
-        else
-            st.select_basis(settings, std::string(), job);
+        st.select_basis(settings, std::string(), job);
         auto out = std::make_shared<NiahOutcome>();
         out->out_dir = QString::fromStdString(options.out_dir.string());
         try {
@@ -308,6 +304,33 @@ void RunWorker::run_niah(const QString& dir, const RunSettings& settings, const 
         out->summary = summarize_niah(options);
         write_niah_summary(out->summary, options.out_dir);
         Q_EMIT niah_done(out);
+    });
+}
+
+void RunWorker::calibrate(const QString& dir, const RunSettings& settings,
+                          const CalibrationRequest& request) {
+    post(JobKind::Calibrate, [this, dir, settings, request](State& st, const JobControl& job) {
+        Session& s = st.ensure(*this, dir, settings, job);
+        if (request.files.isEmpty()) throw Error("calibrate: choose at least one text file");
+        std::vector<std::filesystem::path> files;
+        for (const QString& f : request.files) files.emplace_back(f.toStdString());
+        const std::filesystem::path out = request.out.isEmpty()
+                                              ? std::filesystem::path(st.dir.toStdString()) / kBasisFile
+                                              : std::filesystem::path(request.out.toStdString());
+        // The same core steps as `varrate calibrate --text-file ...`: tokenize and cut, calibrate, save.
+        const auto texts = s.calibration_texts(files, settings.codec, request.max_tokens);
+        auto basis =
+            std::make_shared<Basis>(s.calibrate(texts, settings.codec, settings.codec.rank, false, job));
+        check_cancel(job);
+        basis->save(out);
+        s.set_shipped_basis(basis, out.string());
+        CalibrationOutcome o;
+        o.path = QString::fromStdString(out.string());
+        o.layers = basis->n_layers();
+        o.dim = basis->info().dim;
+        o.rank = basis->info().rank;
+        o.tokens = basis->info().calibration_tokens;
+        Q_EMIT calibrated(o);
     });
 }
 

@@ -1,11 +1,12 @@
 #pragma once
-// Runs the long jobs of the desktop app — model load, NIAH document generation, method comparison and NIAH
-// sweeps — one after another on a worker thread, through the same session API as the CLI. Progress, results
-// and errors come back as queued signals; cancel() raises the running job's JobControl flag, and the job
-// unwinds at its next layer step (well under a second). The loaded Session is kept and reused while the
-// model directory, device and dtype stay the same.
+// Runs the long jobs of the desktop app — model load, NIAH document generation, method comparison, NIAH
+// sweeps and basis calibration — one after another on a worker thread, through the same session API as the
+// CLI. Progress, results and errors come back as queued signals; cancel() raises the running job's JobControl
+// flag, and the job unwinds at its next layer step (well under a second). The loaded Session is kept and
+// reused while the model directory, device and dtype stay the same.
 #include <QObject>
 #include <QString>
+#include <QStringList>
 
 #include <atomic>
 #include <functional>
@@ -22,11 +23,17 @@ class QThread;
 
 namespace varrate::viz {
 
+// What a job is; the worker reports it with started(), the window keeps its queue by it.
+enum class JobKind { Load, Generate, Compare, Niah, Calibrate };
+QString to_string(JobKind kind);  // "load", "generate", "compare", "niah", "calibrate"
+
 struct ModelInfo {
     QString model_dir, name;
     int64_t joint_dim = 0, n_layers = 0, max_positions = 0, vocab = 0;
     QString basis_source;                         // "" when runs self-calibrate
     std::optional<CodecSettings> codec_defaults;  // recorded beside the model (varrate-codec.json)
+    CodecSettings defaults;                       // what runs start from (core default_codec_settings)
+    QString defaults_text;                        // which defaults those are, and why
     QString device, dtype;
     double load_s = 0;
     bool reused = false;
@@ -59,6 +66,18 @@ struct RunOutcome {
     double wall_s = 0;
 };
 
+// "Calibrate on files...": a basis from text files, written beside the model (or to `out`).
+struct CalibrationRequest {
+    QStringList files;
+    QString out;                // "" = MODEL/varrate-basis.safetensors
+    int64_t max_tokens = 4096;  // tokens used from each file, as `varrate calibrate --max-tokens`
+};
+
+struct CalibrationOutcome {
+    QString path;  // the basis file written (now the session's shipped basis)
+    int64_t layers = 0, dim = 0, rank = 0, tokens = 0;  // tokens: residual tokens per layer
+};
+
 struct NiahOutcome {
     NiahSummary summary;
     NiahSweepStats stats;
@@ -89,17 +108,21 @@ class RunWorker : public QObject {
     void run_compare(const QString& dir, const RunSettings& settings, const QString& document,
                      const QString& needle);
     void run_niah(const QString& dir, const RunSettings& settings, const NiahSweepOptions& options);
+    // Calibrates a basis on the files with the settings' stride, anchors, window and rank and saves it;
+    // later runs with the "shipped" basis use it.
+    void calibrate(const QString& dir, const RunSettings& settings, const CalibrationRequest& request);
     // Raises the cancel flag of the running and of every queued job.
     void cancel();
 
   Q_SIGNALS:
-    void started(QString what);
+    void started(varrate::viz::JobKind kind);
     void progress(QString stage, qint64 done, qint64 total);
     void model_loaded(varrate::viz::ModelInfo info);
     void document_ready(varrate::viz::GeneratedDocument doc);
     void compare_done(std::shared_ptr<const varrate::viz::RunOutcome> outcome);
     void niah_progress(QString cell, qint64 done, qint64 total, QString stage);
     void niah_done(std::shared_ptr<const varrate::viz::NiahOutcome> outcome);
+    void calibrated(varrate::viz::CalibrationOutcome outcome);
     void failed(QString message);
     void cancelled();
     void finished();  // after every job, whatever its outcome
@@ -107,7 +130,7 @@ class RunWorker : public QObject {
   private:
     struct State;
     using Job = std::function<void(State&, const JobControl&)>;
-    void post(const QString& what, Job job);
+    void post(JobKind kind, Job job);
 
     QThread* thread_ = nullptr;
     QObject* executor_ = nullptr;                            // lives in thread_; jobs run in its event loop
@@ -118,7 +141,9 @@ class RunWorker : public QObject {
 
 }  // namespace varrate::viz
 
+Q_DECLARE_METATYPE(varrate::viz::JobKind)
 Q_DECLARE_METATYPE(varrate::viz::ModelInfo)
+Q_DECLARE_METATYPE(varrate::viz::CalibrationOutcome)
 Q_DECLARE_METATYPE(varrate::viz::GeneratedDocument)
 Q_DECLARE_METATYPE(std::shared_ptr<const varrate::viz::RunOutcome>)
 Q_DECLARE_METATYPE(std::shared_ptr<const varrate::viz::NiahOutcome>)

@@ -60,27 +60,33 @@ CodecFlags add_codec_options(CLI::App& sub, CodecSettings& s) {
                  "charge neither anchor indices nor a self-calibrated basis to the budget (the paper's "
                  "accounting; footprint slightly above kappa, runs labelled \"basis not charged\")");
     sub.footer("Codec settings not given come from MODEL/" + std::string(kCodecDefaultsFile) +
-               " when the model directory has one (the shipped demo model does).");
+               " when the model directory has one (the shipped demo model does), else from the model's "
+               "width: the paper's for D = 2 x n_kv_head x head_dim >= 1024, scaled down below (as the "
+               "desktop app does).");
     return f;
 }
 
 void apply_model_codec_defaults(const CodecFlags& given, const std::filesystem::path& model_dir,
                                 CodecSettings& s) {
-    const std::optional<CodecSettings> d = read_codec_defaults(model_dir, s);
-    if (!d) return;
+    // The same defaults the desktop app starts from: recorded beside the model, else width-based.
+    const ModelConfig cfg = ModelConfig::load(model_dir);
+    const std::optional<CodecSettings> recorded =
+        read_codec_defaults(model_dir, width_codec_defaults(joint_dim(cfg)));
+    const CodecSettings d = default_codec_settings(cfg, recorded);
     auto take = [](const CLI::Option* o) { return o == nullptr || o->count() == 0; };
-    if (take(given.budget)) s.budget = d->budget;
-    if (take(given.r_min)) s.r_min = d->r_min;
-    if (take(given.rank)) s.rank = d->rank;
-    if (take(given.stride)) s.stride = d->stride;
-    if (take(given.anchors)) s.anchors = d->anchors;
-    if (take(given.window)) s.window = d->window;
-    if (take(given.obs_window)) s.obs_window = d->obs_window;
+    if (take(given.budget)) s.budget = d.budget;
+    if (take(given.r_min)) s.r_min = d.r_min;
+    if (take(given.rank)) s.rank = d.rank;
+    if (take(given.stride)) s.stride = d.stride;
+    if (take(given.anchors)) s.anchors = d.anchors;
+    if (take(given.window)) s.window = d.window;
+    if (take(given.obs_window)) s.obs_window = d.obs_window;
     spdlog::info(
         "codec settings (flags over {}): budget {} r_min {} rank {} stride {} anchors {} window {} "
         "obs-window {}",
-        (model_dir / kCodecDefaultsFile).string(), s.budget, s.r_min, s.rank, s.stride, s.anchors, s.window,
-        s.obs_window);
+        recorded ? (model_dir / kCodecDefaultsFile).string()
+                 : fmt::format("the width-based defaults for D = {}", joint_dim(cfg)),
+        s.budget, s.r_min, s.rank, s.stride, s.anchors, s.window, s.obs_window);
 }
 
 JobControl terminal_job() {

@@ -31,7 +31,8 @@ struct CodecFlags {
 };
 // --budget, --rmin, --rank, --stride, --anchors, --window, --obs-window, --paper-accounting.
 CodecFlags add_codec_options(CLI::App& sub, CodecSettings& s);
-// Settings the user did not give come from MODEL_DIR/varrate-codec.json when the model has one.
+// Settings the user did not give come from the model's defaults (core/codec_defaults.h: MODEL_DIR/
+// varrate-codec.json when the model has one, else the width-based ones), as in the desktop app.
 void apply_model_codec_defaults(const CodecFlags& given, const std::filesystem::path& model_dir,
                                 CodecSettings& s);
 // Progress of long jobs on stderr (one line, rewritten in place) when stderr is a terminal.

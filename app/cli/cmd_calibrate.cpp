@@ -5,9 +5,8 @@
 
 #include "app/cli/cli_common.h"
 #include "app/cli/commands.h"
-#include "core/demo_corpus.h"
 #include "core/base/error.h"
-#include "core/base/file_io.h"
+#include "core/demo_corpus.h"
 #include "core/session.h"
 
 namespace varrate::cli {
@@ -20,6 +19,7 @@ struct CalibrateArgs {
     std::string out;
     int64_t rank = 1024;
     CodecSettings settings;
+    CLI::Option *stride_flag = nullptr, *anchors_flag = nullptr, *window_flag = nullptr;
     RuntimeArgs runtime;
     int64_t max_tokens = 4096;
     int64_t demo_documents = 0, demo_length = 2048;
@@ -28,16 +28,16 @@ struct CalibrateArgs {
 
 int run_calibrate(const CalibrateArgs& a) {
     auto session = Session::open(a.model, runtime_options(a.runtime));
-    std::vector<std::vector<int64_t>> texts;
-    for (const auto& f : a.text_files) {
-        std::vector<int64_t> ids = session->tokenizer().encode(read_text_file(f), true);
-        if (static_cast<int64_t>(ids.size()) > a.max_tokens) ids.resize(a.max_tokens);
-        if (static_cast<int64_t>(ids.size()) < a.settings.window + 2 * a.settings.stride)
-            throw Error(fmt::format(
-                "{}: only {} tokens; calibration needs more than the window ({}) plus two strides", f,
-                ids.size(), a.settings.window));
-        texts.push_back(std::move(ids));
-    }
+    // Stride, anchors and window not given: the model's codec defaults, as runs on it use them (a basis
+    // only serves runs with its stride and anchors).
+    CodecSettings settings = a.settings;
+    const CodecSettings d = session->default_codec_settings();
+    auto take = [](const CLI::Option* o) { return o == nullptr || o->count() == 0; };
+    if (take(a.stride_flag)) settings.stride = d.stride;
+    if (take(a.anchors_flag)) settings.anchors = d.anchors;
+    if (take(a.window_flag)) settings.window = d.window;
+    std::vector<std::filesystem::path> files(a.text_files.begin(), a.text_files.end());
+    std::vector<std::vector<int64_t>> texts = session->calibration_texts(files, settings, a.max_tokens);
     // Documents of the demo corpus: seeds below 2^63 (the training range; evaluations use seeds above it).
     for (int64_t i = 0; i < a.demo_documents; ++i) {
         const uint64_t seed =
@@ -49,7 +49,7 @@ int run_calibrate(const CalibrateArgs& a) {
         texts.push_back(std::move(ids));
     }
     if (texts.empty()) throw Error("calibrate: give --text-file or --demo-documents");
-    const Basis basis = session->calibrate(texts, a.settings, a.rank, false, terminal_job());
+    const Basis basis = session->calibrate(texts, settings, a.rank, false, terminal_job());
     basis.save(a.out);
     const BasisInfo& info = basis.info();
     std::cout << fmt::format(
@@ -83,10 +83,11 @@ Command add_calibrate(CLI::App& root) {
     sub->add_option("--demo-seed", a->demo_seed, "seed of the generated documents")->capture_default_str();
     sub->add_option("--out", a->out, "basis file to write (.safetensors)")->required();
     sub->add_option("--rank", a->rank, "R: rows kept per layer (clamped to D)")->capture_default_str();
-    sub->add_option("--stride", a->settings.stride, "anchor stride")->capture_default_str();
-    sub->add_option("--anchors", a->settings.anchors, "nearest anchors per token")->capture_default_str();
-    sub->add_option("--window", a->settings.window, "recent tokens kept exactly (not residuals)")
-        ->capture_default_str();
+    a->stride_flag = sub->add_option("--stride", a->settings.stride, "anchor stride (default: the model's)");
+    a->anchors_flag =
+        sub->add_option("--anchors", a->settings.anchors, "nearest anchors per token (default: the model's)");
+    a->window_flag = sub->add_option("--window", a->settings.window,
+                                     "recent tokens kept exactly, not residuals (default: the model's)");
     sub->add_option("--max-tokens", a->max_tokens, "tokens used from each text")->capture_default_str();
     add_runtime_options(*sub, a->runtime);
     return {sub, [a] { return run_calibrate(*a); }};

@@ -1,7 +1,7 @@
 // varrate-studio: the desktop app. Parses the command line, shows the main window, and for --screenshot
 // renders the window (after an optional --run) to a PNG and exits; --bench-interaction times hover, scroll,
-// repaint, zoom and re-shading on a real run (viz/interaction_bench.h) and writes the latencies to JSON. Both
-// modes work without a display.
+// repaint, zoom and re-shading on a real run (app/studio/interaction_bench.h) and writes the latencies to
+// JSON. Both modes work without a display.
 #include <QApplication>
 #include <QCommandLineParser>
 #include <QDir>
@@ -13,9 +13,9 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "app/studio/interaction_bench.h"
 #include "core/base/error.h"
 #include "core/base/openmp_env.h"
-#include "viz/interaction_bench.h"
 #include "viz/main_window.h"
 
 namespace {
@@ -111,7 +111,8 @@ int main(int argc, char** argv) {
             std::printf("%s", qPrintable(varrate::viz::format_table(report)));
             std::printf("wrote %s\n", qPrintable(p.value(bench)));
         } catch (...) {
-            std::fprintf(stderr, "varrate-studio: error: %s\n", varrate::describe_current_exception().c_str());
+            std::fprintf(stderr, "varrate-studio: error: %s\n",
+                         varrate::describe_current_exception().c_str());
             return 1;
         }
         return 0;

@@ -1,7 +1,7 @@
 // Interaction benchmark: one real run shown in the real main window, then synchronous timed events. A timed
 // event is sent with QApplication::sendEvent (or a direct call the GUI makes on that event), and the update
 // requests it leaves are flushed before the timer stops, so each latency includes the paints it causes.
-#include "viz/interaction_bench.h"
+#include "app/studio/interaction_bench.h"
 
 #include <QAbstractScrollArea>
 #include <QApplication>
