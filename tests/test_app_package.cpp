@@ -86,7 +86,7 @@ class TestAppPackage : public QObject {
             const Run r = run("dpkg-deb", {"-x", deb, root_.path()}, QDir::tempPath());
             QVERIFY2(r.exit_code == 0, qPrintable("dpkg-deb -x " + deb + ": " + r.err));
         }
-        // The working directory must not lead to a checkout: no resources/ there or above.
+        // The working directory leads to no checkout: no resources/ in it, and outside the source tree.
         QVERIFY(!QFileInfo::exists(cwd_.filePath("resources")));
         QVERIFY(!canonical(cwd_.path()).startsWith(canonical(VARRATE_SOURCE_DIR) + "/"));
     }
