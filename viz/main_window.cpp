@@ -5,7 +5,6 @@
 #include <QApplication>
 #include <QCloseEvent>
 #include <QComboBox>
-#include <QCoreApplication>
 #include <QDialog>
 #include <QDialogButtonBox>
 #include <QDir>
@@ -35,6 +34,7 @@
 #include <QVBoxLayout>
 
 #include "core/base/error.h"
+#include "core/data_paths.h"
 #include "viz/answers_table.h"
 #include "viz/app_settings.h"
 #include "viz/chart_export.h"
@@ -104,13 +104,7 @@ MainWindow::MainWindow(const QString& settings_file, QWidget* parent)
 MainWindow::~MainWindow() = default;
 
 QString MainWindow::find_demo_model() {
-    const QString app = QCoreApplication::applicationDirPath();
-    const QStringList candidates = {
-        QDir::currentPath() + "/resources/models/varrate-demo", app + "/../resources/models/varrate-demo",
-        app + "/../../resources/models/varrate-demo", app + "/../share/varrate-studio/models/varrate-demo"};
-    for (const QString& c : candidates)
-        if (QFileInfo::exists(c + "/model.safetensors")) return QDir::cleanPath(c);
-    return {};
+    return QString::fromStdString(varrate::find_demo_model());
 }
 
 void MainWindow::build_views() {

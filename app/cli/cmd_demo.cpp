@@ -1,6 +1,7 @@
 // varrate demo: the side-by-side demonstration on one generated needle document — its question, and the
 // answers of every method in both compression modes with the accounted footprints. Defaults to the embedded
-// demo model, so a fresh checkout runs it without downloading weights.
+// demo model (core/data_paths.h: the checkout's resources/ or the installed share/varrate-studio/), so a
+// fresh checkout or an installed package runs it without downloading weights.
 #include <cstdio>
 #include <iostream>
 
@@ -11,6 +12,7 @@
 #include "app/cli/commands.h"
 #include "core/base/error.h"
 #include "core/compare.h"
+#include "core/data_paths.h"
 #include "core/niah.h"
 #include "core/session.h"
 
@@ -19,7 +21,7 @@ namespace varrate::cli {
 namespace {
 
 struct DemoArgs {
-    std::string model = "resources/models/varrate-demo";
+    std::string model;  // empty: the embedded demo model
     std::string basis;
     std::string methods = join_method_names();  // every registered method
     int64_t length = 1024, distractors = 1;
@@ -37,7 +39,17 @@ std::string one_line(std::string s) {
     return b == std::string::npos ? std::string() : s.substr(b);
 }
 
-int run_demo(const DemoArgs& a) {
+std::string demo_model_or_throw() {
+    const std::string dir = find_demo_model();
+    if (!dir.empty()) return dir;
+    std::string looked;
+    for (const std::string& root : data_roots())
+        looked += (looked.empty() ? "" : ", ") + root + "/models/" + kDemoModelName;
+    throw Error("varrate demo: no embedded demo model found (looked in " + looked + "): give --model DIR");
+}
+
+int run_demo(DemoArgs a) {
+    if (a.model.empty()) a.model = demo_model_or_throw();
     auto session = Session::open(a.model, runtime_options(a.runtime), a.basis);
     CodecSettings settings = a.settings;
     apply_model_codec_defaults(a.codec_flags, a.model, settings);
@@ -96,8 +108,9 @@ Command add_demo(CLI::App& root) {
     auto a = std::make_shared<DemoArgs>();
     CLI::App* sub = root.add_subcommand(
         "demo", "Side by side on one generated needle document: every method, both modes, with footprints");
-    sub->add_option("--model", a->model, "Hugging Face model directory (default: the embedded demo model)")
-        ->capture_default_str()
+    sub->add_option("--model", a->model,
+                    "Hugging Face model directory (default: the embedded demo model, from resources/models "
+                    "in a checkout or share/varrate-studio/models beside an installed varrate)")
         ->check(CLI::ExistingDirectory);
     sub->add_option("--basis", a->basis,
                     "codec basis file (default: beside the model, else self-calibrated)");

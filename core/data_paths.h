@@ -1,0 +1,24 @@
+#pragma once
+// Where the project's data (the demo model, model configs, eval texts) is, for a source checkout, a build
+// tree and an installed or extracted package alike: a data root is a directory with models/, configs/ and
+// eval/, namely resources/ in the source tree or <prefix>/share/varrate-studio once installed. Installed
+// programs find it relative to their own location, so a package unpacked anywhere runs in place.
+#include <string>
+#include <vector>
+
+namespace varrate {
+
+inline constexpr const char* kDemoModelName = "varrate-demo";
+
+// Directory of the running executable (from /proc/self/exe); empty when it cannot be read.
+std::string executable_dir();
+
+// Candidate data roots in search order, existing or not (absolute, normalised):
+//   <cwd>/resources, <exe>/../share/varrate-studio, <exe>/../resources, <exe>/../../resources.
+std::vector<std::string> data_roots();
+
+// The embedded demo model directory (<root>/models/varrate-demo with its model.safetensors) in the first
+// root that has it; empty when none does.
+std::string find_demo_model();
+
+}  // namespace varrate
