@@ -51,15 +51,15 @@ Basis::Basis(BasisInfo info, std::vector<at::Tensor> layers, std::vector<at::Ten
 }
 
 const at::Tensor& Basis::layer(int64_t i) const {
-    if (i < 0 || i >= n_layers())
-        throw Error(fmt::format("basis has {} layers, layer {} was asked for", n_layers(), i));
+    if (i < 0 || i >= n_layer())
+        throw Error(fmt::format("basis has {} layers, layer {} was asked for", n_layer(), i));
     return layers_[i];
 }
 
 const at::Tensor& Basis::spectrum(int64_t i) const {
     static const at::Tensor undefined;
-    if (i < 0 || i >= n_layers())
-        throw Error(fmt::format("basis has {} layers, layer {} was asked for", n_layers(), i));
+    if (i < 0 || i >= n_layer())
+        throw Error(fmt::format("basis has {} layers, layer {} was asked for", n_layer(), i));
     return spectra_.empty() ? undefined : spectra_[i];
 }
 
@@ -75,7 +75,7 @@ int64_t Basis::directions_for_energy(int64_t layer_index, double fraction) const
 
 void Basis::save(const std::filesystem::path& path) const {
     std::vector<std::pair<std::string, at::Tensor>> tensors;
-    for (int64_t i = 0; i < n_layers(); ++i) {
+    for (int64_t i = 0; i < n_layer(); ++i) {
         tensors.emplace_back(layer_name(i, "basis"), layers_[i]);
         if (!spectra_.empty() && spectra_[i].defined())
             tensors.emplace_back(layer_name(i, "spectrum"), spectra_[i]);
@@ -83,7 +83,7 @@ void Basis::save(const std::filesystem::path& path) const {
     std::map<std::string, std::string> meta = {
         {"format", kFormat},
         {"model_fingerprint", info_.model_fingerprint},
-        {"n_layers", std::to_string(n_layers())},
+        {"n_layers", std::to_string(n_layer())},
         {"dim", std::to_string(info_.dim)},
         {"rank", std::to_string(info_.rank)},
         {"stride", std::to_string(info_.stride)},
@@ -113,10 +113,10 @@ Basis Basis::load(const std::filesystem::path& path, const BasisRequirements& re
     info.calibration_tokens = meta_int(meta, "calibration_tokens", path);
     auto sc = meta.find("self_calibrated");
     info.self_calibrated = sc != meta.end() && sc->second == "true";
-    const int64_t n_layers = meta_int(meta, "n_layers", path);
+    const int64_t n_layer = meta_int(meta, "n_layers", path);
 
     std::vector<at::Tensor> layers, spectra;
-    for (int64_t i = 0; i < n_layers; ++i) {
+    for (int64_t i = 0; i < n_layer; ++i) {
         const std::string name = layer_name(i, "basis");
         if (!archive.contains(name))
             throw Error(fmt::format("basis file {}: tensor '{}' is missing", path.string(), name));
@@ -129,7 +129,7 @@ Basis Basis::load(const std::filesystem::path& path, const BasisRequirements& re
         const std::string sname = layer_name(i, "spectrum");
         if (archive.contains(sname)) spectra.push_back(archive.tensor(sname).to(at::kFloat).clone());
     }
-    if (!spectra.empty() && static_cast<int64_t>(spectra.size()) != n_layers) spectra.clear();
+    if (!spectra.empty() && static_cast<int64_t>(spectra.size()) != n_layer) spectra.clear();
     Basis basis(std::move(info), std::move(layers), std::move(spectra));
     basis.check(req, "basis file " + path.string());
     return basis;
@@ -148,8 +148,8 @@ void Basis::check(const BasisRequirements& req, const std::string& where) const 
     field("anchors c", req.anchors, info_.anchors);
 }
 
-BasisCalibrator::BasisCalibrator(const CodecSettings& settings, int64_t n_layers)
-    : settings_(settings), second_moment_(n_layers), tokens_(n_layers, 0) {}
+BasisCalibrator::BasisCalibrator(const CodecSettings& settings, int64_t n_layer)
+    : settings_(settings), second_moment_(n_layer), tokens_(n_layer, 0) {}
 
 void BasisCalibrator::add(const LayerCapture& capture) {
     const CaptureShape shape = check_capture(capture, "basis calibration", /*needs_pre_rope=*/true);

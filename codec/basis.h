@@ -36,7 +36,7 @@ class Basis {
     Basis(BasisInfo info, std::vector<at::Tensor> layers, std::vector<at::Tensor> spectra = {});
 
     const BasisInfo& info() const { return info_; }
-    int64_t n_layers() const { return static_cast<int64_t>(layers_.size()); }
+    int64_t n_layer() const { return static_cast<int64_t>(layers_.size()); }
     const at::Tensor& layer(int64_t i) const;     // [R, D] fp32 CPU
     const at::Tensor& spectrum(int64_t i) const;  // [D] fp32 CPU (undefined when unknown)
     // Leading directions holding `fraction` of layer i's residual energy (e.g. 0.9, 0.99).
@@ -60,7 +60,7 @@ class Basis {
 class BasisCalibrator {
   public:
     // Uses settings.stride, anchors and window.
-    BasisCalibrator(const CodecSettings& settings, int64_t n_layers);
+    BasisCalibrator(const CodecSettings& settings, int64_t n_layer);
     void add(const LayerCapture& capture);
     int64_t tokens(int64_t layer) const { return tokens_.at(layer); }
     // Eigendecomposes every layer (LibTorch linalg in double). rank is clamped to D (logged).

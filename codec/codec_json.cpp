@@ -19,11 +19,13 @@ struct IntegerField {
     int64_t CodecSettings::*field;
     int64_t min;
 };
-constexpr IntegerField kIntegerFields[] = {
-    {"r_min", &CodecSettings::r_min, 0},       {"rank", &CodecSettings::rank, 1},
-    {"stride", &CodecSettings::stride, 1},     {"anchors", &CodecSettings::anchors, 1},
-    {"window", &CodecSettings::window, 0},     {"obs_window", &CodecSettings::obs_window, 1},
-    {"pool_kernel", &CodecSettings::pool_kernel, 1}};
+constexpr IntegerField kIntegerFields[] = {{"r_min", &CodecSettings::r_min, 0},
+                                           {"rank", &CodecSettings::rank, 1},
+                                           {"stride", &CodecSettings::stride, 1},
+                                           {"anchors", &CodecSettings::anchors, 1},
+                                           {"window", &CodecSettings::window, 0},
+                                           {"obs_window", &CodecSettings::obs_window, 1},
+                                           {"pool_kernel", &CodecSettings::pool_kernel, 1}};
 struct BoolField {
     const char* key;
     bool CodecSettings::*field;
@@ -37,7 +39,8 @@ nlohmann::json float_vector_json(const at::Tensor& t) {
     const at::Tensor c = t.to(at::kCPU, at::kFloat).contiguous();
     const float* p = c.data_ptr<float>();
     nlohmann::json out = nlohmann::json::array();
-    for (int64_t i = 0; i < c.numel(); ++i) out.push_back(std::isfinite(p[i]) ? nlohmann::json(p[i]) : nullptr);
+    for (int64_t i = 0; i < c.numel(); ++i)
+        out.push_back(std::isfinite(p[i]) ? nlohmann::json(p[i]) : nullptr);
     return out;
 }
 
@@ -71,15 +74,16 @@ nlohmann::json to_json(const CodecSettings& s) {
     return j;
 }
 
-CodecSettings codec_settings_from_json(const nlohmann::json& j, const std::string& where, const CodecSettings& base,
-                                       const std::vector<std::string>& ignored) {
+CodecSettings codec_settings_from_json(const nlohmann::json& j, const std::string& where,
+                                       const CodecSettings& base, const std::vector<std::string>& ignored) {
     if (!j.is_object()) throw Error(where + ": expected a JSON object of codec settings");
     CodecSettings s = base;
     for (const auto& [key, value] : j.items()) {
         if (std::find(ignored.begin(), ignored.end(), key) != ignored.end()) continue;
         if (key == "budget") {
             if (!value.is_number() || !(value.get<double>() > 0.0 && value.get<double>() <= 1.0))
-                throw Error(fmt::format("{}: \"budget\" must be a number in (0, 1], got {}", where, value.dump()));
+                throw Error(
+                    fmt::format("{}: \"budget\" must be a number in (0, 1], got {}", where, value.dump()));
             s.budget = value.get<double>();
             continue;
         }
@@ -87,8 +91,8 @@ CodecSettings codec_settings_from_json(const nlohmann::json& j, const std::strin
                                           [&](const IntegerField& f) { return key == f.key; });
         if (integer != std::end(kIntegerFields)) {
             if (!value.is_number_integer() || value.get<int64_t>() < integer->min)
-                throw Error(fmt::format("{}: \"{}\" must be an integer >= {}, got {}", where, key, integer->min,
-                                        value.dump()));
+                throw Error(fmt::format("{}: \"{}\" must be an integer >= {}, got {}", where, key,
+                                        integer->min, value.dump()));
             s.*(integer->field) = value.get<int64_t>();
             continue;
         }
@@ -96,7 +100,8 @@ CodecSettings codec_settings_from_json(const nlohmann::json& j, const std::strin
                                        [&](const BoolField& f) { return key == f.key; });
         if (flag != std::end(kBoolFields)) {
             if (!value.is_boolean())
-                throw Error(fmt::format("{}: \"{}\" must be true or false, got {}", where, key, value.dump()));
+                throw Error(
+                    fmt::format("{}: \"{}\" must be true or false, got {}", where, key, value.dump()));
             s.*(flag->field) = value.get<bool>();
             continue;
         }
@@ -195,8 +200,8 @@ LayerDiagnostics layer_diagnostics_from_json(const nlohmann::json& j, const std:
     }
     for (const at::Tensor* t : {&d.salience, &d.salience_norm, &d.rank, &d.exact, &d.rel_error})
         if (t->defined() && t->numel() != d.n_tokens)
-            throw Error(fmt::format("{}: a per-token vector has {} entries for n_tokens {}", where, t->numel(),
-                                    d.n_tokens));
+            throw Error(fmt::format("{}: a per-token vector has {} entries for n_tokens {}", where,
+                                    t->numel(), d.n_tokens));
     return d;
 }
 

@@ -14,8 +14,8 @@ namespace varrate {
 // paper_accounting, precise_timing.
 nlohmann::json to_json(const CodecSettings& s);
 
-// Fields present in `j` applied over `base`, each range-checked (budget in (0, 1], integers >= their minimum).
-// Unknown fields are an error naming the known ones; names in `ignored` (e.g. "why") are skipped.
+// Fields present in `j` applied over `base`, each range-checked (budget in (0, 1], integers >= their
+// minimum). Unknown fields are an error naming the known ones; names in `ignored` (e.g. "why") are skipped.
 // Throws Error "<where>: ...".
 CodecSettings codec_settings_from_json(const nlohmann::json& j, const std::string& where,
                                        const CodecSettings& base = {},
@@ -24,8 +24,8 @@ CodecSettings codec_settings_from_json(const nlohmann::json& j, const std::strin
 // Field names: layer, method, budget_B, sum_ranks, n_exact, n_coded, min_rank, max_rank, mean_rank,
 // floor_share, mean_rel_error, stored_bytes, full_bytes, footprint, index_bytes, basis_bytes, n_tokens, dim,
 // timing_ms.
-// per_token adds the per-token vectors (salience, salience_norm, rank, exact, rel_error) and SnapKV's per-head
-// mask (kept, kept_shape). NaN and infinities are written as null.
+// per_token adds the per-token vectors (salience, salience_norm, rank, exact, rel_error) and SnapKV's
+// per-head mask (kept, kept_shape). NaN and infinities are written as null.
 nlohmann::json to_json(const LayerDiagnostics& d, bool per_token = false);
 // Inverse of to_json (per-token vectors when present; null reads back as NaN). Throws Error "<where>: ...".
 LayerDiagnostics layer_diagnostics_from_json(const nlohmann::json& j, const std::string& where);

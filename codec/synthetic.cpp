@@ -32,11 +32,11 @@ LayerCapture synthetic_capture(const SyntheticShape& s, uint64_t seed, int64_t l
     return c;
 }
 
-std::shared_ptr<const Basis> random_basis(int64_t n_layers, int64_t dim, int64_t rank, int64_t stride,
+std::shared_ptr<const Basis> random_basis(int64_t n_layer, int64_t dim, int64_t rank, int64_t stride,
                                           int64_t anchors, uint64_t seed) {
     at::Generator gen = at::detail::createCPUGenerator(seed);
     std::vector<at::Tensor> layers, spectra;
-    for (int64_t i = 0; i < n_layers; ++i) {
+    for (int64_t i = 0; i < n_layer; ++i) {
         at::Tensor g = at::normal(0.0, 1.0, {dim, rank}, gen, at::TensorOptions().dtype(at::kDouble));
         at::Tensor q = std::get<0>(at::linalg_qr(g, "reduced"));  // [dim, rank] orthonormal columns
         layers.push_back(q.t().to(at::kFloat).contiguous());

@@ -26,7 +26,7 @@ LayerCapture synthetic_capture(const SyntheticShape& shape, uint64_t seed, int64
                                at::ScalarType dtype = at::kFloat, at::Device device = at::kCPU);
 
 // A basis of random orthonormal rows [rank, dim] per layer (seeded), with a flat spectrum.
-std::shared_ptr<const Basis> random_basis(int64_t n_layers, int64_t dim, int64_t rank, int64_t stride,
+std::shared_ptr<const Basis> random_basis(int64_t n_layer, int64_t dim, int64_t rank, int64_t stride,
                                           int64_t anchors, uint64_t seed);
 
 }  // namespace varrate

@@ -42,8 +42,8 @@ VarRateMethod::VarRateMethod(const CodecSettings& settings, std::shared_ptr<cons
             fmt::format("{}: the basis was calibrated with stride {} and c={} anchors, the codec uses stride "
                         "{} and c={}",
                         name(), info.stride, info.anchors, settings_.stride, settings_.anchors));
-    device_basis_.resize(basis_->n_layers());
-    device_basis_dtype_.resize(basis_->n_layers(), at::kFloat);
+    device_basis_.resize(basis_->n_layer());
+    device_basis_dtype_.resize(basis_->n_layer(), at::kFloat);
 }
 
 bool VarRateMethod::basis_charged() const {
@@ -88,9 +88,9 @@ LayerResult VarRateMethod::compress_with_salience(const LayerCapture& capture, c
         plan_codec_budget(settings_, n_tok, dim, element_size(dtype), name(), basis_->info().self_calibrated);
     if (!salience.defined() || salience.dim() != 1 || salience.size(0) != n_tok)
         throw Error(fmt::format("{}: layer {} salience must be [L={}]", name(), capture.layer, n_tok));
-    if (capture.layer < 0 || capture.layer >= basis_->n_layers())
+    if (capture.layer < 0 || capture.layer >= basis_->n_layer())
         throw Error(fmt::format("{}: the basis has {} layers, the model's layer {} has none", name(),
-                                basis_->n_layers(), capture.layer));
+                                basis_->n_layer(), capture.layer));
     if (basis_->info().dim != dim)
         throw Error(fmt::format("{}: the basis has D={}, layer {} has D=2*{}*{}={}", name(),
                                 basis_->info().dim, capture.layer, shape.n_kv_head, shape.head_dim, dim));

@@ -10,7 +10,7 @@
 namespace varrate {
 
 int64_t joint_dim(const ModelConfig& cfg) {
-    return 2 * cfg.num_kv_heads * cfg.head_dim;
+    return 2 * cfg.n_kv_head * cfg.head_dim;
 }
 
 CodecSettings width_codec_defaults(int64_t joint_dim) {

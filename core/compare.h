@@ -80,8 +80,8 @@ nlohmann::json to_json(const CompareResult& r, const CompareRequest& req);
 std::string rank_log_csv(const CompareResult& r, const Tokenizer& tokenizer);
 
 struct PplRequest {
-    std::vector<int64_t> ids;   // the whole scored text
-    int64_t prefix_tokens = 0;  // compressed part
+    std::vector<int64_t> ids;                           // the whole scored text
+    int64_t prefix_tokens = 0;                          // compressed part
     std::vector<std::string> methods = method_names();  // every registered method
     CodecSettings settings;
     // A text longer than the model's max_position_embeddings is refused (an Error naming

@@ -76,10 +76,10 @@ std::optional<NeedleRetention> needle_retention(const std::vector<LayerDiagnosti
             }
         }
     }
-    const double n_layers = static_cast<double>(layers.size());
+    const double n_layer = static_cast<double>(layers.size());
     r.n_tokens = static_cast<int64_t>(positions.size());
-    r.rel_error /= n_layers;
-    r.kept_fraction /= n_layers;
+    r.rel_error /= n_layer;
+    r.kept_fraction /= n_layer;
     if (salience_layers == static_cast<int64_t>(layers.size()))
         r.salience_percentile = salience_sum / static_cast<double>(salience_layers);
     else

@@ -14,10 +14,10 @@
 
 #include "codec/codec_json.h"
 #include "codec/registry.h"
-#include "core/demo_corpus.h"
 #include "core/base/error.h"
 #include "core/base/file_io.h"
 #include "core/base/hash.h"
+#include "core/demo_corpus.h"
 #include "core/needle_probe.h"
 #include "core/prompt.h"
 #include "models/tokenizer.h"
@@ -355,9 +355,9 @@ std::string summary_csv(const NiahSummary& s) {
     std::ostringstream out;
     out << "method,context_length,depth_percent,n,correct,accuracy,infeasible\n";
     for (const NiahCell& c : s.cells) {
-        out << c.method << ',' << c.context_length << ',' << niah_depth_label(c.depth_percent) << ',' << c.n << ','
-            << c.correct << ',' << (c.n > 0 ? fmt::format("{:.6g}", c.accuracy()) : "") << ',' << c.infeasible
-            << '\n';
+        out << c.method << ',' << c.context_length << ',' << niah_depth_label(c.depth_percent) << ',' << c.n
+            << ',' << c.correct << ',' << (c.n > 0 ? fmt::format("{:.6g}", c.accuracy()) : "") << ','
+            << c.infeasible << '\n';
     }
     return out.str();
 }

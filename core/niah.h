@@ -23,9 +23,9 @@
 namespace varrate {
 
 struct NiahSweepOptions {
-    std::vector<int64_t> lengths;  // context lengths in the model's tokens
-    std::vector<double> depths;    // needle depth percent, 0..100
-    int64_t samples = 1;           // documents per (length, depth)
+    std::vector<int64_t> lengths;                       // context lengths in the model's tokens
+    std::vector<double> depths;                         // needle depth percent, 0..100
+    int64_t samples = 1;                                // documents per (length, depth)
     std::vector<std::string> methods = method_names();  // every registered method
     CodecSettings settings;
     CompressionMode mode = CompressionMode::QueryAgnostic;

@@ -34,7 +34,7 @@ struct NiahRecord {
     double prefill_ms = 0, compress_ms = 0, document_ms = 0;
     int64_t methods_in_document = 0;
     std::string timestamp;  // UTC, ISO 8601
-    nlohmann::json sweep;   // the sweep's identity (model fingerprint, settings, seed, ...): see core/niah.cpp
+    nlohmann::json sweep;  // the sweep's identity (model fingerprint, settings, seed, ...): see core/niah.cpp
 };
 
 nlohmann::json to_json(const NiahRecord& r);

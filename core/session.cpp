@@ -32,7 +32,7 @@ std::string compute_fingerprint(const ModelConfig& cfg, const std::filesystem::p
         const size_t n = std::min<size_t>(64, static_cast<size_t>(t.numel() * t.element_size()));
         h = fnv1a(h, t.data_ptr(), n);
     }
-    return fmt::format("{}-{}x{}-{:016x}", cfg.model_type, cfg.num_layers, cfg.hidden_size, h);
+    return fmt::format("{}-{}x{}-{:016x}", cfg.model_type, cfg.n_layer, cfg.hidden_size, h);
 }
 
 }  // namespace
@@ -108,9 +108,9 @@ std::shared_ptr<const Basis> Session::load_basis(const std::filesystem::path& fi
     req.model_fingerprint = fingerprint_;
     req.dim = joint_dim();
     auto b = std::make_shared<Basis>(Basis::load(file, req));
-    if (b->n_layers() != model_->config().num_layers)
-        throw Error(fmt::format("{}: basis has {} layers, the model has {}", file.string(), b->n_layers(),
-                                model_->config().num_layers));
+    if (b->n_layer() != model_->config().n_layer)
+        throw Error(fmt::format("{}: basis has {} layers, the model has {}", file.string(), b->n_layer(),
+                                model_->config().n_layer));
     return b;
 }
 
@@ -170,7 +170,7 @@ void Session::check_basis(const Basis& basis, const CodecSettings& settings, con
 Basis Session::calibrate(const std::vector<std::vector<int64_t>>& texts, const CodecSettings& settings,
                          int64_t rank, bool self_calibrated, const JobControl& job) const {
     if (texts.empty()) throw Error("calibration needs at least one text");
-    BasisCalibrator calibrator(settings, model_->config().num_layers);
+    BasisCalibrator calibrator(settings, model_->config().n_layer);
     for (size_t i = 0; i < texts.size(); ++i) {
         check_cancel(job);
         if (job.progress)

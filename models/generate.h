@@ -20,7 +20,7 @@ struct GenerateOptions {
 
 struct GenerateResult {
     std::vector<int64_t> generated;  // not including the prompt
-    bool stopped = false;           // ended on a stop id
+    bool stopped = false;            // ended on a stop id
     double prefill_ms = 0, decode_ms = 0;
 };
 
@@ -30,7 +30,8 @@ GenerateResult generate_greedy(const LlamaModel& model, KVCache& cache, const st
                                const GenerateOptions& opt);
 
 // The decoding half of generate_greedy: continues from the logits of a forward pass that the caller ran
-// (e.g. a compressing prefill, then a reply prefix) — the one greedy loop of the project. opt.prefill is unused.
+// (e.g. a compressing prefill, then a reply prefix) — the one greedy loop of the project. opt.prefill is
+// unused.
 GenerateResult decode_greedy(const LlamaModel& model, KVCache& cache, at::Tensor last_logits,
                              const GenerateOptions& opt);
 

@@ -22,14 +22,11 @@ std::string shape_string(const at::Tensor& t) {
 
 }  // namespace
 
-KVCache::KVCache(int64_t n_layers, int64_t n_kv_heads, int64_t head_dim, at::TensorOptions options)
-    : layers_(static_cast<size_t>(n_layers)),
-      n_kv_heads_(n_kv_heads),
-      head_dim_(head_dim),
-      options_(options) {
-    if (n_layers <= 0 || n_kv_heads <= 0 || head_dim <= 0)
+KVCache::KVCache(int64_t n_layer, int64_t n_kv_head, int64_t head_dim, at::TensorOptions options)
+    : layers_(static_cast<size_t>(n_layer)), n_kv_heads_(n_kv_head), head_dim_(head_dim), options_(options) {
+    if (n_layer <= 0 || n_kv_head <= 0 || head_dim <= 0)
         throw Error("KVCache: n_layers, n_kv_heads and head_dim must be positive (got " +
-                    std::to_string(n_layers) + ", " + std::to_string(n_kv_heads) + ", " +
+                    std::to_string(n_layer) + ", " + std::to_string(n_kv_head) + ", " +
                     std::to_string(head_dim) + ")");
 }
 
@@ -49,9 +46,9 @@ void KVCache::reserve(int64_t layer, int64_t capacity) {
 }
 
 void KVCache::append(int64_t layer, const at::Tensor& keys, const at::Tensor& values) {
-    if (layer < 0 || layer >= n_layers())
+    if (layer < 0 || layer >= n_layer())
         throw Error("KVCache::append: layer " + std::to_string(layer) + " out of range [0, " +
-                    std::to_string(n_layers()) + ")");
+                    std::to_string(n_layer()) + ")");
     if (keys.dim() != 3 || keys.size(0) != n_kv_heads_ || keys.size(2) != head_dim_ ||
         !values.sizes().equals(keys.sizes()))
         throw Error("KVCache::append: layer " + std::to_string(layer) + " expects keys and values [" +
@@ -81,9 +78,9 @@ at::Tensor KVCache::values(int64_t layer) const {
 }
 
 void KVCache::replace(int64_t layer, const LayerKV& kv) {
-    if (layer < 0 || layer >= n_layers())
+    if (layer < 0 || layer >= n_layer())
         throw Error("KVCache::replace: layer " + std::to_string(layer) + " out of range [0, " +
-                    std::to_string(n_layers()) + ")");
+                    std::to_string(n_layer()) + ")");
     if (!kv.keys.defined() || !kv.values.defined() || kv.keys.dim() != 3 || kv.keys.size(0) != n_kv_heads_ ||
         kv.keys.size(2) != head_dim_ || !kv.values.sizes().equals(kv.keys.sizes()))
         throw Error("KVCache::replace: layer " + std::to_string(layer) + " expects keys and values [" +

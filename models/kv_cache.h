@@ -24,9 +24,9 @@ class KVCache {
     };
 
     KVCache() = default;
-    KVCache(int64_t n_layers, int64_t n_kv_heads, int64_t head_dim, at::TensorOptions options);
+    KVCache(int64_t n_layer, int64_t n_kv_head, int64_t head_dim, at::TensorOptions options);
 
-    int64_t n_layers() const { return static_cast<int64_t>(layers_.size()); }
+    int64_t n_layer() const { return static_cast<int64_t>(layers_.size()); }
     int64_t length(int64_t layer) const { return layers_[layer].length; }
     int64_t next_position() const { return next_position_; }
     void set_next_position(int64_t p) { next_position_ = p; }

@@ -36,7 +36,6 @@ struct LayerWeights {
     at::Tensor down_bias;       // [hidden] or undefined
 };
 
-
 // Chunk boundaries [begin, end) of a prefill of n tokens. With an observer, a short last chunk is merged into
 // the previous one until it holds at least `min_last` tokens (the observer's query window).
 std::vector<std::pair<int64_t, int64_t>> plan_chunks(int64_t n, int64_t chunk, int64_t min_last) {
@@ -104,13 +103,13 @@ std::unique_ptr<LlamaModel::Weights> LlamaModel::Weights::load(const ModelConfig
         return at::cat(parts, 0).to(target).contiguous();
     };
 
-    const int64_t h = c.hidden_size, hd = c.head_dim, q_dim = c.num_heads * hd, kv_dim = c.num_kv_heads * hd;
+    const int64_t h = c.hidden_size, hd = c.head_dim, q_dim = c.n_head * hd, kv_dim = c.n_kv_head * hd;
     const int64_t inter = c.intermediate_size;
     auto w = std::make_unique<Weights>();
     w->embed = place(get("model.embed_tokens.weight", {c.vocab_size, h}));
     w->norm = place(get("model.norm.weight", {h}));
     w->lm_head = c.tie_word_embeddings ? w->embed : place(get("lm_head.weight", {c.vocab_size, h}));
-    for (int64_t i = 0; i < c.num_layers; ++i) {
+    for (int64_t i = 0; i < c.n_layer; ++i) {
         const std::string p = "model.layers." + std::to_string(i) + ".";
         LayerWeights l;
         l.input_norm = place(get(p + "input_layernorm.weight", {h}));
@@ -133,7 +132,7 @@ std::unique_ptr<LlamaModel::Weights> LlamaModel::Weights::load(const ModelConfig
             l.down_bias = place(get(p + "mlp.down_proj.bias", {h}));
         }
         w->layers.push_back(std::move(l));
-        if (progress) progress("load", i + 1, c.num_layers);
+        if (progress) progress("load", i + 1, c.n_layer);
     }
     return w;
 }
@@ -141,12 +140,12 @@ std::unique_ptr<LlamaModel::Weights> LlamaModel::Weights::load(const ModelConfig
 namespace {
 
 void validate_setup(const ModelConfig& c, const RuntimeOptions& o) {
-    if (c.num_layers <= 0 || c.hidden_size <= 0 || c.num_heads <= 0 || c.num_kv_heads <= 0 ||
-        c.head_dim <= 0 || c.vocab_size <= 0 || c.intermediate_size <= 0)
+    if (c.n_layer <= 0 || c.hidden_size <= 0 || c.n_head <= 0 || c.n_kv_head <= 0 || c.head_dim <= 0 ||
+        c.vocab_size <= 0 || c.intermediate_size <= 0)
         throw Error("model config: sizes must be positive (" + c.architecture + ")");
-    if (c.num_heads % c.num_kv_heads != 0)
-        throw Error("model config: num_attention_heads (" + std::to_string(c.num_heads) +
-                    ") is not a multiple of num_key_value_heads (" + std::to_string(c.num_kv_heads) + ")");
+    if (c.n_head % c.n_kv_head != 0)
+        throw Error("model config: num_attention_heads (" + std::to_string(c.n_head) +
+                    ") is not a multiple of num_key_value_heads (" + std::to_string(c.n_kv_head) + ")");
     if (o.dtype != at::kFloat && o.dtype != at::kBFloat16 && o.dtype != at::kHalf)
         throw Error(std::string("runtime dtype must be fp32, bf16 or fp16, got ") + c10::toString(o.dtype));
     if (o.dtype == at::kHalf && o.device.is_cpu())
@@ -183,7 +182,7 @@ std::unique_ptr<LlamaModel> LlamaModel::from_archive(const ModelConfig& config,
 LlamaModel::~LlamaModel() = default;
 
 KVCache LlamaModel::new_cache() const {
-    return KVCache(config_.num_layers, config_.num_kv_heads, config_.head_dim,
+    return KVCache(config_.n_layer, config_.n_kv_head, config_.head_dim,
                    at::TensorOptions().device(options_.device).dtype(options_.dtype));
 }
 
@@ -221,7 +220,7 @@ at::Tensor mlp(const LayerWeights& lw, const at::Tensor& x, int64_t inter) {
 bool decoder_layer(at::Tensor& x, const LayerWeights& lw, const ModelConfig& c, int64_t l,
                    const at::Tensor& cos, const at::Tensor& sin, KVCache& cache, ObservedPrefill* observed,
                    int64_t context_offset, bool capture, const LayerObserver& observer) {
-    const int64_t m = x.size(0), n_head = c.num_heads, n_kv = c.num_kv_heads, hd = c.head_dim;
+    const int64_t m = x.size(0), n_head = c.n_head, n_kv = c.n_kv_head, hd = c.head_dim;
     const int64_t q_dim = n_head * hd, kv_dim = n_kv * hd;
     // One fused q/k/v matmul; heads become the leading dimension.
     const at::Tensor qkv = linear(rms_norm(x, lw.input_norm, c.rms_norm_eps), lw.qkv, lw.qkv_bias);
@@ -273,11 +272,11 @@ at::Tensor LlamaModel::forward(const std::vector<int64_t>& ids, KVCache& cache,
         if (id < 0 || id >= c.vocab_size)
             throw Error("forward: token id " + std::to_string(id) + " outside the vocabulary [0, " +
                         std::to_string(c.vocab_size) + ")");
-    if (cache.n_layers() != c.num_layers)
-        throw Error("forward: the KV cache has " + std::to_string(cache.n_layers()) + " layers, the model " +
-                    std::to_string(c.num_layers) + " (use LlamaModel::new_cache)");
+    if (cache.n_layer() != c.n_layer)
+        throw Error("forward: the KV cache has " + std::to_string(cache.n_layer()) + " layers, the model " +
+                    std::to_string(c.n_layer) + " (use LlamaModel::new_cache)");
 
-    const int64_t n_kv = c.num_kv_heads, hd = c.head_dim;
+    const int64_t n_kv = c.n_kv_head, hd = c.head_dim;
     const int64_t start = cache.next_position();
     const auto chunks =
         plan_chunks(n, opt.chunk_size, opt.observer ? std::max<int64_t>(1, opt.observer_window) : 0);
@@ -288,9 +287,9 @@ at::Tensor LlamaModel::forward(const std::vector<int64_t>& ids, KVCache& cache,
         // Pre-RoPE keys of cache entries from earlier calls can only be recovered if nothing was evicted.
         const int64_t L = start + n;
         observed.window = std::max<int64_t>(1, opt.observer_window);
-        observed.keys_pre_rope.resize(static_cast<size_t>(c.num_layers));
+        observed.keys_pre_rope.resize(static_cast<size_t>(c.n_layer));
         std::tie(observed.cos, observed.sin) = rope_tables(0, L);
-        for (int64_t l = 0; l < c.num_layers; ++l) {
+        for (int64_t l = 0; l < c.n_layer; ++l) {
             if (cache.length(l) != start)
                 throw Error("forward: an observed prefill needs an uncompressed cache (layer " +
                             std::to_string(l) + " holds " + std::to_string(cache.length(l)) +
@@ -320,12 +319,12 @@ at::Tensor LlamaModel::forward(const std::vector<int64_t>& ids, KVCache& cache,
             const bool last_chunk = ci + 1 == n_chunks;
             const at::Tensor cos = cos_all.narrow(0, b, m), sin = sin_all.narrow(0, b, m);  // [m, head_dim]
             at::Tensor x = at::embedding(w_->embed, ids_t.narrow(0, b, m));                 // [m, hidden]
-            for (int64_t l = 0; l < c.num_layers; ++l) {
+            for (int64_t l = 0; l < c.n_layer; ++l) {
                 check_cancel(opt.cancel);
                 replaced |=
                     decoder_layer(x, w_->layers[l], c, l, cos, sin, cache, opt.observer ? &observed : nullptr,
                                   start + b, last_chunk, opt.observer);
-                if (opt.progress) opt.progress("prefill", ci * c.num_layers + l + 1, n_chunks * c.num_layers);
+                if (opt.progress) opt.progress("prefill", ci * c.n_layer + l + 1, n_chunks * c.n_layer);
             }
             // The lm_head only where logits are asked for: on a long prefill it would dominate otherwise.
             if (opt.all_logits || last_chunk) {

@@ -203,31 +203,31 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& where) {
 
     c.hidden_size = int_field(j, "hidden_size", where);
     c.intermediate_size = int_field(j, "intermediate_size", where);
-    c.num_layers = int_field(j, "num_hidden_layers", where);
-    c.num_heads = int_field(j, "num_attention_heads", where);
+    c.n_layer = int_field(j, "num_hidden_layers", where);
+    c.n_head = int_field(j, "num_attention_heads", where);
     c.vocab_size = int_field(j, "vocab_size", where);
     require_positive(c.hidden_size, "hidden_size", where);
     require_positive(c.intermediate_size, "intermediate_size", where);
-    require_positive(c.num_layers, "num_hidden_layers", where);
-    require_positive(c.num_heads, "num_attention_heads", where);
+    require_positive(c.n_layer, "num_hidden_layers", where);
+    require_positive(c.n_head, "num_attention_heads", where);
     require_positive(c.vocab_size, "vocab_size", where);
 
-    c.num_kv_heads = optional_int(j, "num_key_value_heads", where).value_or(c.num_heads);
-    require_positive(c.num_kv_heads, "num_key_value_heads", where);
-    if (c.num_heads % c.num_kv_heads != 0) {
-        fail(where, "num_attention_heads (" + std::to_string(c.num_heads) +
-                        ") is not divisible by num_key_value_heads (" + std::to_string(c.num_kv_heads) + ")");
+    c.n_kv_head = optional_int(j, "num_key_value_heads", where).value_or(c.n_head);
+    require_positive(c.n_kv_head, "num_key_value_heads", where);
+    if (c.n_head % c.n_kv_head != 0) {
+        fail(where, "num_attention_heads (" + std::to_string(c.n_head) +
+                        ") is not divisible by num_key_value_heads (" + std::to_string(c.n_kv_head) + ")");
     }
     if (auto hd = optional_int(j, "head_dim", where)) {
         c.head_dim = *hd;
         require_positive(c.head_dim, "head_dim", where);
     } else {
-        if (c.hidden_size % c.num_heads != 0) {
+        if (c.hidden_size % c.n_head != 0) {
             fail(where, "hidden_size (" + std::to_string(c.hidden_size) +
-                            ") is not divisible by num_attention_heads (" + std::to_string(c.num_heads) +
+                            ") is not divisible by num_attention_heads (" + std::to_string(c.n_head) +
                             ") and no head_dim is given");
         }
-        c.head_dim = c.hidden_size / c.num_heads;
+        c.head_dim = c.hidden_size / c.n_head;
     }
     if (c.head_dim % 2 != 0)
         fail(where, "head_dim (" + std::to_string(c.head_dim) + ") must be even for RoPE");
@@ -311,9 +311,9 @@ json ModelConfig::to_json() const {
     j["model_type"] = model_type;
     j["hidden_size"] = hidden_size;
     j["intermediate_size"] = intermediate_size;
-    j["num_hidden_layers"] = num_layers;
-    j["num_attention_heads"] = num_heads;
-    j["num_key_value_heads"] = num_kv_heads;
+    j["num_hidden_layers"] = n_layer;
+    j["num_attention_heads"] = n_head;
+    j["num_key_value_heads"] = n_kv_head;
     j["head_dim"] = head_dim;
     j["vocab_size"] = vocab_size;
     j["max_position_embeddings"] = max_position_embeddings;
@@ -356,10 +356,10 @@ json ModelConfig::to_json() const {
 
 std::vector<std::pair<std::string, std::vector<int64_t>>> ModelConfig::expected_tensors() const {
     std::vector<std::pair<std::string, std::vector<int64_t>>> t;
-    const int64_t q_dim = num_heads * head_dim;
-    const int64_t kv_dim = num_kv_heads * head_dim;
+    const int64_t q_dim = n_head * head_dim;
+    const int64_t kv_dim = n_kv_head * head_dim;
     t.push_back({"model.embed_tokens.weight", {vocab_size, hidden_size}});
-    for (int64_t i = 0; i < num_layers; ++i) {
+    for (int64_t i = 0; i < n_layer; ++i) {
         const std::string p = "model.layers." + std::to_string(i) + ".";
         t.push_back({p + "input_layernorm.weight", {hidden_size}});
         t.push_back({p + "self_attn.q_proj.weight", {q_dim, hidden_size}});
@@ -394,7 +394,7 @@ int64_t ModelConfig::parameter_count() const {
 }
 
 int64_t ModelConfig::kv_bytes_per_token(int64_t bytes_per_element) const {
-    return 2 * num_layers * num_kv_heads * head_dim * bytes_per_element;
+    return 2 * n_layer * n_kv_head * head_dim * bytes_per_element;
 }
 
 }  // namespace varrate

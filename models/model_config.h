@@ -16,8 +16,8 @@ enum class RopeScalingType { None, Linear, Llama3 };
 struct RopeScaling {
     RopeScalingType type = RopeScalingType::None;
     double factor = 1.0;
-    double low_freq_factor = 1.0;                    // llama3
-    double high_freq_factor = 4.0;                   // llama3
+    double low_freq_factor = 1.0;                     // llama3
+    double high_freq_factor = 4.0;                    // llama3
     int64_t original_max_position_embeddings = 8192;  // llama3
 };
 
@@ -26,10 +26,10 @@ struct ModelConfig {
     std::string model_type;    // "llama", "mistral", "qwen2"
     int64_t hidden_size = 0;
     int64_t intermediate_size = 0;
-    int64_t num_layers = 0;
-    int64_t num_heads = 0;
-    int64_t num_kv_heads = 0;
-    int64_t head_dim = 0;  // hidden_size / num_heads unless given
+    int64_t n_layer = 0;
+    int64_t n_head = 0;
+    int64_t n_kv_head = 0;
+    int64_t head_dim = 0;  // hidden_size / n_head unless given
     int64_t vocab_size = 0;
     int64_t max_position_embeddings = 0;
     double rms_norm_eps = 1e-6;

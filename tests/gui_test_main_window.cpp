@@ -131,7 +131,7 @@ class GuiTestMainWindow : public QObject {
         QVERIFY2(start_on(w, dir), qPrintable(w.error_text()));
         QVERIFY(w.has_model());
         QCOMPARE(w.model_info().joint_dim, int64_t{64});  // 2 * 4 kv heads * 8
-        QCOMPARE(w.model_info().n_layers, int64_t{5});
+        QCOMPARE(w.model_info().n_layer, int64_t{5});
         // A generated NIAH document with its question and expected answer.
         QVERIFY(w.document().contains("The special magic number for"));
         const RunSettings s = w.run_panel()->settings();
@@ -183,7 +183,7 @@ class GuiTestMainWindow : public QObject {
         // The data model and every view got the run.
         RunModel* m = w.run_model();
         QVERIFY(m->has_result());
-        QCOMPARE(m->n_layers(), 5);
+        QCOMPARE(m->n_layer(), 5);
         QVERIFY(m->n_tokens() > 300);
         QCOMPARE(w.axis()->length(), m->n_tokens());
         QVERIFY(m->needle_span().has_value());  // the generated needle is marked

@@ -161,7 +161,8 @@ class GuiTestViews : public QObject {
                            greedy["cases"][2]["text"].get<std::string>();
         request_.questions = {"What did Sara find?"};
         request_.methods = {"full", "varrate", "flat", "snapkv"};
-        request_.settings = test::small_codec_settings(0.4);  // 0.4 holds the charged self-calibrated basis (~0.32 at this length)
+        request_.settings = test::small_codec_settings(
+            0.4);  // 0.4 holds the charged self-calibrated basis (~0.32 at this length)
         request_.max_new_tokens = 4;
         result_ = run_compare(*session_, request_);
         texts_ = token_display_texts(session_->tokenizer(), result_.runs.at(0).context_ids);
@@ -292,7 +293,7 @@ class GuiTestViews : public QObject {
         const MethodRun& v = run_of("varrate");
         const int n = static_cast<int>(v.context_ids.size());
         QCOMPARE(model_->n_tokens(), n);
-        QCOMPARE(model_->n_layers(), static_cast<int>(v.layers.size()));
+        QCOMPARE(model_->n_layer(), static_cast<int>(v.layers.size()));
         QCOMPARE(model_->joint_dim(), 64);
         QVERIFY(n > 300);
         // One layer: the codec's tensors; mean: the mean over layers.
@@ -408,12 +409,12 @@ class GuiTestViews : public QObject {
         const QImage hm = snapshot(&heat);
         const QRectF area = heat.plot_rect();
         const int D = model_->joint_dim();
-        for (int layer : {0, model_->n_layers() - 1})
+        for (int layer : {0, model_->n_layer() - 1})
             for (int pos : {1, 5, 12}) {
                 QCOMPARE(heat.rank_at(layer, pos),
                          int(model_->series("varrate", TokenMetric::Rank, layer)[static_cast<size_t>(pos)]));
                 const QPointF c(area.left() + (pos + 0.5) / 16 * area.width(),
-                                area.top() + (layer + 0.5) / model_->n_layers() * area.height());
+                                area.top() + (layer + 0.5) / model_->n_layer() * area.height());
                 QCOMPARE(hm.pixelColor(c.toPoint()).rgb(),
                          sequential_colour(double(heat.rank_at(layer, pos)) / D).rgb());
             }

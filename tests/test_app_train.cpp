@@ -149,7 +149,7 @@ class TestTrain : public QObject {
         varrate::RuntimeOptions ro;
         ro.threads = 2;
         const auto model = varrate::LlamaModel::load(dir / "full", ro);
-        QCOMPARE(model->config().num_kv_heads, int64_t(2));
+        QCOMPARE(model->config().n_kv_head, int64_t(2));
         QVERIFY(model->config().tie_word_embeddings);
         const auto dump = varrate::SafetensorsArchive::open(dir / "logits.safetensors");
         const at::Tensor ids_t = dump.tensor("ids");

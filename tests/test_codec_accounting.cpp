@@ -51,7 +51,7 @@ std::shared_ptr<const Basis> with_flag(const std::shared_ptr<const Basis>& b, bo
     BasisInfo info = b->info();
     info.self_calibrated = self_calibrated;
     std::vector<at::Tensor> layers;
-    for (int64_t i = 0; i < b->n_layers(); ++i) layers.push_back(b->layer(i));
+    for (int64_t i = 0; i < b->n_layer(); ++i) layers.push_back(b->layer(i));
     return std::make_shared<const Basis>(info, layers);
 }
 
@@ -315,7 +315,7 @@ class TestCodecAccounting : public QObject {
         req.methods = {"varrate", "flat", "snapkv"};
         req.settings = small_settings(0.5);
         const CompareResult r = run_compare(*s, req);
-        const int64_t layers = s->model().config().num_layers;
+        const int64_t layers = s->model().config().n_layer;
         for (const MethodRun& m : r.runs) {
             QVERIFY2(m.footprint_fraction <= 0.5, qPrintable(QString::fromStdString(m.method)));
             if (m.method == "snapkv") {

@@ -58,7 +58,7 @@ class TestCodecBasis : public QObject {
         const auto path = test::temp_dir("basis") / "basis.safetensors";
         b.save(path);
         const Basis back = Basis::load(path, {"llama-test:abc123", 64, 16, 4});
-        QCOMPARE(back.n_layers(), int64_t{3});
+        QCOMPARE(back.n_layer(), int64_t{3});
         QCOMPARE(back.info().model_fingerprint, std::string("llama-test:abc123"));
         QCOMPARE(back.info().dim, int64_t{64});
         QCOMPARE(back.info().rank, int64_t{48});

@@ -396,7 +396,7 @@ class TestNiah : public QObject {
                 QVERIFY2(kept.is_object(), qPrintable(qs(r.dump())));
                 QVERIFY(kept["tokens"].get<int64_t>() >= 6);
                 const auto per_layer = kept["per_layer"]["kept_fraction"].get<std::vector<double>>();
-                QCOMPARE(per_layer.size(), static_cast<size_t>(session->model().config().num_layers));
+                QCOMPARE(per_layer.size(), static_cast<size_t>(session->model().config().n_layer));
                 double mean = 0;
                 for (double k : per_layer) mean += k / static_cast<double>(per_layer.size());
                 QVERIFY(std::abs(mean - kept["kept_fraction"].get<double>()) < 1e-9);

@@ -158,18 +158,18 @@ class TestPipeline : public QObject {
             const CompareResult r = run_compare(session, req);
             const nlohmann::json j = to_json(r, req);
             QCOMPARE(j["methods"].size(), size_t{4});
-            const int64_t n_layers = session.model().config().num_layers;
+            const int64_t n_layer = session.model().config().n_layer;
             const int64_t L = static_cast<int64_t>(r.runs[0].context_ids.size());
             for (const auto& m : j["methods"]) {
                 for (const char* key :
                      {"method", "budget", "footprint_fraction", "stored_bytes", "full_bytes", "answers",
                       "correct", "prefill_ms", "compress_ms", "self_calibrated", "layers"})
                     QVERIFY2(m.contains(key), key);
-                QCOMPARE(static_cast<int64_t>(m["layers"].size()), n_layers);
+                QCOMPARE(static_cast<int64_t>(m["layers"].size()), n_layer);
                 const std::string name = m["method"];
                 const QString where = QString("%1 %2").arg(name.c_str()).arg(to_string(mode).c_str());
                 // The full cache: every layer's L tokens at D fp32 scalars.
-                QCOMPARE(m["full_bytes"].get<int64_t>(), n_layers * L * session.joint_dim() * 4);
+                QCOMPARE(m["full_bytes"].get<int64_t>(), n_layer * L * session.joint_dim() * 4);
                 QCOMPARE(m["correct"].size(), size_t{2});
                 QVERIFY2(!m["correct"][1].get<bool>(), qPrintable(where + ": a purple elephant matched"));
                 if (name == "full")
@@ -208,7 +208,7 @@ class TestPipeline : public QObject {
                 0);
         const int64_t rows = std::count(csv.begin(), csv.end(), '\n') - 1;
         const int64_t L = static_cast<int64_t>(r.runs[0].context_ids.size());
-        QCOMPARE(rows, 2 * session_->model().config().num_layers * L);
+        QCOMPARE(rows, 2 * session_->model().config().n_layer * L);
         // Anchors and the window are exact at full width in every VarRate layer.
         const auto& d = r.runs[0].layers[0];
         QVERIFY(d.exact[0].item<bool>());

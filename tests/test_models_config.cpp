@@ -79,9 +79,9 @@ class TestModelConfig : public QObject {
         QCOMPARE(c.architecture, std::string("LlamaForCausalLM"));
         QCOMPARE(c.model_type, std::string("llama"));
         QCOMPARE(c.hidden_size, int64_t(2048));
-        QCOMPARE(c.num_layers, int64_t(16));
-        QCOMPARE(c.num_heads, int64_t(32));
-        QCOMPARE(c.num_kv_heads, int64_t(8));
+        QCOMPARE(c.n_layer, int64_t(16));
+        QCOMPARE(c.n_head, int64_t(32));
+        QCOMPARE(c.n_kv_head, int64_t(8));
         QCOMPARE(c.head_dim, int64_t(64));
         QCOMPARE(c.vocab_size, int64_t(128256));
         QCOMPARE(c.rms_norm_eps, 1e-5);
@@ -164,7 +164,7 @@ class TestModelConfig : public QObject {
         j.erase("num_key_value_heads");  // defaults to num_attention_heads
         const ModelConfig c = ModelConfig::from_json(j, "config.json");
         QCOMPARE(c.head_dim, int64_t(16));
-        QCOMPARE(c.num_kv_heads, int64_t(8));
+        QCOMPARE(c.n_kv_head, int64_t(8));
         QVERIFY(c.attention_bias && c.o_proj_bias && c.mlp_bias);
         QVERIFY(!c.tie_word_embeddings);
         QCOMPARE(shape_of(c, "model.layers.1.self_attn.q_proj.weight"), std::vector<int64_t>({128, 64}));
@@ -209,8 +209,8 @@ class TestModelConfig : public QObject {
         const ModelConfig c = ModelConfig::load(dir);
         QCOMPARE(c.hidden_size, int64_t(64));
         QCOMPARE(c.intermediate_size, int64_t(172));
-        QCOMPARE(c.num_layers, int64_t(5));
-        QCOMPARE(c.num_kv_heads, int64_t(4));
+        QCOMPARE(c.n_layer, int64_t(5));
+        QCOMPARE(c.n_kv_head, int64_t(4));
         QCOMPARE(c.head_dim, int64_t(8));
         QCOMPARE(c.rms_norm_eps, 1e-5);
         QVERIFY(c.tie_word_embeddings);

@@ -28,7 +28,7 @@ class TestKVCache : public QObject {
   private Q_SLOTS:
     void append_grows_and_keeps_contents() {
         KVCache cache(kLayers, kHeads, kDim, at::TensorOptions().dtype(at::kFloat));
-        QCOMPARE(cache.n_layers(), kLayers);
+        QCOMPARE(cache.n_layer(), kLayers);
         QCOMPARE(cache.length(0), int64_t(0));
         QCOMPARE(cache.keys(0).sizes(), (std::vector<int64_t>{kHeads, 0, kDim}));
         // Many appends, well past the initial capacity, one layer at a time.

@@ -138,14 +138,14 @@ at::Tensor reference_logits(const ModelConfig& c, const SafetensorsArchive& a,
         at::Tensor y = at::matmul(x, W(p + ".weight").t());
         return bias ? y + W(p + ".bias") : y;
     };
-    const int64_t n = int64_t(ids.size()), nh = c.num_heads, nkv = c.num_kv_heads, hd = c.head_dim;
+    const int64_t n = int64_t(ids.size()), nh = c.n_head, nkv = c.n_kv_head, hd = c.head_dim;
     const at::Tensor angles = at::outer(at::arange(n, at::kDouble), reference_inv_freq(c));
     const at::Tensor cos = at::cat({angles, angles}, -1).cos(), sin = at::cat({angles, angles}, -1).sin();
     const at::Tensor i = at::arange(n).unsqueeze(1), j = at::arange(n).unsqueeze(0);
     at::Tensor allowed = j <= i;
     if (c.sliding_window) allowed = allowed.logical_and(j > i - *c.sliding_window);
     at::Tensor x = W("model.embed_tokens.weight").index_select(0, at::tensor(ids, at::kLong));
-    for (int64_t l = 0; l < c.num_layers; ++l) {
+    for (int64_t l = 0; l < c.n_layer; ++l) {
         const std::string p = "model.layers." + std::to_string(l) + ".";
         const at::Tensor h = ref_rms(x, W(p + "input_layernorm.weight"), c.rms_norm_eps);
         const at::Tensor q = ref_rope(
@@ -261,7 +261,7 @@ class TestRuntimeEquivalence : public QObject {
                 QVERIFY2(d < 1e-4,
                          qPrintable(QString("%1 chunk %2: %3").arg(k.name.c_str()).arg(chunk).arg(d)));
                 QCOMPARE(cache.next_position(), int64_t(150));
-                for (int64_t layer = 0; layer < l.config.num_layers; ++layer)
+                for (int64_t layer = 0; layer < l.config.n_layer; ++layer)
                     QVERIFY(rel_diff(cache.keys(layer), full_cache.keys(layer)) < 1e-5);
             }
             // Two calls continuing each other == one call; only the last row without all_logits.
@@ -315,12 +315,12 @@ class TestRuntimeEquivalence : public QObject {
                 fo.observer = [&](const LayerCapture& cap) -> std::optional<LayerKV> {
                     seen.push_back(cap.layer);
                     const int64_t L = 90;
-                    const std::vector<int64_t> kv_shape{c.num_kv_heads, L, c.head_dim};
+                    const std::vector<int64_t> kv_shape{c.n_kv_head, L, c.head_dim};
                     QTest::qVerify(cap.keys.sizes() == kv_shape && cap.values.sizes() == kv_shape &&
                                        cap.keys_pre_rope.sizes() == kv_shape,
                                    "kv shapes", "", __FILE__, __LINE__);
                     QTest::qVerify(
-                        cap.window_queries.sizes() == std::vector<int64_t>{c.num_heads, 24, c.head_dim},
+                        cap.window_queries.sizes() == std::vector<int64_t>{c.n_head, 24, c.head_dim},
                         "window shape", "", __FILE__, __LINE__);
                     const auto [cos, sin] = l.model->rope_tables(0, L);
                     QTest::qVerify(at::equal(cap.rope_cos, cos) && at::equal(cap.rope_sin, sin),
@@ -333,7 +333,7 @@ class TestRuntimeEquivalence : public QObject {
                 const at::Tensor last = l.model->forward(context, observed, fo);
                 QCOMPARE(seen, [&] {
                     std::vector<int64_t> all;
-                    for (int64_t i = 0; i < c.num_layers; ++i) all.push_back(i);
+                    for (int64_t i = 0; i < c.n_layer; ++i) all.push_back(i);
                     return all;
                 }());
                 QCOMPARE(observed.next_position(), int64_t(90));
@@ -358,11 +358,11 @@ class TestRuntimeEquivalence : public QObject {
             ref_rms(x, a.tensor("model.layers.0.input_layernorm.weight").to(at::kDouble), c.rms_norm_eps);
         const at::Tensor k_pre =
             at::matmul(h, a.tensor("model.layers.0.self_attn.k_proj.weight").to(at::kDouble).t())
-                .view({70, c.num_kv_heads, c.head_dim})
+                .view({70, c.n_kv_head, c.head_dim})
                 .transpose(0, 1);  // [n_kv, 70, hd]
         const at::Tensor q_pre =
             at::matmul(h, a.tensor("model.layers.0.self_attn.q_proj.weight").to(at::kDouble).t())
-                .view({70, c.num_heads, c.head_dim})
+                .view({70, c.n_head, c.head_dim})
                 .transpose(0, 1);
         const at::Tensor angles = at::outer(at::arange(70, at::kDouble), reference_inv_freq(c));
         const at::Tensor cos = at::cat({angles, angles}, -1).cos(), sin = at::cat({angles, angles}, -1).sin();
@@ -439,12 +439,12 @@ class TestRuntimeEquivalence : public QObject {
         };
         l.model->forward(context, evicted, fo);
         QCOMPARE(evicted.next_position(), L);
-        for (int64_t layer = 0; layer < c.num_layers; ++layer) QCOMPARE(evicted.length(layer), L / 2);
+        for (int64_t layer = 0; layer < c.n_layer; ++layer) QCOMPARE(evicted.length(layer), L / 2);
 
         // The same cache built by hand from a plain prefill (hidden states use the full cache either way).
         KVCache manual = l.model->new_cache();
         l.model->forward(context, manual);
-        for (int64_t layer = 0; layer < c.num_layers; ++layer) {
+        for (int64_t layer = 0; layer < c.n_layer; ++layer) {
             QVERIFY(rel_diff(evicted.keys(layer), manual.keys(layer).index_select(1, keep)) < 1e-6);
             manual.replace(layer, {manual.keys(layer).index_select(1, keep),
                                    manual.values(layer).index_select(1, keep)});
@@ -461,7 +461,7 @@ class TestRuntimeEquivalence : public QObject {
             arch.tensor("model.embed_tokens.weight").index_select(0, at::tensor({question[0]}));
         const at::Tensor h = ref_rms(x, arch.tensor("model.layers.0.input_layernorm.weight"), c.rms_norm_eps);
         const at::Tensor k0 = at::matmul(h, arch.tensor("model.layers.0.self_attn.k_proj.weight").t())
-                                  .view({1, c.num_kv_heads, c.head_dim})
+                                  .view({1, c.n_kv_head, c.head_dim})
                                   .transpose(0, 1);
         const auto [cos, sin] = l.model->rope_tables(L, L + 1);
         QVERIFY(rel_diff(evicted.keys(0).narrow(1, L / 2, 1), apply_rope(k0, cos, sin)) < 1e-5);
@@ -545,7 +545,7 @@ class TestRuntimeEquivalence : public QObject {
         ModelConfig biased = c;
         biased.attention_bias = true;
         EXPECT_ERROR(LlamaModel::from_archive(biased, a, o), "q_proj.bias", "missing");
-        KVCache other(2, c.num_kv_heads, c.head_dim, at::TensorOptions());
+        KVCache other(2, c.n_kv_head, c.head_dim, at::TensorOptions());
         QVERIFY_THROWS_EXCEPTION(Error, m->forward({1}, other));
         QVERIFY_THROWS_EXCEPTION(Error, m->forward({c.vocab_size}, cache));
         QVERIFY_THROWS_EXCEPTION(Error, m->forward({}, cache));

@@ -54,12 +54,12 @@ int LayerSummary::header_height() const {
 }
 
 QSize LayerSummary::sizeHint() const {
-    return {520, header_height() + std::max(1, model_->n_layers()) * row_height() + 4};
+    return {520, header_height() + std::max(1, model_->n_layer()) * row_height() + 4};
 }
 
 int LayerSummary::row_at(const QPoint& p) const {
     const int row = (p.y() - header_height()) / row_height();
-    if (p.y() < header_height() || row >= model_->n_layers()) return -1;
+    if (p.y() < header_height() || row >= model_->n_layer()) return -1;
     return row;
 }
 
@@ -71,14 +71,14 @@ void LayerSummary::paintEvent(QPaintEvent*) {
     const QColor text = pal.color(QPalette::WindowText);
     const MethodRun* run = model_->run(method_);
     const MethodRun* ref = reference_ != method_ ? model_->run(reference_) : nullptr;
-    const int n_layers = model_->n_layers();
+    const int n_layer = model_->n_layer();
     const int dim = std::max(1, model_->joint_dim());
 
     p.setPen(text);
     p.drawText(QPointF(6, fm.ascent() + 3),
                QStringLiteral("Per-layer summary \u2014 %1%2")
                    .arg(method_, ref ? QStringLiteral(" vs ") + reference_ : QString()));
-    if (!run || n_layers == 0) {
+    if (!run || n_layer == 0) {
         p.drawText(rect().adjusted(0, header_height(), 0, 0), Qt::AlignCenter,
                    model_->has_result() ? QStringLiteral("no layers for %1").arg(method_)
                                         : QStringLiteral("no run yet"));
@@ -109,7 +109,7 @@ void LayerSummary::paintEvent(QPaintEvent*) {
     const QColor c_floor = style_colour(StyleColour::Floor, pal);
     const QColor track = style_colour(StyleColour::Grid, pal);
     const int rh = row_height();
-    for (int l = 0; l < n_layers; ++l) {
+    for (int l = 0; l < n_layer; ++l) {
         const int y = header_height() + l * rh;
         if (l == layer_)
             p.fillRect(QRect(0, y, width(), rh),

@@ -660,7 +660,7 @@ void MainWindow::update_view_selectors() {
         reference_box_->addItems(methods);
         layer_box_->clear();
         layer_box_->addItem("Mean over layers", -1);
-        for (int l = 0; l < model_->n_layers(); ++l) layer_box_->addItem(QString("Layer %1").arg(l), l);
+        for (int l = 0; l < model_->n_layer(); ++l) layer_box_->addItem(QString("Layer %1").arg(l), l);
     }
     const auto pick = [&](QComboBox* box, const QString& keep, const QString& preferred) {
         int i = box->findText(keep);
@@ -682,7 +682,7 @@ void MainWindow::update_status_labels() {
         model_label_->setText(QString("%1 · D %2 · %3 layers · %4 %5")
                                   .arg(loaded_.name)
                                   .arg(loaded_.joint_dim)
-                                  .arg(loaded_.n_layers)
+                                  .arg(loaded_.n_layer)
                                   .arg(loaded_.device, loaded_.dtype));
     QString doc =
         document_source_.isEmpty() ? QString("no document") : QFileInfo(document_source_).fileName();

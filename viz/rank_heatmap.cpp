@@ -63,9 +63,8 @@ QRectF RankHeatmap::plot_rect() const {
 
 int RankHeatmap::layer_at(const QPointF& p) const {
     const QRectF r = plot_rect();
-    if (grid_.n_layers == 0 || !r.contains(p)) return -1;
-    return std::clamp(static_cast<int>((p.y() - r.top()) / r.height() * grid_.n_layers), 0,
-                      grid_.n_layers - 1);
+    if (grid_.n_layer == 0 || !r.contains(p)) return -1;
+    return std::clamp(static_cast<int>((p.y() - r.top()) / r.height() * grid_.n_layer), 0, grid_.n_layer - 1);
 }
 
 int RankHeatmap::position_at(const QPointF& p) const {
@@ -76,22 +75,22 @@ int RankHeatmap::position_at(const QPointF& p) const {
 }
 
 int RankHeatmap::rank_at(int layer, int position) const {
-    if (layer < 0 || layer >= grid_.n_layers || position < 0 || position >= grid_.n_tokens) return -1;
+    if (layer < 0 || layer >= grid_.n_layer || position < 0 || position >= grid_.n_tokens) return -1;
     return grid_.at(layer, position);
 }
 
 const QImage& RankHeatmap::heat_image(int width) {
     const double b = axis_->begin(), e = axis_->end();
-    if (image_.width() == width && image_.height() == grid_.n_layers && image_begin_ == b && image_end_ == e)
+    if (image_.width() == width && image_.height() == grid_.n_layer && image_begin_ == b && image_end_ == e)
         return image_;
-    image_ = QImage(width, std::max(1, grid_.n_layers), QImage::Format_RGB32);
+    image_ = QImage(width, std::max(1, grid_.n_layer), QImage::Format_RGB32);
     image_begin_ = b;
     image_end_ = e;
     // Colour lookup per rank 0..D, so the inner loop is a table read.
     std::vector<QRgb> lut(static_cast<size_t>(dim_) + 1);
     for (int r = 0; r <= dim_; ++r) lut[static_cast<size_t>(r)] = sequential_colour(double(r) / dim_).rgb();
     const double tokens_per_px = (e - b) / width;
-    for (int l = 0; l < grid_.n_layers; ++l) {
+    for (int l = 0; l < grid_.n_layer; ++l) {
         auto* row = reinterpret_cast<QRgb*>(image_.scanLine(l));
         const int32_t* ranks = grid_.ranks.data() + static_cast<size_t>(l) * static_cast<size_t>(n_tokens_);
         for (int c = 0; c < width; ++c) {
@@ -119,7 +118,7 @@ void RankHeatmap::paintEvent(QPaintEvent*) {
     p.setPen(text);
     p.drawText(QPointF(area.left(), fm.ascent() + 2),
                QStringLiteral("Allocated rank \u2014 %1 (layer \u00D7 position)").arg(method_));
-    if (grid_.n_layers == 0 || n_tokens_ == 0) {
+    if (grid_.n_layer == 0 || n_tokens_ == 0) {
         p.setPen(pal.color(QPalette::Mid));
         p.drawRect(area);
         p.setPen(text);
@@ -133,9 +132,9 @@ void RankHeatmap::paintEvent(QPaintEvent*) {
     const double b = axis_->begin(), e = axis_->end();
 
     // Layer labels (as many as fit), position ticks.
-    const double row_h = area.height() / grid_.n_layers;
+    const double row_h = area.height() / grid_.n_layer;
     const int every = std::max(1, static_cast<int>(std::ceil(fm.height() / row_h)));
-    for (int l = 0; l < grid_.n_layers; l += every)
+    for (int l = 0; l < grid_.n_layer; l += every)
         p.drawText(QRectF(0, area.top() + l * row_h, area.left() - 4, std::max<double>(row_h, fm.height())),
                    Qt::AlignRight | Qt::AlignTop, QString::number(l));
     const int target =

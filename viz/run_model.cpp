@@ -9,20 +9,16 @@
 #include <cmath>
 
 #include "core/base/error.h"
+#include "core/token_text.h"
 #include "models/tokenizer.h"
 
 namespace varrate::viz {
 
 std::vector<QString> token_display_texts(const Tokenizer& tokenizer, const std::vector<int64_t>& ids) {
-    static const std::string kMeta = "\xe2\x96\x81";  // U+2581, SentencePiece's space
     std::vector<QString> out;
     out.reserve(ids.size());
-    for (int64_t id : ids) {
-        std::string text = tokenizer.decode({id}, false);
-        // SentencePiece decoders strip the leading space of a lone piece, which would glue words together.
-        if (tokenizer.token_string(id).rfind(kMeta, 0) == 0 && text.rfind(' ', 0) != 0) text = " " + text;
-        out.push_back(QString::fromStdString(text));
-    }
+    for (const std::string& t : varrate::token_display_texts(tokenizer, ids))
+        out.push_back(QString::fromStdString(t));
     return out;
 }
 
@@ -46,24 +42,12 @@ QString visible_whitespace(const QString& text) {
 
 std::optional<std::pair<int, int>> text_token_span(const std::vector<QString>& token_texts,
                                                    const QString& text) {
-    if (text.isEmpty()) return std::nullopt;
-    QString all;
-    std::vector<int> starts;  // character offset of each token
-    starts.reserve(token_texts.size());
-    for (const QString& t : token_texts) {
-        starts.push_back(static_cast<int>(all.size()));
-        all += t;
-    }
-    const auto at = all.indexOf(text);
-    if (at < 0) return std::nullopt;
-    const int first_char = static_cast<int>(at),
-              last_char = static_cast<int>(at + text.size());  // [first, last)
-    // The token containing the first character, through the token containing the last one.
-    const int begin =
-        static_cast<int>(std::upper_bound(starts.begin(), starts.end(), first_char) - starts.begin()) - 1;
-    const int end =
-        static_cast<int>(std::lower_bound(starts.begin(), starts.end(), last_char) - starts.begin());
-    return std::make_pair(std::max(begin, 0), end);
+    std::vector<std::string> texts;
+    texts.reserve(token_texts.size());
+    for (const QString& t : token_texts) texts.push_back(t.toStdString());
+    const auto span = find_text_token_span(texts, text.toStdString());
+    if (!span) return std::nullopt;
+    return std::make_pair(static_cast<int>(span->first), static_cast<int>(span->second));
 }
 
 QString metric_name(TokenMetric metric) {
@@ -134,7 +118,7 @@ int RunModel::n_tokens() const {
     return static_cast<int>(token_texts_.size());
 }
 
-int RunModel::n_layers() const {
+int RunModel::n_layer() const {
     size_t n = 0;
     for (const MethodRun& r : result_.runs) n = std::max(n, r.layers.size());
     return static_cast<int>(n);
@@ -227,9 +211,9 @@ RankGrid RunModel::rank_grid(const QString& method) const {
     for (const LayerDiagnostics& d : r->layers)
         if (d.rank.defined() && d.rank.numel() == g.n_tokens) layers.push_back(&d);
     std::sort(layers.begin(), layers.end(), [](auto* a, auto* b) { return a->layer < b->layer; });
-    g.n_layers = static_cast<int>(layers.size());
-    g.ranks.resize(static_cast<size_t>(g.n_layers) * static_cast<size_t>(g.n_tokens));
-    for (int l = 0; l < g.n_layers; ++l) {
+    g.n_layer = static_cast<int>(layers.size());
+    g.ranks.resize(static_cast<size_t>(g.n_layer) * static_cast<size_t>(g.n_tokens));
+    for (int l = 0; l < g.n_layer; ++l) {
         const at::Tensor t = layers[static_cast<size_t>(l)]->rank.to(at::kInt).contiguous().cpu();
         std::copy(t.data_ptr<int32_t>(), t.data_ptr<int32_t>() + g.n_tokens,
                   g.ranks.begin() + static_cast<ptrdiff_t>(l) * g.n_tokens);

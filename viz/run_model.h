@@ -32,8 +32,8 @@ enum class TokenMetric { Salience, SalienceNorm, Rank, RelError };
 
 // Allocated ranks of one method, layer by layer (layers sorted, those without per-token ranks left out).
 struct RankGrid {
-    int n_layers = 0, n_tokens = 0;
-    std::vector<int32_t> ranks;  // [n_layers, n_tokens] row-major
+    int n_layer = 0, n_tokens = 0;
+    std::vector<int32_t> ranks;  // [n_layer, n_tokens] row-major
     int at(int layer, int position) const {
         return ranks[static_cast<size_t>(layer) * static_cast<size_t>(n_tokens) +
                      static_cast<size_t>(position)];
@@ -57,7 +57,7 @@ class RunModel : public QObject {
     const CompareRequest& request() const { return request_; }
     QStringList methods() const;
     int n_tokens() const;
-    int n_layers() const;
+    int n_layer() const;
     const QString& token_text(int position) const;
     // The needle in token positions [begin, end), when the document has one (see text_token_span). It is
     // kept by set_result (set it for each document; clear() drops it).

@@ -15,6 +15,7 @@
 #include "core/prompt.h"
 #include "core/session.h"
 #include "models/device.h"
+#include "viz/run_model.h"
 
 namespace varrate::viz {
 
@@ -42,37 +43,6 @@ QString to_string(JobKind kind) {
             return QStringLiteral("calibrate");
     }
     return {};
-}
-
-std::vector<QString> token_texts(const Tokenizer& tok, const std::vector<int64_t>& ids) {
-    static const std::string kMeta = "\xe2\x96\x81";  // U+2581, SentencePiece's space
-    std::vector<QString> out;
-    out.reserve(ids.size());
-    for (int64_t id : ids) {
-        std::string text = tok.decode({id}, false);
-        const std::string piece = tok.token_string(id);
-        if (piece.rfind(kMeta, 0) == 0 && text.rfind(" ", 0) != 0) text = " " + text;
-        out.push_back(QString::fromStdString(text));
-    }
-    return out;
-}
-
-std::optional<std::pair<int, int>> find_token_span(const std::vector<QString>& texts, const QString& needle) {
-    const QString want = needle.trimmed();
-    if (want.isEmpty()) return std::nullopt;
-    QString joined;
-    std::vector<int> starts;  // char offset of each token in `joined`
-    starts.reserve(texts.size());
-    for (const QString& t : texts) {
-        starts.push_back(static_cast<int>(joined.size()));
-        joined += t;
-    }
-    const int at = static_cast<int>(joined.indexOf(want));
-    if (at < 0) return std::nullopt;
-    const int end_char = at + static_cast<int>(want.size());
-    const auto first = std::upper_bound(starts.begin(), starts.end(), at) - starts.begin() - 1;
-    const auto last = std::lower_bound(starts.begin(), starts.end(), end_char) - starts.begin();
-    return std::make_pair(static_cast<int>(std::max<ptrdiff_t>(0, first)), static_cast<int>(last));
 }
 
 int64_t default_document_length(int64_t max_positions) {
@@ -122,7 +92,7 @@ struct RunWorker::State {
         m.name = QFileInfo(dir).fileName();
         const ModelConfig& c = session->model().config();
         m.joint_dim = session->joint_dim();
-        m.n_layers = c.num_layers;
+        m.n_layer = c.n_layer;
         m.max_positions = c.max_position_embeddings;
         m.vocab = session->tokenizer().vocab_size();
         m.basis_source =
@@ -274,8 +244,8 @@ void RunWorker::run_compare(const QString& dir, const RunSettings& settings, con
         st.select_basis(settings, out->request.context, job);
         out->result = varrate::run_compare(s, out->request, job);
         if (!out->result.runs.empty())
-            out->token_texts = token_texts(s.tokenizer(), out->result.runs[0].context_ids);
-        out->needle_span = find_token_span(out->token_texts, needle);
+            out->token_texts = token_display_texts(s.tokenizer(), out->result.runs[0].context_ids);
+        out->needle_span = text_token_span(out->token_texts, needle.trimmed());
         out->model_dir = st.dir;
         out->wall_s = seconds_since(t0);
         Q_EMIT compare_done(out);
@@ -326,7 +296,7 @@ void RunWorker::calibrate(const QString& dir, const RunSettings& settings,
         s.set_shipped_basis(basis, out.string());
         CalibrationOutcome o;
         o.path = QString::fromStdString(out.string());
-        o.layers = basis->n_layers();
+        o.layers = basis->n_layer();
         o.dim = basis->info().dim;
         o.rank = basis->info().rank;
         o.tokens = basis->info().calibration_tokens;

@@ -29,7 +29,7 @@ QString to_string(JobKind kind);  // "load", "generate", "compare", "niah", "cal
 
 struct ModelInfo {
     QString model_dir, name;
-    int64_t joint_dim = 0, n_layers = 0, max_positions = 0, vocab = 0;
+    int64_t joint_dim = 0, n_layer = 0, max_positions = 0, vocab = 0;
     QString basis_source;                         // "" when runs self-calibrate
     std::optional<CodecSettings> codec_defaults;  // recorded beside the model (varrate-codec.json)
     CodecSettings defaults;                       // what runs start from (core default_codec_settings)
@@ -85,10 +85,6 @@ struct NiahOutcome {
     bool complete = true;  // false: cancelled part-way (finished records stay; rerun resumes)
 };
 
-// One display string per token: the decoded piece, with SentencePiece's word-start space put back.
-std::vector<QString> token_texts(const Tokenizer& tokenizer, const std::vector<int64_t>& ids);
-// Token positions covering `needle` inside the concatenated token texts, when found.
-std::optional<std::pair<int, int>> find_token_span(const std::vector<QString>& texts, const QString& needle);
 // The default NIAH document length for a model with `max_positions` positions: room for the question and
 // the answer, at most 2048 tokens.
 int64_t default_document_length(int64_t max_positions);

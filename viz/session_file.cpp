@@ -42,7 +42,8 @@ std::shared_ptr<RunOutcome> outcome_from_json(const nlohmann::json& j, const Com
     o->wall_s = field<double>(j, "wall_s", where, 0);
     if (!j.contains("runs") || !j["runs"].is_array()) throw Error(where + ": 'runs' is missing");
     for (size_t i = 0; i < j["runs"].size(); ++i)
-        o->result.runs.push_back(method_run_from_json(j["runs"][i], where + " runs[" + std::to_string(i) + "]"));
+        o->result.runs.push_back(
+            method_run_from_json(j["runs"][i], where + " runs[" + std::to_string(i) + "]"));
     for (const auto& t : field<std::vector<std::string>>(j, "token_texts", where, {}))
         o->token_texts.push_back(QString::fromStdString(t));
     if (j.contains("needle_span") && j["needle_span"].is_array() && j["needle_span"].size() == 2)

@@ -38,7 +38,7 @@ std::unique_ptr<LlamaModel> load_model_for_cli(const std::filesystem::path& dir,
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     spdlog::info("loaded {} ({} layers) on {} as {} in {:.0f} ms, {} threads", dir.string(),
-                 model->config().num_layers, o.device.str(), dtype_name(o.dtype), ms, o.threads);
+                 model->config().n_layer, o.device.str(), dtype_name(o.dtype), ms, o.threads);
     return model;
 }
 

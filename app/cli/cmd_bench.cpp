@@ -12,8 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "app/cli/cli_common.h"
-#include "codec/codec_json.h"
 #include "app/cli/commands.h"
+#include "codec/codec_json.h"
 #include "codec/footprint.h"
 #include "codec/registry.h"
 #include "codec/synthetic.h"
@@ -150,9 +150,8 @@ int run_bench_prefill(const BenchPrefillArgs& a) {
             "prefill {} tokens ({} layers, {} on {}, {} threads): median {:.3f} s over {} runs\n"
             "  {:.1f} tokens/s, {:.1f} GFLOP ({:.1f} linear + {:.1f} attention)\n"
             "  achieved {:.1f} GFLOP/s, GEMM peak {:.1f} GFLOP/s, ratio {:.2f}\n",
-            a.tokens, cfg.num_layers, dtype_name(o.dtype), o.device.str(), o.threads, t, a.repeats,
-            a.tokens / t, flops.total() / 1e9, flops.linear / 1e9, flops.attention / 1e9, achieved, peak,
-            ratio);
+            a.tokens, cfg.n_layer, dtype_name(o.dtype), o.device.str(), o.threads, t, a.repeats, a.tokens / t,
+            flops.total() / 1e9, flops.linear / 1e9, flops.attention / 1e9, achieved, peak, ratio);
     }
     return 0;
 }
@@ -183,7 +182,7 @@ int run_bench_codec(const BenchCodecArgs& a) {
     auto model = load_model_for_cli(a.model, a.runtime);
     const ModelConfig& cfg = model->config();
     const RuntimeOptions& o = model->options();
-    const int64_t dim = 2 * cfg.num_kv_heads * cfg.head_dim;
+    const int64_t dim = 2 * cfg.n_kv_head * cfg.head_dim;
 
     // Settings errors before any prefill: they would otherwise surface minutes later, inside the first layer.
     bool needs_basis = false;
@@ -209,7 +208,7 @@ int run_bench_codec(const BenchCodecArgs& a) {
             basis_source = a.basis;
         } else {
             const int64_t rank = std::min(settings.rank, dim);
-            basis = random_basis(cfg.num_layers, dim, rank, settings.stride, settings.anchors, /*seed=*/1);
+            basis = random_basis(cfg.n_layer, dim, rank, settings.stride, settings.anchors, /*seed=*/1);
             basis_source = fmt::format("random orthonormal rows (seed 1), R={} D={}", rank, dim);
         }
     }
@@ -305,7 +304,7 @@ int run_bench_codec(const BenchCodecArgs& a) {
         j["dtype"] = dtype_name(o.dtype);
         j["threads"] = o.threads;
         j["tokens"] = a.tokens;
-        j["layers"] = cfg.num_layers;
+        j["layers"] = cfg.n_layer;
         j["chunk_size"] = a.chunk_size;
         j["repeats"] = a.repeats;
         j["basis"] = basis_source;
@@ -338,7 +337,7 @@ int run_bench_codec(const BenchCodecArgs& a) {
         "codec cost, {} tokens, {} layers, {} on {}, {} threads, median of {} runs\n"
         "basis: {}\n"
         "plain prefill: {:.1f} ms (process CPU time {:.1f} ms)\n",
-        a.tokens, cfg.num_layers, dtype_name(o.dtype), o.device.str(), o.threads, a.repeats, basis_source,
+        a.tokens, cfg.n_layer, dtype_name(o.dtype), o.device.str(), o.threads, a.repeats, basis_source,
         prefill, prefill_cpu);
     std::cout << fmt::format("{:<9} {:<28} {:>10} {:>11}\n", "method", "stage (summed over layers)", "ms",
                              "/ prefill");

@@ -54,9 +54,9 @@ int run_calibrate(const CalibrateArgs& a) {
     const BasisInfo& info = basis.info();
     std::cout << fmt::format(
         "wrote {}: {} layers, D {}, R {}, stride {}, anchors {}, {} residual tokens per layer\n", a.out,
-        basis.n_layers(), info.dim, info.rank, info.stride, info.anchors, info.calibration_tokens);
+        basis.n_layer(), info.dim, info.rank, info.stride, info.anchors, info.calibration_tokens);
     std::cout << "layer  directions for 90% / 99% of the residual energy\n";
-    for (int64_t l = 0; l < basis.n_layers(); ++l)
+    for (int64_t l = 0; l < basis.n_layer(); ++l)
         std::cout << fmt::format("{:>5}  {:>5} / {:>5}\n", l, basis.directions_for_energy(l, 0.90),
                                  basis.directions_for_energy(l, 0.99));
     return 0;

@@ -111,9 +111,9 @@ int run_inspect(const InspectArgs& a) {
         j["model"] = a.model;
         j["architecture"] = cfg.architecture;
         j["model_type"] = cfg.model_type;
-        j["layers"] = cfg.num_layers;
-        j["heads"] = cfg.num_heads;
-        j["kv_heads"] = cfg.num_kv_heads;
+        j["layers"] = cfg.n_layer;
+        j["heads"] = cfg.n_head;
+        j["kv_heads"] = cfg.n_kv_head;
         j["head_dim"] = cfg.head_dim;
         j["hidden_size"] = cfg.hidden_size;
         j["intermediate_size"] = cfg.intermediate_size;
@@ -144,9 +144,9 @@ int run_inspect(const InspectArgs& a) {
     };
     row("model", a.model);
     row("architecture", cfg.architecture + " (" + cfg.model_type + ")");
-    row("layers", std::to_string(cfg.num_layers));
-    row("heads", fmt::format("{} query, {} kv ({} queries per kv head)", cfg.num_heads, cfg.num_kv_heads,
-                             cfg.num_heads / cfg.num_kv_heads));
+    row("layers", std::to_string(cfg.n_layer));
+    row("heads", fmt::format("{} query, {} kv ({} queries per kv head)", cfg.n_head, cfg.n_kv_head,
+                             cfg.n_head / cfg.n_kv_head));
     row("head_dim", std::to_string(cfg.head_dim));
     row("hidden", std::to_string(cfg.hidden_size));
     row("intermediate", std::to_string(cfg.intermediate_size));

@@ -400,7 +400,7 @@ InteractionBenchReport run_interaction_bench(const InteractionBenchOptions& o) {
     r.joint_dim = info.joint_dim;
     log(QString("loaded %1 in %2 (%3 layers, D %4, %5 positions, %6 %7)")
             .arg(info.name, seconds(info.load_s))
-            .arg(info.n_layers)
+            .arg(info.n_layer)
             .arg(info.joint_dim)
             .arg(info.max_positions)
             .arg(info.device, info.dtype));
@@ -439,7 +439,7 @@ InteractionBenchReport run_interaction_bench(const InteractionBenchOptions& o) {
     for (const MethodRun& m : w.outcome()->result.runs)
         r.method_timings.push_back({QString::fromStdString(m.method), m.prefill_ms, m.compress_ms});
     r.tokens = w.run_model()->n_tokens();
-    r.layers = w.run_model()->n_layers();
+    r.layers = w.run_model()->n_layer();
     log(QString("run finished in %1 (%2 tokens, %3 layers)")
             .arg(seconds(r.run_wall_s))
             .arg(r.tokens)

@@ -15,9 +15,9 @@ ModelConfig DemoModelShape::to_model_config(int64_t bos_id, int64_t eos_id) cons
     c.model_type = "llama";
     c.hidden_size = hidden;
     c.intermediate_size = intermediate;
-    c.num_layers = layers;
-    c.num_heads = heads;
-    c.num_kv_heads = kv_heads;
+    c.n_layer = layers;
+    c.n_head = heads;
+    c.n_kv_head = n_kv_head;
     c.head_dim = head_dim;
     c.vocab_size = vocab_size;
     c.max_position_embeddings = max_position_embeddings;
@@ -39,12 +39,12 @@ void DemoModelShape::validate() const {
     positive(hidden, "hidden");
     positive(layers, "layers");
     positive(heads, "heads");
-    positive(kv_heads, "kv_heads");
+    positive(n_kv_head, "kv_heads");
     positive(head_dim, "head_dim");
     positive(intermediate, "intermediate");
-    if (heads % kv_heads != 0)
+    if (heads % n_kv_head != 0)
         throw Error("model shape: heads (" + std::to_string(heads) + ") must be a multiple of kv_heads (" +
-                    std::to_string(kv_heads) + ")");
+                    std::to_string(n_kv_head) + ")");
     if (head_dim % 2 != 0) throw Error("model shape: head_dim must be even for RoPE");
     if (!(rope_theta > 0)) throw Error("model shape: rope_theta must be positive");
 }
@@ -63,7 +63,6 @@ torch::nn::Linear linear(int64_t in, int64_t out) {
     return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
 }
 
-
 // A bias-free projection, computed in `dtype` (bf16: the weights are cast from the fp32 masters each step).
 torch::Tensor project(const torch::nn::Linear& l, const torch::Tensor& x, c10::ScalarType dtype) {
     if (dtype == torch::kFloat) return torch::linear(x, l->weight);
@@ -73,37 +72,38 @@ torch::Tensor project(const torch::nn::Linear& l, const torch::Tensor& x, c10::S
 }  // namespace
 
 AttentionImpl::AttentionImpl(const DemoModelShape& s)
-    : heads(s.heads), kv_heads(s.kv_heads), head_dim(s.head_dim) {
+    : heads(s.heads), n_kv_head(s.n_kv_head), head_dim(s.head_dim) {
     q_proj = register_module("q_proj", linear(s.hidden, s.heads * s.head_dim));
-    k_proj = register_module("k_proj", linear(s.hidden, s.kv_heads * s.head_dim));
-    v_proj = register_module("v_proj", linear(s.hidden, s.kv_heads * s.head_dim));
+    k_proj = register_module("k_proj", linear(s.hidden, s.n_kv_head * s.head_dim));
+    v_proj = register_module("v_proj", linear(s.hidden, s.n_kv_head * s.head_dim));
     o_proj = register_module("o_proj", linear(s.heads * s.head_dim, s.hidden));
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
                                      const torch::Tensor& sin, const torch::Tensor& bias,
                                      c10::ScalarType attn_dtype) {
-    const int64_t B = x.size(0), T = x.size(1), group = heads / kv_heads;
-    const torch::Tensor q = apply_rope(project(q_proj, x, attn_dtype).view({B, T, heads, head_dim}).transpose(1, 2),
-                                 cos, sin);  // [B, nh, T, hd]
-    const torch::Tensor k =
-        apply_rope(project(k_proj, x, attn_dtype).view({B, T, kv_heads, head_dim}).transpose(1, 2), cos, sin);
+    const int64_t B = x.size(0), T = x.size(1), group = heads / n_kv_head;
+    const torch::Tensor q =
+        apply_rope(project(q_proj, x, attn_dtype).view({B, T, heads, head_dim}).transpose(1, 2), cos,
+                   sin);  // [B, nh, T, hd]
+    const torch::Tensor k = apply_rope(
+        project(k_proj, x, attn_dtype).view({B, T, n_kv_head, head_dim}).transpose(1, 2), cos, sin);
     const torch::Tensor v =
-        project(v_proj, x, attn_dtype).view({B, T, kv_heads, head_dim}).transpose(1, 2);  // [B, nkv, T, hd]
+        project(v_proj, x, attn_dtype).view({B, T, n_kv_head, head_dim}).transpose(1, 2);  // [B, nkv, T, hd]
     // GQA without repeating K/V: the query heads of one kv head become rows (g, t) of one batched matmul, and
     // scale + causal mask are one baddbmm with the additive bias.
-    const torch::Tensor qg = q.reshape({B * kv_heads, group * T, head_dim}).to(attn_dtype);
-    const torch::Tensor kt = k.reshape({B * kv_heads, T, head_dim}).to(attn_dtype).transpose(1, 2);
+    const torch::Tensor qg = q.reshape({B * n_kv_head, group * T, head_dim}).to(attn_dtype);
+    const torch::Tensor kt = k.reshape({B * n_kv_head, T, head_dim}).to(attn_dtype).transpose(1, 2);
     const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
     const torch::Tensor scores =
         torch::baddbmm(bias, qg, kt, /*beta=*/1.0, /*alpha=*/scale);  // [B nkv, group T, T]
     const torch::Tensor probs = torch::softmax(scores, -1);
     if (keep_copy_heads)
-        copy_head_probs = probs.view({B, kv_heads, group * T, T})
+        copy_head_probs = probs.view({B, n_kv_head, group * T, T})
                               .select(1, 0)
                               .narrow(1, 0, std::min<int64_t>(group, 2) * T)
                               .reshape({B, -1, T, T});
-    const torch::Tensor out = torch::bmm(probs, v.reshape({B * kv_heads, T, head_dim}).to(attn_dtype))
+    const torch::Tensor out = torch::bmm(probs, v.reshape({B * n_kv_head, T, head_dim}).to(attn_dtype))
                                   .to(torch::kFloat)
                                   .view({B, heads, T, head_dim})
                                   .transpose(1, 2)
@@ -163,7 +163,7 @@ DemoLlamaImpl::DemoLlamaImpl(const DemoModelShape& s) : shape(s) {
 }
 
 torch::Tensor DemoLlamaImpl::hidden_states(const torch::Tensor& ids, c10::ScalarType attn_dtype) {
-    const int64_t T = ids.size(1), group = shape.heads / shape.kv_heads;
+    const int64_t T = ids.size(1), group = shape.heads / shape.n_kv_head;
     const auto [cos, sin] = rope_cos_sin(inv_freq_.to(ids.device()), 0, T, torch::kFloat);  // [T, head_dim]
     // Additive causal bias for rows (g, t): 0 where key <= t, -inf after.
     const torch::Tensor causal =

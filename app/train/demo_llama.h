@@ -19,7 +19,7 @@ struct DemoModelShape {
     int64_t hidden = 256;
     int64_t layers = 4;
     int64_t heads = 4;
-    int64_t kv_heads = 2;
+    int64_t n_kv_head = 2;
     int64_t head_dim = 64;
     int64_t intermediate = 512;
     double rope_theta = 100000.0;
@@ -48,7 +48,7 @@ struct AttentionImpl : torch::nn::Module {
     torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                           const torch::Tensor& bias, c10::ScalarType attn_dtype);
     torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
-    int64_t heads, kv_heads, head_dim;
+    int64_t heads, n_kv_head, head_dim;
     bool keep_copy_heads =
         false;  // keep the attention probabilities of query heads 0 and 1 (with their graph)
     torch::Tensor

@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
     app.add_option("--hidden", o.shape.hidden, "Model width")->capture_default_str();
     app.add_option("--layers", o.shape.layers, "Decoder layers")->capture_default_str();
     app.add_option("--heads", o.shape.heads, "Query heads")->capture_default_str();
-    app.add_option("--kv-heads", o.shape.kv_heads, "Key/value heads (grouped-query attention)")
+    app.add_option("--kv-heads", o.shape.n_kv_head, "Key/value heads (grouped-query attention)")
         ->capture_default_str();
     app.add_option("--head-dim", o.shape.head_dim, "Head dimension")->capture_default_str();
     app.add_option("--intermediate", o.shape.intermediate, "SwiGLU width")->capture_default_str();

@@ -40,7 +40,7 @@ json shape_json(const DemoModelShape& s) {
             {"hidden", s.hidden},
             {"layers", s.layers},
             {"heads", s.heads},
-            {"kv_heads", s.kv_heads},
+            {"kv_heads", s.n_kv_head},
             {"head_dim", s.head_dim},
             {"intermediate", s.intermediate},
             {"rope_theta", s.rope_theta},
@@ -430,7 +430,7 @@ EvalResult run_training(const TrainOptions& opt_in) {
     TrainOptions o = opt_in;
     if (o.out_dir.empty()) throw Error("training: --out is required");
     if (o.steps <= 0) throw Error("training: --steps must be positive");
-    if (o.copy_attention_weight > 0 && o.shape.heads / o.shape.kv_heads < 2)
+    if (o.copy_attention_weight > 0 && o.shape.heads / o.shape.n_kv_head < 2)
         throw Error("training: --copy-attention needs at least two query heads per KV head (grouped-query)");
     if (o.key_gather_layer >= 0 && (o.copy_attention_weight <= 0 || o.key_gather_layer >= o.shape.layers - 1))
         throw Error("training: --key-gather-layer needs --copy-attention and a layer below the last (0.." +
