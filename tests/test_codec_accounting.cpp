@@ -26,19 +26,6 @@ namespace {
 
 constexpr int64_t kL = 512, kD = 64;  // 2 KV heads x head_dim 16 x 2
 
-// The small settings the 64-wide fixture uses (paper defaults need D >= 1024).
-CodecSettings small_settings(double budget) {
-    CodecSettings s;
-    s.budget = budget;
-    s.r_min = 4;
-    s.rank = 64;
-    s.stride = 32;
-    s.anchors = 4;
-    s.window = 16;
-    s.obs_window = 16;
-    return s;
-}
-
 LayerCapture capture(at::ScalarType dtype, uint64_t seed = 11) {
     SyntheticShape shape;
     shape.n_tokens = kL;
@@ -131,7 +118,7 @@ class TestCodecAccounting : public QObject {
         const auto t = static_cast<at::ScalarType>(dtype);
         const auto a = static_cast<RankAllocation>(alloc);
         const LayerCapture cap = capture(t);
-        const CodecSettings s = small_settings(0.4);
+        const CodecSettings s = test::small_codec_settings(0.4);
         const int64_t es = element_size(t);
         const LayerDiagnostics file = run(s, with_flag(file_basis(), false), cap, a);
         const LayerDiagnostics self = run(s, with_flag(file_basis(), true), cap, a);
@@ -157,11 +144,12 @@ class TestCodecAccounting : public QObject {
     // is feasible, and one step below it is not) and gives the `varrate calibrate` command.
     void infeasibleBasisNamesCalibrate() {
         const LayerCapture cap = capture(at::kFloat);
-        CodecSettings s = small_settings(0.2);
+        CodecSettings s = test::small_codec_settings(0.2);
         QVERIFY(run(s, with_flag(file_basis(), false), cap).footprint <= 0.2);  // only the basis is too much
         const std::string m = infeasible_message(s, with_flag(file_basis(), true), cap);
         QVERIFY2(!m.empty(), "kappa 0.2 with a self-calibrated 64 x 64 basis at L=512 was accepted");
-        const CodecBudget plan = plan_codec_budget(small_settings(1.0), kL, kD, 4, "varrate", true);
+        const CodecBudget plan =
+            plan_codec_budget(test::small_codec_settings(1.0), kL, kD, 4, "varrate", true);
         for (const std::string& needle :
              {std::string("varrate calibrate --model MODEL_DIR --text-file"), std::string("--rank 64"),
               std::string("--stride 32"), std::string("--anchors 4"), std::string("--window 16"),
@@ -187,7 +175,7 @@ class TestCodecAccounting : public QObject {
     // runs are labelled "basis not charged".
     void paperAccountingLeavesBasisUncharged() {
         const LayerCapture cap = capture(at::kFloat);
-        CodecSettings s = small_settings(0.2);
+        CodecSettings s = test::small_codec_settings(0.2);
         s.paper_accounting = true;
         const LayerDiagnostics self = run(s, with_flag(file_basis(), true), cap);
         const LayerDiagnostics file = run(s, with_flag(file_basis(), false), cap);
@@ -196,8 +184,10 @@ class TestCodecAccounting : public QObject {
         QCOMPARE(self.stored_bytes, file.stored_bytes);
         QVERIFY(self.footprint > s.budget);  // the indices are outside the budget, as in the paper
         QCOMPARE(basis_accounting("varrate", true, s), std::string("basis not charged"));
-        QCOMPARE(basis_accounting("flat", true, small_settings(0.2)), std::string("basis charged"));
-        QCOMPARE(basis_accounting("varrate", false, small_settings(0.2)), std::string("basis file"));
+        QCOMPARE(basis_accounting("flat", true, test::small_codec_settings(0.2)),
+                 std::string("basis charged"));
+        QCOMPARE(basis_accounting("varrate", false, test::small_codec_settings(0.2)),
+                 std::string("basis file"));
         QCOMPARE(basis_accounting("snapkv", false, s), std::string("no basis"));
     }
 
@@ -205,7 +195,7 @@ class TestCodecAccounting : public QObject {
     // coefficients, bit for bit what decoding the stored coefficients gives, and not what fp32 ones give.
     void coefficientsRoundedToCacheDtype() {
         const LayerCapture cap = capture(at::kBFloat16);
-        const CodecSettings s = small_settings(0.4);
+        const CodecSettings s = test::small_codec_settings(0.4);
         const auto basis = with_flag(file_basis(), false);
         VarRateMethod m(s, basis, RankAllocation::Salience);
         const LayerResult r = m.compress(cap);
@@ -313,7 +303,7 @@ class TestCodecAccounting : public QObject {
         CompareRequest req;
         req.context = read_text_file(test::source_dir() / "resources/eval/stories260k/eval.txt");
         req.methods = {"varrate", "flat", "snapkv"};
-        req.settings = small_settings(0.5);
+        req.settings = test::small_codec_settings(0.5);
         const CompareResult r = run_compare(*s, req);
         const int64_t layers = s->model().config().n_layer;
         for (const MethodRun& m : r.runs) {
