@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "codec/anchors.h"
+#include "codec/codec_json.h"
 #include "codec/footprint.h"
 #include "codec/synthetic.h"
 #include "codec/varrate_method.h"
