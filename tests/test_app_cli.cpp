@@ -5,23 +5,10 @@
 
 #include "core/base/file_io.h"
 
+using varrate::test::CliResult;
+using varrate::test::run_varrate;
+
 namespace {
-
-struct CliResult {
-    int exit_code = -1;
-    QString out, err;
-};
-
-CliResult run_varrate(const QStringList& args) {
-    QProcess p;
-    p.start(QString::fromStdString((varrate::test::bin_dir() / "varrate").string()), args);
-    p.waitForFinished(600000);
-    CliResult r;
-    r.exit_code = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
-    r.out = QString::fromUtf8(p.readAllStandardOutput());
-    r.err = QString::fromUtf8(p.readAllStandardError());
-    return r;
-}
 
 QString ids_arg(const nlohmann::json& ids) {
     QStringList parts;

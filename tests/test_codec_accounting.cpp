@@ -23,6 +23,9 @@
 
 using namespace varrate;
 
+using varrate::test::CliResult;
+using varrate::test::run_varrate;
+
 namespace {
 
 constexpr int64_t kL = 512, kD = 64;  // 2 KV heads x head_dim 16 x 2
@@ -68,22 +71,6 @@ std::string long_text() {
     const auto dir = test::source_dir() / "resources" / "eval" / "stories260k";
     return read_text_file(dir / "calib_a.txt") + "\n" + read_text_file(dir / "calib_b.txt") + "\n" +
            read_text_file(dir / "eval.txt");
-}
-
-struct CliResult {
-    int exit_code = -1;
-    QString out, err;
-};
-
-CliResult run_varrate(const QStringList& args) {
-    QProcess p;
-    p.start(QString::fromStdString((test::bin_dir() / "varrate").string()), args);
-    p.waitForFinished(600000);
-    CliResult r;
-    r.exit_code = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
-    r.out = QString::fromUtf8(p.readAllStandardOutput());
-    r.err = QString::fromUtf8(p.readAllStandardError());
-    return r;
 }
 
 }  // namespace

@@ -32,6 +32,9 @@
 namespace fs = std::filesystem;
 using namespace varrate;
 
+using varrate::test::CliResult;
+using varrate::test::run_varrate;
+
 namespace {
 
 QString qs(const std::string& s) {
@@ -109,26 +112,6 @@ std::map<std::string, std::string> read_records(const fs::path& out) {
     for (const auto& e : fs::recursive_directory_iterator(out / "records"))
         if (e.is_regular_file()) files[fs::relative(e.path(), out).string()] = read_text_file(e.path());
     return files;
-}
-
-struct CliResult {
-    int exit_code = -1;
-    QString out, err;
-};
-
-QString varrate_binary() {
-    return QString::fromStdString((varrate::test::bin_dir() / "varrate").string());
-}
-
-CliResult run_varrate(const QStringList& args) {
-    QProcess p;
-    p.start(varrate_binary(), args);
-    p.waitForFinished(600000);
-    CliResult r;
-    r.exit_code = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
-    r.out = QString::fromUtf8(p.readAllStandardOutput());
-    r.err = QString::fromUtf8(p.readAllStandardError());
-    return r;
 }
 
 const char* kHaystackText =
@@ -618,7 +601,7 @@ class TestNiah : public QObject {
         if (!fs::exists(varrate::test::bin_dir() / "varrate")) QSKIP("the varrate executable is not built");
         const fs::path out = varrate::test::temp_dir("niah-sigint");
         QProcess p;
-        p.start(varrate_binary(),
+        p.start(QString::fromStdString((varrate::test::bin_dir() / "varrate").string()),
                 {"niah", "--model", QString::fromStdString(dir.string()), "--lengths", "300,400", "--depths",
                  "0,10,20,30,40,50,60,70,80,90,100", "--samples", "20", "--methods", "full",
                  "--max-new-tokens", "24", "--threads", "1", "--out", QString::fromStdString(out.string())});

@@ -1,5 +1,7 @@
 #include "tests/test_support.h"
 
+#include <QProcess>
+
 #include <cstdlib>
 #include <fstream>
 #include <random>
@@ -82,6 +84,17 @@ std::unique_ptr<Session> open_fixture_session(const std::filesystem::path& basis
 Session* shared_fixture_session() {
     static std::unique_ptr<Session> session = open_fixture_session();
     return session.get();
+}
+
+CliResult run_varrate(const QStringList& args) {
+    QProcess p;
+    p.start(QString::fromStdString((bin_dir() / "varrate").string()), args);
+    p.waitForFinished(600000);
+    CliResult r;
+    r.exit_code = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
+    r.out = QString::fromUtf8(p.readAllStandardOutput());
+    r.err = QString::fromUtf8(p.readAllStandardError());
+    return r;
 }
 
 }  // namespace varrate::test

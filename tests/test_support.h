@@ -26,6 +26,12 @@ std::filesystem::path shared_dir();
 std::filesystem::path fixture(const std::string& rel);
 std::filesystem::path source_dir();
 std::filesystem::path bin_dir();
+// One run of the built `varrate` CLI (bin_dir()/varrate): exit code (-1 when it crashed), stdout, stderr.
+struct CliResult {
+    int exit_code = -1;
+    QString out, err;
+};
+CliResult run_varrate(const QStringList& args);
 // Reads a .jsonl file into one json per line.
 std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& path);
 // A fresh empty directory under the system temp dir.
