@@ -5,14 +5,10 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+command -v clang-format >/dev/null || scripts/apt-install.sh check-format clang-format
 if ! command -v clang-format >/dev/null; then
-  if [ -n "${VARRATE_SKIP_APT:-}" ]; then
-    echo "check-format: clang-format is not installed (apt-get install clang-format)" >&2
-    exit 1
-  fi
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends clang-format >/dev/null
+  echo "check-format: clang-format is not installed (apt-get install clang-format)" >&2
+  exit 1
 fi
 
 if [ $# -gt 0 ]; then

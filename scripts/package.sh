@@ -11,18 +11,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 
 tools=(dpkg-dev lintian desktop-file-utils appstream)
-if [ -z "${VARRATE_SKIP_APT:-}" ]; then
-  missing=()
-  for p in "${tools[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-  done
-  if [ ${#missing[@]} -gt 0 ]; then
-    echo "package: installing ${missing[*]}"
-    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-  fi
-fi
+scripts/apt-install.sh package "${tools[@]}"
 
 VARRATE_GUI=ON scripts/setup.sh
 out="$BUILD_DIR/packages"

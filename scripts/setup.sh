@@ -19,18 +19,7 @@ if [ "$GUI" = ON ]; then
   packages+=(qt6-charts-dev qt6-svg-dev libqt6opengl6-dev libgl-dev libxkbcommon-dev fonts-dejavu-core)
 fi
 
-if [ -z "${VARRATE_SKIP_APT:-}" ]; then
-  missing=()
-  for p in "${packages[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-  done
-  if [ ${#missing[@]} -gt 0 ]; then
-    echo "setup: installing ${missing[*]}"
-    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-  fi
-fi
+scripts/apt-install.sh setup "${packages[@]}"
 
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DVARRATE_GUI="$GUI" ${CMAKE_ARGS:-}
 cmake --build "$BUILD_DIR" -j "$JOBS"
