@@ -13,11 +13,6 @@ namespace {
 
 constexpr int kFormatVersion = 1;
 
-template <typename T>
-T field(const nlohmann::json& j, const char* name, const std::string& where, T fallback) {
-    return json_field<T>(j, name, where, std::move(fallback));
-}
-
 nlohmann::json outcome_json(const RunOutcome& o) {
     nlohmann::json runs = nlohmann::json::array();
     for (const MethodRun& r : o.result.runs) runs.push_back(to_json(r, true));
@@ -37,14 +32,14 @@ std::shared_ptr<RunOutcome> outcome_from_json(const nlohmann::json& j, const Com
                                               const std::string& where) {
     auto o = std::make_shared<RunOutcome>();
     o->request = request;
-    o->result.basis_source = field<std::string>(j, "basis_source", where, "");
-    o->model_dir = QString::fromStdString(field<std::string>(j, "model_dir", where, ""));
-    o->wall_s = field<double>(j, "wall_s", where, 0);
+    o->result.basis_source = json_field<std::string>(j, "basis_source", where, "");
+    o->model_dir = QString::fromStdString(json_field<std::string>(j, "model_dir", where, ""));
+    o->wall_s = json_field<double>(j, "wall_s", where, 0);
     if (!j.contains("runs") || !j["runs"].is_array()) throw Error(where + ": 'runs' is missing");
     for (size_t i = 0; i < j["runs"].size(); ++i)
         o->result.runs.push_back(
             method_run_from_json(j["runs"][i], where + " runs[" + std::to_string(i) + "]"));
-    for (const auto& t : field<std::vector<std::string>>(j, "token_texts", where, {}))
+    for (const auto& t : json_field<std::vector<std::string>>(j, "token_texts", where, {}))
         o->token_texts.push_back(QString::fromStdString(t));
     if (j.contains("needle_span") && j["needle_span"].is_array() && j["needle_span"].size() == 2)
         o->needle_span = std::make_pair(j["needle_span"][0].get<int>(), j["needle_span"][1].get<int>());
@@ -70,18 +65,18 @@ nlohmann::json to_json(const RunSettings& s) {
 
 RunSettings run_settings_from_json(const nlohmann::json& j, const std::string& where) {
     RunSettings s;
-    s.questions = field<std::vector<std::string>>(j, "questions", where, {});
-    s.answers = field<std::vector<std::string>>(j, "answers", where, {});
-    s.answer_prefixes = field<std::vector<std::string>>(j, "answer_prefixes", where, {});
-    s.methods = field<std::vector<std::string>>(j, "methods", where, s.methods);
+    s.questions = json_field<std::vector<std::string>>(j, "questions", where, {});
+    s.answers = json_field<std::vector<std::string>>(j, "answers", where, {});
+    s.answer_prefixes = json_field<std::vector<std::string>>(j, "answer_prefixes", where, {});
+    s.methods = json_field<std::vector<std::string>>(j, "methods", where, s.methods);
     if (j.contains("codec")) s.codec = codec_settings_from_json(j["codec"], where + " codec", s.codec);
-    s.mode = parse_mode(field<std::string>(j, "mode", where, "query-aware"));
-    s.max_new_tokens = field<int64_t>(j, "max_new_tokens", where, s.max_new_tokens);
-    s.chat = field<bool>(j, "chat", where, false);
-    s.device = field<std::string>(j, "device", where, "cpu");
-    s.dtype = field<std::string>(j, "dtype", where, "fp32");
-    s.basis = parse_basis_choice(field<std::string>(j, "basis", where, "shipped"));
-    s.basis_file = field<std::string>(j, "basis_file", where, "");
+    s.mode = parse_mode(json_field<std::string>(j, "mode", where, "query-aware"));
+    s.max_new_tokens = json_field<int64_t>(j, "max_new_tokens", where, s.max_new_tokens);
+    s.chat = json_field<bool>(j, "chat", where, false);
+    s.device = json_field<std::string>(j, "device", where, "cpu");
+    s.dtype = json_field<std::string>(j, "dtype", where, "fp32");
+    s.basis = parse_basis_choice(json_field<std::string>(j, "basis", where, "shipped"));
+    s.basis_file = json_field<std::string>(j, "basis_file", where, "");
     return s;
 }
 
@@ -137,14 +132,14 @@ StudioSession load_session(const QString& path) {
         throw Error(where + ": session format version " + std::to_string(j.value("version", 0)) +
                     " is newer than this app's " + std::to_string(kFormatVersion));
     StudioSession s;
-    s.model_dir = QString::fromStdString(field<std::string>(j, "model_dir", where, ""));
-    s.document = QString::fromStdString(field<std::string>(j, "document", where, ""));
-    s.document_source = QString::fromStdString(field<std::string>(j, "document_source", where, ""));
-    s.needle = QString::fromStdString(field<std::string>(j, "needle", where, ""));
+    s.model_dir = QString::fromStdString(json_field<std::string>(j, "model_dir", where, ""));
+    s.document = QString::fromStdString(json_field<std::string>(j, "document", where, ""));
+    s.document_source = QString::fromStdString(json_field<std::string>(j, "document_source", where, ""));
+    s.needle = QString::fromStdString(json_field<std::string>(j, "needle", where, ""));
     if (j.contains("settings")) s.settings = run_settings_from_json(j["settings"], where + " settings");
     if (j.contains("restore") && j.contains("request")) {
         const RunSettings rs = run_settings_from_json(j["request"], where + " request");
-        const CompareRequest req = rs.request(field<std::string>(j["request"], "context", where, ""));
+        const CompareRequest req = rs.request(json_field<std::string>(j["request"], "context", where, ""));
         s.outcome = outcome_from_json(j["restore"], req, where + " restore");
     }
     return s;
