@@ -134,6 +134,8 @@ nlohmann::json to_json(const LayerDiagnostics& d, bool per_token) {
         {"full_bytes", d.full_bytes},
         {"footprint", d.footprint},
         {"mean_rel_error", d.mean_rel_error},
+        {"weighted_rel_error", d.weighted_rel_error},
+        {"attn_output_error", d.attn_output_error},
         {"timing_ms",
          {{"anchor_search", d.timing.anchor_search},
           {"salience", d.timing.salience},
@@ -176,6 +178,8 @@ LayerDiagnostics layer_diagnostics_from_json(const nlohmann::json& j, const std:
     d.full_bytes = json_field<int64_t>(j, "full_bytes", where, 0);
     d.footprint = json_field<double>(j, "footprint", where, 0);
     d.mean_rel_error = json_field<double>(j, "mean_rel_error", where, 0);
+    d.weighted_rel_error = json_field<double>(j, "weighted_rel_error", where, -1);
+    d.attn_output_error = json_field<double>(j, "attn_output_error", where, -1);
     if (j.contains("timing_ms")) {
         const auto& t = j["timing_ms"];
         const std::string w = where + " timing_ms";

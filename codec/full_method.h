@@ -8,7 +8,11 @@ class FullMethod : public CompressionMethod {
   public:
     explicit FullMethod(const CodecSettings& settings) : settings_(settings) {}
     std::string name() const override { return "full"; }
-    LayerResult compress(const LayerCapture& capture) override;
+    const CodecSettings& settings() const override { return settings_; }
+    std::shared_ptr<const LayerAnalysis> analyse(const LayerCapture& capture) override;
+    LayerAllocation allocate(const LayerAnalysis& analysis, const CodecSettings& budget) override;
+    LayerKV materialise(const LayerCapture& capture, const LayerAnalysis& analysis,
+                        const LayerAllocation& allocation) override;
 
   private:
     CodecSettings settings_;

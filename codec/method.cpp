@@ -1,5 +1,7 @@
 #include "codec/method.h"
 
+#include <chrono>
+
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
@@ -50,6 +52,28 @@ CaptureShape check_capture(const LayerCapture& c, const std::string& who, bool n
         }
     }
     return s;
+}
+
+LayerResult CompressionMethod::compress(const LayerCapture& capture) {
+    const std::shared_ptr<const LayerAnalysis> analysis = analyse(capture);
+    LayerAllocation allocation = allocate(*analysis, settings());
+    const auto t0 = std::chrono::steady_clock::now();
+    LayerResult out;
+    out.kv = materialise(capture, *analysis, allocation);
+    out.diagnostics = std::move(allocation.diagnostics);
+    out.diagnostics.timing.reconstruction =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return out;
+}
+
+std::string structural_difference(const CodecSettings& a, const CodecSettings& b) {
+    if (a.stride != b.stride) return fmt::format("stride {} vs {}", a.stride, b.stride);
+    if (a.anchors != b.anchors) return fmt::format("anchors {} vs {}", a.anchors, b.anchors);
+    if (a.window != b.window) return fmt::format("window {} vs {}", a.window, b.window);
+    if (a.obs_window != b.obs_window) return fmt::format("obs_window {} vs {}", a.obs_window, b.obs_window);
+    if (a.pool_kernel != b.pool_kernel)
+        return fmt::format("pool_kernel {} vs {}", a.pool_kernel, b.pool_kernel);
+    return "";
 }
 
 void sync_for_timing(const at::Tensor& t, bool enabled) {

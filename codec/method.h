@@ -1,8 +1,10 @@
 #pragma once
 // One interface for every KV-cache compression method: a method receives one layer's end-of-prefill
-// capture (pre-/post-RoPE keys, values, observation-window queries, RoPE tables) and returns the layer's
-// new cache plus diagnostics. Methods are created by name through codec/registry.h.
+// capture (pre-/post-RoPE keys, values, observation-window queries, RoPE tables), analyses it once,
+// allocates any number of budgets on the analysis and materialises the layer's new cache for one of them.
+// Methods are created by name through codec/registry.h.
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include <ATen/core/Tensor.h>
@@ -58,6 +60,10 @@ struct LayerDiagnostics {
     int64_t full_bytes = 0;     // L * D * element size of the cache dtype
     double footprint = 0;       // stored_bytes / full_bytes: accounted, the runtime cache still holds L x D
     double mean_rel_error = 0;  // mean over all L tokens of ||z - z^|| / ||z|| (exact 0, evicted 1)
+    // Distortion that says what matters (core/capture.h's add_distortion; -1 when not measured):
+    double weighted_rel_error =
+        -1;  // ||z - z^|| / ||z|| weighted by VarRate's salience (where attention looks)
+    double attn_output_error = -1;  // ||o - o^|| / ||o|| of the observation-window queries, mean over heads
     StageTiming timing;
 
     at::Tensor salience;       // [L] fp32, raw window-attention salience
@@ -73,13 +79,47 @@ struct LayerResult {
     LayerDiagnostics diagnostics;
 };
 
+// What analyse() computed for one layer: everything that does not depend on the budget (kappa, r_min, R),
+// so that one analysis serves every budget. Each method derives its own.
+struct LayerAnalysis {
+    virtual ~LayerAnalysis() = default;
+    int64_t layer = 0;
+    int64_t n_tokens = 0;  // L
+    StageTiming timing;    // the budget-independent stages
+};
+
+// One budget's choice on an analysed layer: diagnostics (counts, accounted footprint, per-token rank and
+// error) plus what materialise() needs.
+struct LayerAllocation {
+    LayerDiagnostics diagnostics;
+    at::Tensor coded_ranks;  // [n_coded] int64 on the compute device (VarRate/flat)
+    at::Tensor kept;         // [n_kv_head, kept] int64 ascending positions on the compute device (SnapKV)
+};
+
+// Every method in three steps, so that one prefill capture serves every method and budget:
+//   analyse     budget-independent, once per capture and structural setting (stride, c, window, w_obs, pool);
+//   allocate    a budget's ranks or kept positions and its diagnostics: milliseconds, no reconstruction;
+//   materialise the layer's cache for decoding.
+// compress() runs the three with the settings the method was made with.
 class CompressionMethod {
   public:
     virtual ~CompressionMethod() = default;
     virtual std::string name() const = 0;
-    // Compresses one layer. Throws Error for infeasible settings or malformed captures.
-    virtual LayerResult compress(const LayerCapture& capture) = 0;
+    // The settings the method was made with (R possibly clamped to D).
+    virtual const CodecSettings& settings() const = 0;
+    // Throws Error for malformed captures or settings that no budget can meet.
+    virtual std::shared_ptr<const LayerAnalysis> analyse(const LayerCapture& capture) = 0;
+    // Reads budget, r_min, rank and paper_accounting of `budget`; its structural settings must be the
+    // method's. Throws InfeasibleBudget when this L cannot meet the budget.
+    virtual LayerAllocation allocate(const LayerAnalysis& analysis, const CodecSettings& budget) = 0;
+    virtual LayerKV materialise(const LayerCapture& capture, const LayerAnalysis& analysis,
+                                const LayerAllocation& allocation) = 0;
+
+    LayerResult compress(const LayerCapture& capture);
 };
+
+// The structural settings (those analyse() depends on) of a and b differ: names the first that does.
+std::string structural_difference(const CodecSettings& a, const CodecSettings& b);
 
 // Bytes per element of a cache dtype (fp32 4, bf16/fp16 2).
 int64_t element_size(at::ScalarType t);

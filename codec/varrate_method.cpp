@@ -63,29 +63,52 @@ const at::Tensor& VarRateMethod::basis_on(int64_t layer, int64_t rank, const at:
     return cached;
 }
 
-LayerResult VarRateMethod::compress(const LayerCapture& capture) {
+namespace {
+
+struct VarRateAnalysis : LayerAnalysis {
+    int64_t n_kv_head = 0, head_dim = 0, dim = 0, rank = 0;  // rank: the coefficients held, R
+    at::ScalarType dtype = at::kFloat;
+    AnchorLayout layout;
+    at::Tensor coded;     // [n_coded] int64 positions on the device
+    at::Tensor salience;  // [L] CPU fp32 raw salience (VarRate only)
+    at::Tensor s_hat;     // [n_coded] fp32, normalised over the coded set (flat: ones)
+    at::Tensor mean;      // [n_coded, D] fp32 z-bar
+    at::Tensor coeff;     // [n_coded, R] fp32 coefficients as stored (rounded to the cache dtype)
+    at::Tensor err_sq;    // [n_coded, R + 1] fp32 ||z - z^||^2 when the token keeps r coefficients
+    at::Tensor z_norm;    // [n_coded] fp32 ||z||
+};
+
+}  // namespace
+
+std::shared_ptr<const LayerAnalysis> VarRateMethod::analyse(const LayerCapture& capture) {
     auto t = Clock::now();
     const CaptureShape shape = check_capture(capture, name(), /*needs_pre_rope=*/true);
-    // Settings errors first (they name the smallest feasible kappa), before any work.
-    plan_codec_budget(settings_, shape.n_tokens, 2 * shape.n_kv_head * shape.head_dim,
+    // Structural errors (L too short for the anchors and the window, r_min above R) before any work; the
+    // budget is allocate()'s to check, so plan at kappa = 1.
+    CodecSettings structural = settings_;
+    structural.budget = 1.0;
+    plan_codec_budget(structural, shape.n_tokens, 2 * shape.n_kv_head * shape.head_dim,
                       element_size(capture.keys.scalar_type()), name(), basis_->info().self_calibrated);
     if (allocation_ == RankAllocation::Uniform) {
         // Flat: a constant signal, which the shared path turns into exactly uniform ranks.
-        return compress_with_salience(capture,
-                                      at::ones({shape.n_tokens}, capture.keys.options().dtype(at::kFloat)));
+        return analyse_with_salience(capture,
+                                     at::ones({shape.n_tokens}, capture.keys.options().dtype(at::kFloat)));
     }
     at::Tensor s = varrate_salience(capture, settings_.obs_window, settings_.pool_kernel);
     sync_for_timing(s, settings_.precise_timing);
-    return compress_with_salience(capture, s, ms_since(t));
+    return analyse_with_salience(capture, s, ms_since(t));
 }
 
-LayerResult VarRateMethod::compress_with_salience(const LayerCapture& capture, const at::Tensor& salience,
-                                                  double salience_ms) {
+std::shared_ptr<const LayerAnalysis> VarRateMethod::analyse_with_salience(const LayerCapture& capture,
+                                                                          const at::Tensor& salience,
+                                                                          double salience_ms) {
     const CaptureShape shape = check_capture(capture, name(), /*needs_pre_rope=*/true);
     const int64_t n_tok = shape.n_tokens, dim = 2 * shape.n_kv_head * shape.head_dim;
     const at::ScalarType dtype = capture.keys.scalar_type();
-    const CodecBudget plan =
-        plan_codec_budget(settings_, n_tok, dim, element_size(dtype), name(), basis_->info().self_calibrated);
+    CodecSettings structural = settings_;
+    structural.budget = 1.0;
+    const CodecBudget plan = plan_codec_budget(structural, n_tok, dim, element_size(dtype), name(),
+                                               basis_->info().self_calibrated);
     if (!salience.defined() || salience.dim() != 1 || salience.size(0) != n_tok)
         throw Error(fmt::format("{}: layer {} salience must be [L={}]", name(), capture.layer, n_tok));
     if (capture.layer < 0 || capture.layer >= basis_->n_layer())
@@ -102,67 +125,95 @@ LayerResult VarRateMethod::compress_with_salience(const LayerCapture& capture, c
             name(), basis_->info().rank, rank, basis_->info().rank, n_tok, plan.min_feasible_budget));
     const bool sync = settings_.precise_timing;
     const auto dev = capture.keys.device();
-    LayerDiagnostics d;
-    d.method = name();
-    d.layer = capture.layer;
-    d.n_tokens = n_tok;
-    d.dim = dim;
-    d.timing.salience = salience_ms;
+    auto a = std::make_shared<VarRateAnalysis>();
+    a->layer = capture.layer;
+    a->n_tokens = n_tok;
+    a->n_kv_head = shape.n_kv_head;
+    a->head_dim = shape.head_dim;
+    a->dim = dim;
+    a->rank = rank;
+    a->dtype = dtype;
+    a->timing.salience = salience_ms;
     auto t = Clock::now();
 
     // 1-3: joint vectors, exact/coded split, residuals to the nearest anchors' mean.
-    const AnchorLayout layout = make_anchor_layout(n_tok, settings_.stride, settings_.window);
-    const at::Tensor coded = layout.coded_pos.to(dev);
+    a->layout = make_anchor_layout(n_tok, settings_.stride, settings_.window);
+    a->coded = a->layout.coded_pos.to(dev);
     const at::Tensor z = joint_vectors(capture.keys_pre_rope, capture.values);  // [L, D] fp32
-    const AnchorResiduals res = anchor_residuals(z, layout, settings_.anchors);
+    AnchorResiduals res = anchor_residuals(z, a->layout, settings_.anchors);
+    a->mean = std::move(res.mean);
     sync_for_timing(res.residual, sync);
-    d.timing.anchor_search = ms_since(t);
+    a->timing.anchor_search = ms_since(t);
 
-    // 4-11: salience over the coded set, water-filled into integer ranks with sum B.
-    const at::Tensor s_coded = salience.to(dev, at::kFloat).index_select(0, coded);
-    const at::Tensor s_hat = normalise_salience(s_coded);
-    const at::Tensor ranks = water_fill(s_hat, plan.budget_B, settings_.r_min, rank);  // [n_coded] int64
-    sync_for_timing(ranks, sync);
-    d.timing.water_filling = ms_since(t);
+    // Salience over the coded set, normalised once: every budget water-fills the same signal.
+    a->s_hat = normalise_salience(salience.to(dev, at::kFloat).index_select(0, a->coded));
+    if (allocation_ == RankAllocation::Salience) a->salience = salience.to(at::kCPU, at::kFloat);
 
-    // 12: one projection at full rank R, truncated per token to its leading r_t coefficients, which are
-    // stored (and charged) at cache precision: round them, so the reconstruction is what would be decoded.
+    // 12: one projection at full rank R. Coefficients are stored (and charged) at cache precision: round
+    // them, so that the reconstruction is what would be decoded.
     const at::Tensor& V = basis_on(capture.layer, rank, dev, dtype);  // [R, D]
-    at::Tensor coeff = res.residual.mm(V.t());                        // [n_coded, R] fp32
-    if (dtype != at::kFloat) coeff = coeff.to(dtype).to(at::kFloat);
-    coeff.mul_(at::arange(rank, ranks.options()).unsqueeze(0) < ranks.unsqueeze(1));
-    sync_for_timing(coeff, sync);
-    d.timing.projection = ms_since(t);
+    const at::Tensor exact = res.residual.mm(V.t());                  // [n_coded, R] fp32
+    a->coeff = dtype != at::kFloat ? exact.to(dtype).to(at::kFloat) : exact;
+    // The error at every rank r, from coefficient energies (the basis rows are orthonormal):
+    //   ||z - z^(r)||^2 = ||res_perp||^2 + sum_{i<r} (c_i - c^_i)^2 + sum_{i>=r} c_i^2,
+    // res_perp the residual's part outside the R rows (zero when R = D). Suffix sums of positive terms keep
+    // fp32 accurate where the error is small; the perpendicular part is formed in fp64.
+    const int64_t n_coded = exact.size(0);
+    const at::Tensor sq = exact.square();
+    at::Tensor table = at::zeros({n_coded, rank + 1}, exact.options());
+    table.narrow(1, 0, rank).copy_(sq.flip({1}).cumsum(1).flip({1}));
+    if (dtype != at::kFloat) table.narrow(1, 1, rank).add_((exact - a->coeff).square().cumsum(1));
+    if (rank < dim) {
+        const at::Tensor perp = (res.residual.to(at::kDouble).square().sum(1) - sq.to(at::kDouble).sum(1))
+                                    .clamp_min(0)
+                                    .to(at::kFloat);
+        table.add_(perp.unsqueeze(1));
+    }
+    a->err_sq = std::move(table);
+    a->z_norm = z.index_select(0, a->coded).norm(2, {1});
+    sync_for_timing(a->err_sq, sync);
+    a->timing.projection = ms_since(t);
+    return a;
+}
 
-    // 12-14: z^ = z-bar + V^T (m . c); exact tokens are copied untouched; keys re-rotated to post-RoPE.
-    const int64_t n_kv = shape.n_kv_head, hd = shape.head_dim, n_coded = plan.n_coded;
-    const at::Tensor z_hat = at::addmm(res.mean, coeff, V);                             // [n_coded, D] fp32
-    const at::Tensor parts = z_hat.view({n_coded, 2, n_kv, hd}).permute({1, 2, 0, 3});  // [2, G, n_coded, hd]
-    const at::Tensor cos = capture.rope_cos.index_select(0, coded).to(at::kFloat);      // [n_coded, hd]
-    const at::Tensor sin = capture.rope_sin.index_select(0, coded).to(at::kFloat);
-    const at::Tensor k_post = apply_rope(parts[0], cos, sin);  // [G, n_coded, hd]
-    LayerResult out;
-    out.kv.keys = capture.keys.clone();
-    out.kv.values = capture.values.clone();
-    out.kv.keys.index_copy_(1, coded, k_post.to(dtype));
-    out.kv.values.index_copy_(1, coded, parts[1].to(dtype));
-    sync_for_timing(out.kv.values, sync);
-    d.timing.reconstruction = ms_since(t);
+LayerAllocation VarRateMethod::allocate(const LayerAnalysis& analysis, const CodecSettings& budget) {
+    auto t = Clock::now();
+    const auto& a = dynamic_cast<const VarRateAnalysis&>(analysis);
+    const std::string diff = structural_difference(settings_, budget);
+    if (!diff.empty())
+        throw Error(fmt::format("{}: layer {} was analysed with other settings ({})", name(), a.layer, diff));
+    const int64_t n_tok = a.n_tokens, dim = a.dim;
+    const CodecBudget plan =
+        plan_codec_budget(budget, n_tok, dim, element_size(a.dtype), name(), basis_->info().self_calibrated);
+    const int64_t rank = plan.rank_cap;
+    if (rank > a.rank)
+        throw Error(fmt::format("{}: layer {} was analysed at rank R={}; R={} needs a new analysis", name(),
+                                a.layer, a.rank, rank));
+
+    // 4-11: water-filling of B by the normalised salience into integer ranks with sum B.
+    LayerAllocation out;
+    out.coded_ranks = water_fill(a.s_hat, plan.budget_B, budget.r_min, rank);  // [n_coded] int64
+    const at::Tensor& ranks = out.coded_ranks;
+    const at::Tensor err = a.err_sq.gather(1, ranks.unsqueeze(1)).squeeze(1).clamp_min(0).sqrt() /
+                           a.z_norm.clamp_min(1e-30);  // [n_coded]
 
     // Diagnostics: built on the device, copied to the host once.
-    const at::Tensor z_coded = z.index_select(0, coded);
-    const at::Tensor err =
-        (z_coded - z_hat.to(dtype).to(at::kFloat)).norm(2, {1}) / z_coded.norm(2, {1}).clamp_min(1e-30);
-    auto fopts = z.options();
+    const at::Tensor& coded = a.coded;
+    auto fopts = a.z_norm.options();
     at::Tensor rank_all = at::full({n_tok}, dim, ranks.options()).index_copy_(0, coded, ranks);
     at::Tensor err_all = at::zeros({n_tok}, fopts).index_copy_(0, coded, err);
-    at::Tensor norm_all = at::zeros({n_tok}, fopts).index_copy_(0, coded, s_hat);
+    at::Tensor norm_all = at::zeros({n_tok}, fopts).index_copy_(0, coded, a.s_hat);
     const at::Tensor rf = ranks.to(at::kDouble);
     const at::Tensor stats =
-        at::stack({rf.sum(), rf.min(), rf.max(), rf.mean(), (ranks == settings_.r_min).to(at::kDouble).mean(),
+        at::stack({rf.sum(), rf.min(), rf.max(), rf.mean(), (ranks == budget.r_min).to(at::kDouble).mean(),
                    err_all.to(at::kDouble).mean()})
             .to(at::kCPU);
     const double* st = stats.data_ptr<double>();
+    LayerDiagnostics& d = out.diagnostics;
+    d.method = name();
+    d.layer = a.layer;
+    d.n_tokens = n_tok;
+    d.dim = dim;
     d.budget_B = plan.budget_B;
     d.sum_ranks = static_cast<int64_t>(st[0]);
     d.n_exact = plan.n_exact;
@@ -177,13 +228,37 @@ LayerResult VarRateMethod::compress_with_salience(const LayerCapture& capture, c
     d.stored_bytes = plan.stored_bytes(d.sum_ranks);
     d.full_bytes = plan.full_bytes();
     d.footprint = static_cast<double>(d.stored_bytes) / static_cast<double>(d.full_bytes);
-    if (allocation_ == RankAllocation::Salience) d.salience = salience.to(at::kCPU, at::kFloat);
+    d.salience = a.salience;
     d.salience_norm = norm_all.to(at::kCPU);
     d.rank = rank_all.to(at::kCPU);
-    d.exact = layout.exact_mask;
+    d.exact = a.layout.exact_mask;
     d.rel_error = err_all.to(at::kCPU);
-    out.diagnostics = std::move(d);
+    d.timing = a.timing;
+    d.timing.water_filling = ms_since(t);
     return out;
+}
+
+LayerKV VarRateMethod::materialise(const LayerCapture& capture, const LayerAnalysis& analysis,
+                                   const LayerAllocation& allocation) {
+    const auto& a = dynamic_cast<const VarRateAnalysis&>(analysis);
+    const at::Tensor& ranks = allocation.coded_ranks;  // [n_coded]
+    if (!ranks.defined() || ranks.size(0) != a.coded.size(0))
+        throw Error(fmt::format("{}: layer {} allocation does not match its analysis", name(), a.layer));
+    // z^ = z-bar + V^T (m . c), each token truncated to its leading r_t coefficients; exact tokens are
+    // copied untouched; keys re-rotated to post-RoPE.
+    const at::Tensor& V = basis_on(a.layer, a.rank, a.coded.device(), a.dtype);  // [R, D]
+    const at::Tensor keep = at::arange(a.rank, ranks.options()).unsqueeze(0) < ranks.unsqueeze(1);
+    const at::Tensor z_hat = at::addmm(a.mean, a.coeff * keep, V);  // [n_coded, D] fp32
+    const int64_t n_kv = a.n_kv_head, hd = a.head_dim, n_coded = z_hat.size(0);
+    const at::Tensor parts = z_hat.view({n_coded, 2, n_kv, hd}).permute({1, 2, 0, 3});  // [2, G, n_coded, hd]
+    const at::Tensor cos = capture.rope_cos.index_select(0, a.coded).to(at::kFloat);    // [n_coded, hd]
+    const at::Tensor sin = capture.rope_sin.index_select(0, a.coded).to(at::kFloat);
+    const at::Tensor k_post = apply_rope(parts[0], cos, sin);  // [G, n_coded, hd]
+    LayerKV kv{capture.keys.clone(), capture.values.clone()};
+    kv.keys.index_copy_(1, a.coded, k_post.to(a.dtype));
+    kv.values.index_copy_(1, a.coded, parts[1].to(a.dtype));
+    sync_for_timing(kv.values, settings_.precise_timing);
+    return kv;
 }
 
 }  // namespace varrate

@@ -20,12 +20,19 @@ class VarRateMethod : public CompressionMethod {
     VarRateMethod(const CodecSettings& settings, std::shared_ptr<const Basis> basis,
                   RankAllocation allocation);
     std::string name() const override { return allocation_ == RankAllocation::Salience ? "varrate" : "flat"; }
-    LayerResult compress(const LayerCapture& capture) override;
+    const CodecSettings& settings() const override { return settings_; }
+    // Salience, anchors, residuals, their coefficients at the full rank R and, per token, the error at every
+    // rank (so that allocate() never reconstructs).
+    std::shared_ptr<const LayerAnalysis> analyse(const LayerCapture& capture) override;
+    LayerAllocation allocate(const LayerAnalysis& analysis, const CodecSettings& budget) override;
+    LayerKV materialise(const LayerCapture& capture, const LayerAnalysis& analysis,
+                        const LayerAllocation& allocation) override;
 
-    // The codec with an explicit raw salience [L] (any device; only its coded entries matter). A constant
+    // analyse() with an explicit raw salience [L] (any device; only its coded entries matter). A constant
     // salience gives exactly the flat codec's ranks and output. salience_ms is reported as the salience time.
-    LayerResult compress_with_salience(const LayerCapture& capture, const at::Tensor& salience,
-                                       double salience_ms = 0);
+    std::shared_ptr<const LayerAnalysis> analyse_with_salience(const LayerCapture& capture,
+                                                               const at::Tensor& salience,
+                                                               double salience_ms = 0);
 
     // A self-calibrated basis is part of what a decoder of this context needs: charged to the budget at
     // cache precision (and used at that precision) unless paper_accounting.

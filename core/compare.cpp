@@ -4,6 +4,7 @@
 #include <cctype>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <sstream>
 
 #include <ATen/ATen.h>
@@ -14,6 +15,7 @@
 #include "codec/registry.h"
 #include "core/base/error.h"
 #include "core/base/json_field.h"
+#include "core/capture.h"
 #include "core/prompt.h"
 #include "core/token_text.h"
 #include "models/generate.h"
@@ -42,34 +44,6 @@ std::vector<int64_t> greedy_from(const Session& s, KVCache& cache, at::Tensor lo
     opt.cancel = job.cancel;
     return decode_greedy(s.model(), cache, logits.select(0, logits.size(0) - 1), opt).generated;
 }
-
-// Compresses through the method while the prefill runs; collects diagnostics and codec time.
-struct CompressingPrefill {
-    CompressionMethod* method = nullptr;
-    std::vector<LayerDiagnostics> layers;
-    double compress_ms = 0, prefill_ms = 0;
-
-    at::Tensor run(const Session& s, const std::vector<int64_t>& ids, KVCache& cache,
-                   const CodecSettings& settings, const JobControl& job) {
-        layers.clear();
-        compress_ms = 0;
-        ForwardOptions fo;
-        fo.cancel = job.cancel;
-        fo.observer_window = settings.obs_window;
-        fo.progress = job.progress;
-        fo.observer = [this](const LayerCapture& cap) -> std::optional<LayerKV> {
-            const auto t0 = Clock::now();
-            LayerResult r = method->compress(cap);
-            compress_ms += ms_since(t0);
-            layers.push_back(std::move(r.diagnostics));
-            return std::move(r.kv);
-        };
-        const auto t0 = Clock::now();
-        at::Tensor logits = s.model().forward(ids, cache, fo);
-        prefill_ms = ms_since(t0) - compress_ms;
-        return logits;
-    }
-};
 
 void add_footprint(MethodRun& run) {
     run.stored_bytes = run.full_bytes = run.basis_bytes = 0;
@@ -141,6 +115,63 @@ bool answer_matches(const std::string& response, const std::string& expected) {
     return !want.empty() && lower_trim(response).find(want) != std::string::npos;
 }
 
+std::vector<double> request_budgets(const std::vector<double>& budgets, const CodecSettings& settings) {
+    std::vector<double> out = budgets.empty() ? std::vector<double>{settings.budget} : budgets;
+    for (double b : out)
+        if (!(b > 0.0 && b <= 1.0))
+            throw Error(
+                fmt::format("budget {} is outside (0, 1]: kappa is the fraction of the cache kept", b));
+    return out;
+}
+
+namespace {
+
+// One (method, budget) of a comparison and where its results go.
+struct RunSlot {
+    size_t method = 0;  // index into req.methods
+    double budget = 1.0;
+    CodecSettings settings;  // req.settings with this budget
+    MethodRun run;
+};
+
+// The ids a question's answer is decoded after, given the compressed part.
+std::vector<int64_t> decode_inputs(const PromptParts& p, CompressionMode mode) {
+    std::vector<int64_t> ids;
+    if (mode == CompressionMode::QueryAgnostic) ids = p.question_ids;
+    ids.insert(ids.end(), p.prefix_ids.begin(), p.prefix_ids.end());
+    return ids;
+}
+
+// Answers every question from a compressed cache. Query-agnostic: `cache` holds the context and each
+// question is decoded after it, restoring the cache in between. Query-aware: `cache` holds context +
+// question `qi` only.
+void answer_from(const Session& s, KVCache& cache, const at::Tensor& last_logits,
+                 const std::vector<PromptParts>& parts, const CompareRequest& req,
+                 std::optional<size_t> only_q, MethodRun& run, const JobControl& job) {
+    const KVCache::Snapshot compressed = cache.snapshot();
+    for (size_t qi = 0; qi < req.questions.size(); ++qi) {
+        if (only_q && *only_q != qi) continue;
+        if (req.mode == CompressionMode::QueryAgnostic && parts[qi].question_ids.empty())
+            throw Error("question " + std::to_string(qi + 1) + " is empty");
+        const std::vector<int64_t> ids = decode_inputs(parts[qi], req.mode);
+        const at::Tensor logits = ids.empty() ? last_logits : s.model().forward(ids, cache);
+        run.answer_ids.push_back(greedy_from(s, cache, logits, req.max_new_tokens, job));
+        cache.restore(compressed);
+    }
+}
+
+void mark_infeasible(RunSlot& slot, const std::string& why) {
+    MethodRun r;
+    r.method = slot.run.method;
+    r.budget = slot.run.budget;
+    r.self_calibrated = slot.run.self_calibrated;
+    r.basis_accounting = slot.run.basis_accounting;
+    r.infeasible = why;
+    slot.run = std::move(r);
+}
+
+}  // namespace
+
 CompareResult run_compare(const Session& s, const CompareRequest& req, const JobControl& job) {
     if (req.methods.empty()) throw Error("no methods to compare");
     if (!req.answers.empty() && req.answers.size() != req.questions.size())
@@ -151,6 +182,7 @@ CompareResult run_compare(const Session& s, const CompareRequest& req, const Job
             fmt::format("{} answer prefixes for {} questions: give one --answer-prefix per --question",
                         req.answer_prefixes.size(), req.questions.size()));
     if (req.max_new_tokens < 1) throw Error("--max-new-tokens must be at least 1");
+    const std::vector<double> budgets = request_budgets(req.budgets, req.settings);
     const Tokenizer& tok = s.tokenizer();
 
     // Token ids: the context part is shared by all questions; each question adds its own part.
@@ -161,8 +193,13 @@ CompareResult run_compare(const Session& s, const CompareRequest& req, const Job
         parts.push_back(build_prompt(tok, req.context, questions[qi], req.chat,
                                      req.answer_prefixes.empty() ? std::string() : req.answer_prefixes[qi]));
     const std::vector<int64_t>& context_ids = parts[0].context_ids;
+    auto compressed_ids = [&](size_t qi) {
+        std::vector<int64_t> ids = parts[qi].context_ids;
+        if (req.mode == CompressionMode::QueryAware)
+            ids.insert(ids.end(), parts[qi].question_ids.begin(), parts[qi].question_ids.end());
+        return ids;
+    };
 
-    std::shared_ptr<const Basis> basis;
     CompareResult result;
     size_t longest = 0;
     for (const PromptParts& p : parts)
@@ -172,84 +209,132 @@ CompareResult run_compare(const Session& s, const CompareRequest& req, const Job
                           fmt::format("the longest prompt ({} tokens) plus up to {} generated tokens",
                                       longest, req.max_new_tokens));
     if (!beyond.empty()) result.warnings.push_back(beyond);
+    std::shared_ptr<const Basis> basis;
     for (const auto& name : req.methods) {
         if (method_needs_basis(name) && !basis) basis = s.basis_for(context_ids, req.settings, job);
     }
     result.basis_source = basis ? (basis->info().self_calibrated ? "self-calibrated" : s.basis_source()) : "";
 
-    const int64_t n_methods = static_cast<int64_t>(req.methods.size());
-    for (int64_t mi = 0; mi < n_methods; ++mi) {
+    // One slot per (method, budget); `full` once.
+    std::vector<RunSlot> slots;
+    for (size_t mi = 0; mi < req.methods.size(); ++mi) {
         const std::string& name = req.methods[mi];
+        for (double b : budgets) {
+            RunSlot slot;
+            slot.method = mi;
+            slot.budget = name == "full" ? 1.0 : b;
+            slot.settings = req.settings;
+            slot.settings.budget = b;
+            slot.run.method = name;
+            slot.run.budget = slot.budget;
+            slot.run.self_calibrated = method_needs_basis(name) && basis->info().self_calibrated;
+            slot.run.basis_accounting = basis_accounting(name, slot.run.self_calibrated, slot.settings);
+            slots.push_back(std::move(slot));
+            if (name == "full") break;
+        }
+    }
+    auto make = [&](const RunSlot& slot) {
+        const std::string& name = req.methods[slot.method];
+        return make_method(name, slot.settings, method_needs_basis(name) ? basis : nullptr);
+    };
+    auto infeasible = [&](RunSlot& slot, const InfeasibleBudget& e) {
+        // A sweep over lengths records the cell and goes on; a single run reports it.
+        if (!req.skip_infeasible) throw e;
+        mark_infeasible(slot, e.what());
+    };
+    const int64_t n_steps = static_cast<int64_t>(slots.size() * questions.size());
+    int64_t step = 0;
+    auto progress = [&](const RunSlot& slot) {
         check_cancel(job);
-        if (job.progress) job.progress("compress " + name, mi, n_methods);
-        auto method = make_method(name, req.settings, method_needs_basis(name) ? basis : nullptr);
-        CompressingPrefill prefill;
-        prefill.method = method.get();
-        MethodRun run;
-        run.method = name;
-        run.budget = name == "full" ? 1.0 : req.settings.budget;
-        run.self_calibrated = method_needs_basis(name) && basis->info().self_calibrated;
-        run.basis_accounting = basis_accounting(name, run.self_calibrated, req.settings);
+        job.report("compress " + req.methods[slot.method], step++, n_steps);
+    };
 
-        try {
-            if (req.mode == CompressionMode::QueryAgnostic) {
-                // Compress the context once; every question decodes after it and the cache is restored in
-                // between.
-                KVCache cache = s.model().new_cache();
-                prefill.run(s, context_ids, cache, req.settings, job);
-                run.prefill_ms += prefill.prefill_ms;
-                run.compress_ms += prefill.compress_ms;
-                run.context_ids = context_ids;
-                run.layers = prefill.layers;
-                const KVCache::Snapshot compressed = cache.snapshot();
-                for (size_t qi = 0; qi < req.questions.size(); ++qi) {
-                    if (parts[qi].question_ids.empty())
-                        throw Error("question " + std::to_string(qi + 1) + " is empty");
-                    std::vector<int64_t> ids = parts[qi].question_ids;
-                    ids.insert(ids.end(), parts[qi].prefix_ids.begin(), parts[qi].prefix_ids.end());
-                    at::Tensor logits = s.model().forward(ids, cache);
-                    run.answer_ids.push_back(greedy_from(s, cache, logits, req.max_new_tokens, job));
-                    cache.restore(compressed);
+    const size_t n_capture = req.mode == CompressionMode::QueryAgnostic ? 1 : questions.size();
+    for (size_t ci = 0; ci < n_capture; ++ci) {
+        const std::vector<int64_t> ids = compressed_ids(ci);
+        const std::optional<size_t> only_q =
+            req.mode == CompressionMode::QueryAware ? std::optional<size_t>(ci) : std::nullopt;
+        if (req.shared_capture) {
+            const PrefillCapture capture = capture_prefill(s.model(), ids, req.settings, job);
+            size_t first = 0;
+            while (first < slots.size()) {
+                // The slots of one method share its analysis.
+                size_t last = first;
+                while (last < slots.size() && slots[last].method == slots[first].method) ++last;
+                if (!slots[first].run.infeasible.empty()) {
+                    first = last;
+                    continue;
                 }
-            } else {
-                // The question is inside the compressed context: one compression per question.
-                for (size_t qi = 0; qi < questions.size(); ++qi) {
-                    std::vector<int64_t> ids = parts[qi].context_ids;
-                    ids.insert(ids.end(), parts[qi].question_ids.begin(), parts[qi].question_ids.end());
-                    KVCache cache = s.model().new_cache();
-                    at::Tensor logits = prefill.run(s, ids, cache, req.settings, job);
-                    run.prefill_ms += prefill.prefill_ms;
-                    run.compress_ms += prefill.compress_ms;
-                    if (qi == 0) {
-                        run.context_ids = ids;
-                        run.layers = prefill.layers;
+                auto method = make(slots[first]);
+                std::unique_ptr<MethodAnalysis> analysis;
+                try {
+                    analysis = std::make_unique<MethodAnalysis>(*method, capture, job);
+                } catch (const InfeasibleBudget& e) {
+                    for (size_t k = first; k < last; ++k) infeasible(slots[k], e);
+                    first = last;
+                    continue;
+                }
+                for (size_t k = first; k < last; ++k) {
+                    RunSlot& slot = slots[k];
+                    if (!slot.run.infeasible.empty()) continue;
+                    progress(slot);
+                    try {
+                        const auto t0 = Clock::now();
+                        std::vector<LayerAllocation> alloc = analysis->allocate(slot.settings);
+                        const std::vector<LayerKV> layers = analysis->materialise(alloc);
+                        slot.run.compress_ms += analysis->analyse_ms() + ms_since(t0);
+                        slot.run.analyse_ms += analysis->analyse_ms();
+                        slot.run.prefill_ms += capture.prefill_ms;
+                        if (ci == 0) {
+                            slot.run.context_ids = ids;
+                            for (LayerAllocation& a : alloc)
+                                slot.run.layers.push_back(std::move(a.diagnostics));
+                        }
+                        if (!req.questions.empty()) {
+                            KVCache cache = cache_from_layers(s.model(), layers, capture.next_position);
+                            answer_from(s, cache, capture.last_logits, parts, req, only_q, slot.run, job);
+                        }
+                    } catch (const InfeasibleBudget& e) {
+                        infeasible(slot, e);
                     }
-                    if (!parts[qi].prefix_ids.empty())
-                        logits = s.model().forward(parts[qi].prefix_ids, cache);
+                }
+                first = last;
+            }
+        } else {
+            for (RunSlot& slot : slots) {
+                if (!slot.run.infeasible.empty()) continue;
+                progress(slot);
+                try {
+                    auto method = make(slot);
+                    KVCache cache = s.model().new_cache();
+                    InPrefillResult r = compress_in_prefill(s.model(), *method, ids, cache, job);
+                    slot.run.prefill_ms += r.prefill_ms;
+                    slot.run.compress_ms += r.compress_ms;
+                    if (ci == 0) {
+                        slot.run.context_ids = ids;
+                        slot.run.layers = std::move(r.layers);
+                    }
                     if (!req.questions.empty())
-                        run.answer_ids.push_back(greedy_from(s, cache, logits, req.max_new_tokens, job));
+                        answer_from(s, cache, r.logits, parts, req, only_q, slot.run, job);
+                } catch (const InfeasibleBudget& e) {
+                    infeasible(slot, e);
                 }
             }
+        }
+    }
+    for (RunSlot& slot : slots) {
+        MethodRun& run = slot.run;
+        if (run.infeasible.empty()) {
             for (size_t qi = 0; qi < run.answer_ids.size(); ++qi) {
                 run.answers.push_back(tok.decode(run.answer_ids[qi], true));
                 if (!req.answers.empty())
                     run.correct.push_back(answer_matches(run.answers.back(), req.answers[qi]) ? 1 : 0);
             }
             add_footprint(run);
-        } catch (const InfeasibleBudget& e) {
-            // A sweep over lengths records the cell and goes on; a single run reports it.
-            if (!req.skip_infeasible) throw;
-            const std::string why = e.what();
-            run = MethodRun{};
-            run.method = name;
-            run.budget = req.settings.budget;
-            run.self_calibrated = method_needs_basis(name) && basis->info().self_calibrated;
-            run.basis_accounting = basis_accounting(name, run.self_calibrated, req.settings);
-            run.infeasible = why;
         }
         result.runs.push_back(std::move(run));
     }
-    if (job.progress) job.progress("done", n_methods, n_methods);
+    job.report("done", n_steps, n_steps);
     return result;
 }
 
@@ -270,6 +355,7 @@ nlohmann::json to_json(const MethodRun& run, bool per_token) {
     }
     m["prefill_ms"] = run.prefill_ms;
     m["compress_ms"] = run.compress_ms;
+    m["analyse_ms"] = run.analyse_ms;
     m["self_calibrated"] = run.self_calibrated;
     m["context_tokens"] = static_cast<int64_t>(run.context_ids.size());
     if (per_token) m["context_ids"] = run.context_ids;
@@ -294,6 +380,7 @@ MethodRun method_run_from_json(const nlohmann::json& j, const std::string& where
     r.correct = json_field<std::vector<int>>(j, "correct", where, {});  // booleans (older files: 0/1)
     r.prefill_ms = json_field<double>(j, "prefill_ms", where, 0);
     r.compress_ms = json_field<double>(j, "compress_ms", where, 0);
+    r.analyse_ms = json_field<double>(j, "analyse_ms", where, 0);
     r.self_calibrated = json_field<bool>(j, "self_calibrated", where, false);
     r.context_ids = json_field<std::vector<int64_t>>(j, "context_ids", where, {});
     r.infeasible = json_field<std::string>(j, "infeasible", where, "");
@@ -367,43 +454,52 @@ std::vector<PplRun> run_perplexity(const Session& s, const PplRequest& req, cons
     const at::Tensor targets =
         at::tensor(std::vector<int64_t>(req.ids.begin() + req.prefix_tokens, req.ids.end()));
 
+    const std::vector<double> budgets = request_budgets(req.budgets, req.settings);
     std::shared_ptr<const Basis> basis;
     for (const auto& name : req.methods)
         if (method_needs_basis(name) && !basis) basis = s.basis_for(prefix, req.settings, job);
 
+    // One capture of the prefix; each (method, budget) materialises its cache and scores the rest over it.
+    const PrefillCapture capture = capture_prefill(s.model(), prefix, req.settings, job);
     std::vector<PplRun> runs;
-    for (size_t mi = 0; mi < req.methods.size(); ++mi) {
+    const int64_t n_methods = static_cast<int64_t>(req.methods.size());
+    for (int64_t mi = 0; mi < n_methods; ++mi) {
         const std::string& name = req.methods[mi];
         check_cancel(job);
-        if (job.progress)
-            job.progress("ppl " + name, static_cast<int64_t>(mi), static_cast<int64_t>(req.methods.size()));
-        auto method = make_method(name, req.settings, method_needs_basis(name) ? basis : nullptr);
-        CompressingPrefill prefill;
-        prefill.method = method.get();
-        KVCache cache = s.model().new_cache();
-        at::Tensor first = prefill.run(s, prefix, cache, req.settings, job);  // [1, vocab]
-        at::Tensor logits = first;
-        if (!rest.empty()) {
-            ForwardOptions fo;
-            fo.all_logits = true;
-            fo.cancel = job.cancel;
-            logits = at::cat({first, s.model().forward(rest, cache, fo)}, 0);  // [n - prefix, vocab]
+        job.report("ppl " + name, mi, n_methods);
+        CodecSettings settings = req.settings;
+        auto method = make_method(name, settings, method_needs_basis(name) ? basis : nullptr);
+        const MethodAnalysis analysis(*method, capture, job);
+        for (double b : budgets) {
+            check_cancel(job);
+            settings.budget = b;
+            std::vector<LayerAllocation> alloc = analysis.allocate(settings);
+            KVCache cache = cache_from_layers(s.model(), analysis.materialise(alloc), capture.next_position);
+            at::Tensor logits = capture.last_logits;  // [1, vocab]
+            if (!rest.empty()) {
+                ForwardOptions fo;
+                fo.all_logits = true;
+                fo.cancel = job.cancel;
+                logits = at::cat({logits, s.model().forward(rest, cache, fo)}, 0);  // [n - prefix, vocab]
+            }
+            const at::Tensor logp = at::log_softmax(logits.to(at::kDouble), -1);
+            const double nll = -logp.gather(1, targets.unsqueeze(1)).mean().item<double>();
+            PplRun run;
+            run.method = name;
+            run.budget = name == "full" ? 1.0 : b;
+            run.nll = nll;
+            run.ppl = std::exp(nll);
+            run.scored_tokens = targets.size(0);
+            run.self_calibrated = method_needs_basis(name) && basis->info().self_calibrated;
+            run.basis_accounting = basis_accounting(name, run.self_calibrated, settings);
+            MethodRun tmp;
+            for (LayerAllocation& a : alloc) tmp.layers.push_back(std::move(a.diagnostics));
+            add_footprint(tmp);
+            run.footprint_fraction = tmp.footprint_fraction;
+            run.basis_bytes = tmp.basis_bytes;
+            runs.push_back(run);
+            if (name == "full") break;
         }
-        const at::Tensor logp = at::log_softmax(logits.to(at::kDouble), -1);
-        const double nll = -logp.gather(1, targets.unsqueeze(1)).mean().item<double>();
-        PplRun run;
-        run.method = name;
-        run.nll = nll;
-        run.ppl = std::exp(nll);
-        run.scored_tokens = targets.size(0);
-        run.self_calibrated = method_needs_basis(name) && basis->info().self_calibrated;
-        run.basis_accounting = basis_accounting(name, run.self_calibrated, req.settings);
-        MethodRun tmp;
-        tmp.layers = prefill.layers;
-        add_footprint(tmp);
-        run.footprint_fraction = tmp.footprint_fraction;
-        run.basis_bytes = tmp.basis_bytes;
-        runs.push_back(run);
     }
     return runs;
 }

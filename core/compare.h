@@ -26,7 +26,13 @@ struct CompareRequest {
     std::vector<std::string> answer_prefixes;
     std::vector<std::string> methods = method_names();  // every registered method
     CodecSettings settings;
+    // Every budget to run each compressing method at (empty: {settings.budget}); `full` runs once.
+    std::vector<double> budgets;
     CompressionMode mode = CompressionMode::QueryAware;
+    // true: one prefill capture (per question in query-aware mode) serves every method and budget
+    // (core/capture.h); false: one prefill per method, budget (and question), the method compressing inside
+    // it. Both give the same answers, ranks and footprints.
+    bool shared_capture = true;
     int64_t max_new_tokens = 32;
     bool chat = false;
     // A method whose budget this context cannot meet (InfeasibleBudget) gets a run with `infeasible` set
@@ -46,8 +52,9 @@ struct MethodRun {
     std::vector<std::string> answers;
     std::vector<std::vector<int64_t>> answer_ids;
     std::vector<int> correct;  // 1/0 per question when answers were given
-    double prefill_ms = 0;     // model time of the compressed prefill(s), codec excluded
-    double compress_ms = 0;    // time inside the codec
+    double prefill_ms = 0;     // model time of the prefill(s), codec excluded (shared: the capture's)
+    double compress_ms = 0;    // time inside the codec: analysis + allocation + materialisation
+    double analyse_ms = 0;     // of which the budget-independent analysis (shared by a method's budgets)
     bool self_calibrated = false;
     std::vector<int64_t> context_ids;      // what the (first) compression saw
     std::vector<LayerDiagnostics> layers;  // of the (first) compression
@@ -55,7 +62,7 @@ struct MethodRun {
 };
 
 struct CompareResult {
-    std::vector<MethodRun> runs;
+    std::vector<MethodRun> runs;        // per (method, budget), method-major in request order; `full` once
     std::string basis_source;           // file, or "self-calibrated"
     std::vector<std::string> warnings;  // e.g. positions beyond the model's (positions_warning)
 };
@@ -64,6 +71,9 @@ struct CompareResult {
 // per-sequence oracle, charged like any stored scalar), "basis not charged" (the same under paper
 // accounting), "basis file" (calibrated once on other texts, shared, not charged) or "no basis".
 std::string basis_accounting(const std::string& method, bool self_calibrated, const CodecSettings& s);
+
+// The budgets a request runs (req.budgets, else settings.budget), each checked to lie in (0, 1].
+std::vector<double> request_budgets(const std::vector<double>& budgets, const CodecSettings& settings);
 
 CompareResult run_compare(const Session& session, const CompareRequest& req, const JobControl& job = {});
 
@@ -84,6 +94,7 @@ struct PplRequest {
     int64_t prefix_tokens = 0;                          // compressed part
     std::vector<std::string> methods = method_names();  // every registered method
     CodecSettings settings;
+    std::vector<double> budgets;  // empty: {settings.budget}; `full` runs once
     // A text longer than the model's max_position_embeddings is refused (an Error naming
     // --allow-beyond-positions) unless this is set: a perplexity there measures untrained positions.
     bool allow_beyond_positions = false;
@@ -91,6 +102,7 @@ struct PplRequest {
 
 struct PplRun {
     std::string method;
+    double budget = 0;
     double ppl = 0, nll = 0;  // over tokens prefix_tokens..end
     int64_t scored_tokens = 0;
     double footprint_fraction = 0;  // accounted, basis_bytes included
@@ -100,6 +112,7 @@ struct PplRun {
 };
 
 // Compresses the first prefix_tokens' cache, then scores the rest with teacher forcing over it (paper A.1).
+// One prefill capture of the prefix serves every method and budget; one run per (method, budget).
 std::vector<PplRun> run_perplexity(const Session& session, const PplRequest& req, const JobControl& job = {});
 
 // Containment match: the expected answer (trimmed, case-insensitive) occurs in the response.

@@ -2,7 +2,13 @@
 
 #include <algorithm>
 #include <cctype>
+#include <fstream>
+#include <sstream>
 #include <thread>
+
+#if defined(VARRATE_WITH_CUDA)
+#include <cuda_runtime_api.h>
+#endif
 
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
@@ -25,6 +31,32 @@ std::string normalized(const std::string& s) {
 
 bool cuda_available() {
     return at::hasCUDA() && at::getNumGPUs() > 0;
+}
+
+int64_t available_memory_bytes(const c10::Device& device) {
+    if (device.is_cuda()) {
+#if defined(VARRATE_WITH_CUDA)
+        int previous = 0;
+        size_t free_bytes = 0, total_bytes = 0;
+        if (cudaGetDevice(&previous) != cudaSuccess) return -1;
+        const bool ok = cudaSetDevice(device.has_index() ? device.index() : 0) == cudaSuccess &&
+                        cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess;
+        cudaSetDevice(previous);
+        return ok ? static_cast<int64_t>(free_bytes) : -1;
+#else
+        return -1;
+#endif
+    }
+    std::ifstream in("/proc/meminfo");
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.rfind("MemAvailable:", 0) != 0) continue;
+        std::istringstream fields(line.substr(13));
+        int64_t kib = -1;
+        fields >> kib;
+        return kib >= 0 ? kib * 1024 : -1;
+    }
+    return -1;
 }
 
 c10::Device parse_device(const std::string& name) {

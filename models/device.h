@@ -1,5 +1,6 @@
 #pragma once
 // Device, dtype and thread selection shared by the CLI, the session and the tests.
+#include <cstdint>
 #include <string>
 
 #include <c10/core/Device.h>
@@ -21,5 +22,8 @@ std::string dtype_name(c10::ScalarType t);  // "fp32", "bf16", "fp16"
 // Sets LibTorch's intra-op threads (0 = hardware concurrency) and returns the number used.
 int configure_threads(int threads);
 bool cuda_available();
+// Bytes that can still be allocated on `device`: MemAvailable of /proc/meminfo on the CPU, the free memory
+// the driver reports on CUDA; -1 when unknown.
+int64_t available_memory_bytes(const c10::Device& device);
 
 }  // namespace varrate

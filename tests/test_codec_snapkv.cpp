@@ -133,7 +133,7 @@ class TestCodecSnapKV : public QObject {
     void tiesGoToTheEarliestTokens() {
         // Zero keys: every window query attends uniformly, so every score ties, except the first two and last
         // two scored tokens, which the zero-padded pooling (count_include_pad) lowers to 3/5 and 4/5. The
-        // stable descending sort (snapkv_keep_indices) gives the kept - w = 36 places that the window leaves
+        // stable descending sort (snapkv_order) gives the kept - w = 36 places that the window leaves
         // to the earliest of the tied tokens, 2..37, in every KV group; tokens 0 and 1 lose.
         LayerCapture cap = synthetic_capture(shape(200), 9);
         cap.keys = at::zeros_like(cap.keys);

@@ -42,10 +42,17 @@ std::unique_ptr<LlamaModel> load_model_for_cli(const std::filesystem::path& dir,
     return model;
 }
 
-CodecFlags add_codec_options(CLI::App& sub, CodecSettings& s) {
+CodecFlags add_codec_options(CLI::App& sub, CodecSettings& s, std::vector<double>* budgets) {
     CodecFlags f;
-    f.budget = sub.add_option("--budget", s.budget, "kappa: fraction of the KV cache kept, in (0, 1]")
-                   ->capture_default_str();
+    f.budgets = budgets;
+    if (budgets)
+        f.budget = sub.add_option("--budget", *budgets,
+                                  "kappa: fraction of the KV cache kept, in (0, 1]; a comma-separated list "
+                                  "runs every budget from one prefill (e.g. 0.05,0.1,0.2)")
+                       ->delimiter(',');
+    else
+        f.budget = sub.add_option("--budget", s.budget, "kappa: fraction of the KV cache kept, in (0, 1]")
+                       ->capture_default_str();
     f.r_min = sub.add_option("--rmin", s.r_min, "rank floor of every coded token")->capture_default_str();
     f.rank = sub.add_option("--rank", s.rank, "R: basis rank and per-token rank cap (clamped to D)")
                  ->capture_default_str();
@@ -75,6 +82,16 @@ void apply_model_codec_defaults(const CodecFlags& given, const std::filesystem::
     const CodecSettings d = default_codec_settings(cfg, recorded);
     auto take = [](const CLI::Option* o) { return o == nullptr || o->count() == 0; };
     if (take(given.budget)) s.budget = d.budget;
+    if (given.budgets) {
+        // A budget list: every entry checked here, so that a bad one is named before any prefill.
+        if (take(given.budget)) *given.budgets = {s.budget};
+        if (given.budgets->empty()) throw Error("--budget: no budget given");
+        for (double b : *given.budgets)
+            if (!(b > 0.0 && b <= 1.0))
+                throw Error(
+                    fmt::format("--budget {}: kappa is the fraction of the cache kept, in (0, 1]", b));
+        s.budget = given.budgets->front();
+    }
     if (take(given.r_min)) s.r_min = d.r_min;
     if (take(given.rank)) s.rank = d.rank;
     if (take(given.stride)) s.stride = d.stride;
@@ -86,7 +103,8 @@ void apply_model_codec_defaults(const CodecFlags& given, const std::filesystem::
         "obs-window {}",
         recorded ? (model_dir / kCodecDefaultsFile).string()
                  : fmt::format("the width-based defaults for D = {}", joint_dim(cfg)),
-        s.budget, s.r_min, s.rank, s.stride, s.anchors, s.window, s.obs_window);
+        given.budgets ? fmt::format("{}", fmt::join(*given.budgets, ",")) : fmt::format("{}", s.budget),
+        s.r_min, s.rank, s.stride, s.anchors, s.window, s.obs_window);
 }
 
 JobControl terminal_job() {

@@ -28,11 +28,15 @@ RuntimeOptions runtime_options(const RuntimeArgs& args);
 struct CodecFlags {
     CLI::Option *budget = nullptr, *r_min = nullptr, *rank = nullptr, *stride = nullptr, *anchors = nullptr,
                 *window = nullptr, *obs_window = nullptr;
+    std::vector<double>* budgets = nullptr;  // where a budget list goes, for commands that take one
 };
-// --budget, --rmin, --rank, --stride, --anchors, --window, --obs-window, --paper-accounting.
-CodecFlags add_codec_options(CLI::App& sub, CodecSettings& s);
-// Settings the user did not give come from the model's defaults (core/codec_defaults.h: MODEL_DIR/
-// varrate-codec.json when the model has one, else the width-based ones), as in the desktop app.
+// --budget, --rmin, --rank, --stride, --anchors, --window, --obs-window, --paper-accounting. With `budgets`,
+// --budget takes a comma-separated list into it (settings.budget becomes its first entry).
+CodecFlags add_codec_options(CLI::App& sub, CodecSettings& s, std::vector<double>* budgets = nullptr);
+// Settings the user did not give come from the model's defaults; a budget list is checked (each in (0, 1])
+// and defaults to {the default budget}. Settings the user did not give come from the model's defaults
+// (core/codec_defaults.h: MODEL_DIR/ varrate-codec.json when the model has one, else the width-based ones),
+// as in the desktop app.
 void apply_model_codec_defaults(const CodecFlags& given, const std::filesystem::path& model_dir,
                                 CodecSettings& s);
 // Progress of long jobs on stderr (one line, rewritten in place) when stderr is a terminal.

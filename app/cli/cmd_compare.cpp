@@ -23,6 +23,7 @@ struct SessionArgs {
     RuntimeArgs runtime;
     std::string methods = join_method_names();  // every registered method
     CodecSettings settings;
+    std::vector<double> budgets;  // --budget as a list
     CodecFlags codec_flags;
 };
 
@@ -34,7 +35,7 @@ void add_session_options(CLI::App& sub, SessionArgs& a) {
     sub.add_option("--methods", a.methods,
                    "comma-separated methods (" + fmt::format("{}", fmt::join(method_names(), ", ")) + ")")
         ->capture_default_str();
-    a.codec_flags = add_codec_options(sub, a.settings);
+    a.codec_flags = add_codec_options(sub, a.settings, &a.budgets);
     add_runtime_options(sub, a.runtime);
 }
 
@@ -62,6 +63,7 @@ int run_compare_cmd(const CompareArgs& a) {
     req.methods = parse_methods(a.session.methods);
     req.settings = a.session.settings;
     apply_model_codec_defaults(a.session.codec_flags, a.session.model, req.settings);
+    req.budgets = a.session.budgets;
     req.mode = parse_mode(a.mode);
     req.context = read_text_file(a.context_file);
     req.questions = a.questions;
@@ -83,8 +85,8 @@ int run_compare_cmd(const CompareArgs& a) {
                         "self-calibrated basis not charged; the cache itself still holds L x D)\n"
                       : "footprints are accounted (bytes a compressed store would hold, anchor indices and a "
                         "self-calibrated basis included; the cache itself still holds L x D)\n");
-    std::cout << fmt::format("{:<9} {:>9} {:>8} {:>11} {:>11}  {}\n", "method", "accounted", "basis",
-                             "prefill ms", "codec ms", "answers");
+    std::cout << fmt::format("{:<9} {:>6} {:>9} {:>8} {:>11} {:>11}  {}\n", "method", "kappa", "accounted",
+                             "basis", "prefill ms", "codec ms", "answers");
     for (const MethodRun& run : r.runs) {
         std::string answers;
         for (size_t i = 0; i < run.answers.size(); ++i) {
@@ -97,9 +99,13 @@ int run_compare_cmd(const CompareArgs& a) {
         const double basis_share =
             run.full_bytes > 0 ? static_cast<double>(run.basis_bytes) / static_cast<double>(run.full_bytes)
                                : 0;
-        std::cout << fmt::format("{:<9} {:>8.2f}% {:>7.2f}% {:>11.1f} {:>11.1f}  {}{}\n", run.method,
-                                 100.0 * run.footprint_fraction, 100.0 * basis_share, run.prefill_ms,
-                                 run.compress_ms, answers,
+        if (!run.infeasible.empty()) {
+            std::cout << fmt::format("{:<9} {:>6g} infeasible: {}\n", run.method, run.budget, run.infeasible);
+            continue;
+        }
+        std::cout << fmt::format("{:<9} {:>6g} {:>8.2f}% {:>7.2f}% {:>11.1f} {:>11.1f}  {}{}\n", run.method,
+                                 run.budget, 100.0 * run.footprint_fraction, 100.0 * basis_share,
+                                 run.prefill_ms, run.compress_ms, answers,
                                  basis_note(run.self_calibrated, run.basis_accounting));
     }
     return 0;
@@ -119,6 +125,7 @@ int run_ppl_cmd(const PplArgs& a) {
     req.methods = parse_methods(a.session.methods);
     req.settings = a.session.settings;
     apply_model_codec_defaults(a.session.codec_flags, a.session.model, req.settings);
+    req.budgets = a.session.budgets;
     req.ids = session->tokenizer().encode(read_text_file(a.text_file), true);
     req.prefix_tokens = a.prefix_tokens;
     req.allow_beyond_positions = a.allow_beyond_positions;
@@ -132,6 +139,7 @@ int run_ppl_cmd(const PplArgs& a) {
     j["tokens"] = static_cast<int64_t>(req.ids.size());
     j["prefix_tokens"] = a.prefix_tokens;
     j["budget"] = req.settings.budget;
+    j["budgets"] = req.budgets;
     j["basis"] = session->basis() ? session->basis_source() : "self-calibrated";
     j["footprint"] = "accounted";
     j["paper_accounting"] = req.settings.paper_accounting;
@@ -139,6 +147,7 @@ int run_ppl_cmd(const PplArgs& a) {
     j["methods"] = nlohmann::json::array();
     for (const auto& r : runs) {
         j["methods"].push_back({{"method", r.method},
+                                {"budget", r.budget},
                                 {"ppl", r.ppl},
                                 {"nll", r.nll},
                                 {"scored_tokens", r.scored_tokens},
@@ -151,11 +160,12 @@ int run_ppl_cmd(const PplArgs& a) {
         std::cout << j.dump(2) << std::endl;
     } else {
         std::cout << fmt::format(
-            "perplexity over tokens {}..{} after a compressed prefix of {} (budget {})\n", a.prefix_tokens,
-            req.ids.size() - 1, a.prefix_tokens, req.settings.budget);
+            "perplexity over tokens {}..{} after a compressed prefix of {} (one prefill for every method "
+            "and budget)\n",
+            a.prefix_tokens, req.ids.size() - 1, a.prefix_tokens);
         for (const auto& r : runs)
-            std::cout << fmt::format("{:<9} ppl {:>10.4f}  accounted footprint {:>6.2f}%{}\n", r.method,
-                                     r.ppl, 100.0 * r.footprint_fraction,
+            std::cout << fmt::format("{:<9} kappa {:<6g} ppl {:>10.4f}  accounted footprint {:>6.2f}%{}\n",
+                                     r.method, r.budget, r.ppl, 100.0 * r.footprint_fraction,
                                      basis_note(r.self_calibrated, r.basis_accounting));
     }
     return 0;

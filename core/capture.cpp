@@ -1,0 +1,216 @@
+#include "core/capture.h"
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include "codec/salience.h"
+#include "core/base/error.h"
+
+namespace varrate {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+int64_t tensor_bytes(const at::Tensor& t) {
+    return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
+}
+
+std::string gib(int64_t bytes) {
+    return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+}
+
+// Attention of the window queries [H, w, hd] over keys/values [G, n, hd] whose positions are `pos` [G, n]
+// (query i sits at position L - w + i and sees positions up to its own). Returns [H, w, hd] fp32.
+at::Tensor window_output(const at::Tensor& queries, const at::Tensor& keys, const at::Tensor& values,
+                         const at::Tensor& pos, int64_t n_tokens) {
+    const int64_t n_head = queries.size(0), w = queries.size(1), hd = queries.size(2);
+    const int64_t n_kv = keys.size(0), n = keys.size(1), n_rep = n_head / n_kv;
+    const at::Tensor q_pos = at::arange(n_tokens - w, n_tokens, pos.options());  // [w]
+    const at::Tensor future = pos.unsqueeze(1) > q_pos.view({1, w, 1});          // [G, w, n]
+    const at::Tensor bias = at::zeros({n_kv, w, n}, queries.options().dtype(at::kFloat))
+                                .masked_fill_(future, -std::numeric_limits<float>::infinity())
+                                .unsqueeze(1)
+                                .expand({n_kv, n_rep, w, n})
+                                .reshape({n_kv, n_rep * w, n});
+    const at::Tensor q = queries.to(at::kFloat).reshape({n_kv, n_rep * w, hd});
+    const at::Tensor logits = at::baddbmm(bias, q, keys.to(at::kFloat).transpose(1, 2), 1.0,
+                                          1.0 / std::sqrt(static_cast<double>(hd)));  // [G, n_rep w, n]
+    return at::bmm(at::softmax(logits, -1), values.to(at::kFloat)).view({n_head, w, hd});
+}
+
+}  // namespace
+
+int64_t PrefillCapture::bytes() const {
+    int64_t total = 0;
+    for (const LayerCapture& c : layers)
+        total += tensor_bytes(c.keys_pre_rope) + tensor_bytes(c.keys) + tensor_bytes(c.values) +
+                 tensor_bytes(c.window_queries);
+    if (!layers.empty()) total += tensor_bytes(layers[0].rope_cos) + tensor_bytes(layers[0].rope_sin);
+    return total + tensor_bytes(weights) + tensor_bytes(last_logits);
+}
+
+int64_t capture_bytes_needed(const ModelConfig& c, int64_t n_tokens, int64_t obs_window,
+                             at::ScalarType dtype) {
+    const int64_t e = static_cast<int64_t>(c10::elementSize(dtype));
+    const int64_t per_layer = 3 * c.n_kv_head * n_tokens * c.head_dim * e +
+                              c.n_head * std::min(obs_window, n_tokens) * c.head_dim * e;
+    // The prefill's own cache is freed layer by layer as the capture takes it over; its transient peak is
+    // one layer's cache plus the activations, which the model's own prefill needs anyway.
+    return c.n_layer * per_layer + 2 * n_tokens * c.head_dim * e + c.n_layer * n_tokens * 4;
+}
+
+PrefillCapture capture_prefill(const LlamaModel& model, const std::vector<int64_t>& ids,
+                               const CodecSettings& settings, const JobControl& job) {
+    const ModelConfig& cfg = model.config();
+    const RuntimeOptions& ro = model.options();
+    const int64_t n = static_cast<int64_t>(ids.size());
+    const int64_t need = capture_bytes_needed(cfg, n, settings.obs_window, ro.dtype);
+    const int64_t avail = available_memory_bytes(ro.device);
+    if (avail >= 0 && need > avail)
+        throw Error(
+            fmt::format("capturing the prefill of {} tokens needs {} on {} ({} layers of keys, values "
+                        "and pre-RoPE keys); {} is available: shorten the context or free memory",
+                        n, gib(need), ro.device.str(), cfg.n_layer, gib(avail)));
+    PrefillCapture out;
+    out.ids = ids;
+    out.obs_window = settings.obs_window;
+    out.pool_kernel = settings.pool_kernel;
+    out.layers.resize(static_cast<size_t>(cfg.n_layer));
+    std::vector<at::Tensor> weights(static_cast<size_t>(cfg.n_layer));
+    ForwardOptions fo;
+    fo.cancel = job.cancel;
+    fo.progress = job.progress;
+    fo.observer_window = settings.obs_window;
+    fo.observer = [&](const LayerCapture& cap) -> std::optional<LayerKV> {
+        LayerCapture& kept = out.layers.at(static_cast<size_t>(cap.layer));
+        kept = cap;  // pre-RoPE keys, window queries and RoPE tables are the capture's own tensors
+        kept.keys = cap.keys.clone();
+        kept.values = cap.values.clone();
+        weights[static_cast<size_t>(cap.layer)] =
+            n > settings.obs_window ? varrate_salience(kept, settings.obs_window, settings.pool_kernel)
+                                    : at::ones({n}, cap.keys.options().dtype(at::kFloat));
+        // An empty replacement frees the prefill's own copy of this layer.
+        return LayerKV{cap.keys.narrow(1, 0, 0), cap.values.narrow(1, 0, 0)};
+    };
+    KVCache cache = model.new_cache();
+    const auto t0 = Clock::now();
+    out.last_logits = model.forward(ids, cache, fo);
+    out.prefill_ms = ms_since(t0);
+    out.next_position = n;
+    out.weights = at::stack(weights).to(at::kCPU);  // [n_layer, L]
+    return out;
+}
+
+KVCache cache_from_layers(const LlamaModel& model, const std::vector<LayerKV>& layers,
+                          int64_t next_position) {
+    KVCache cache = model.new_cache();
+    if (static_cast<int64_t>(layers.size()) != cache.n_layer())
+        throw Error(
+            fmt::format("cache_from_layers: {} layers for a model of {}", layers.size(), cache.n_layer()));
+    for (size_t l = 0; l < layers.size(); ++l) cache.replace(static_cast<int64_t>(l), layers[l]);
+    cache.set_next_position(next_position);
+    return cache;
+}
+
+void add_distortion(LayerDiagnostics& d, const LayerCapture& capture, const LayerKV& compressed,
+                    const at::Tensor& kept, const at::Tensor& weights, int64_t obs_window) {
+    // Salience-weighted K/V error: where attention looks, how much of z is lost.
+    if (d.rel_error.defined() && weights.defined()) {
+        const at::Tensor wt = weights.to(at::kCPU, at::kDouble);
+        const double total = wt.sum().item<double>();
+        d.weighted_rel_error =
+            total > 0 ? (wt * d.rel_error.to(at::kCPU, at::kDouble)).sum().item<double>() / total : 0.0;
+    }
+    // Attention-output error of the observation-window queries, full cache vs compressed.
+    const at::Tensor& q_all = capture.window_queries;  // [H, w_cap, hd]
+    const int64_t n_tok = capture.keys.size(1);
+    const int64_t w = std::min<int64_t>({obs_window, q_all.defined() ? q_all.size(1) : 0, n_tok});
+    if (w <= 0) return;
+    const at::Tensor q = q_all.narrow(1, q_all.size(1) - w, w);
+    const int64_t n_kv = capture.keys.size(0);
+    const auto lopts = capture.keys.options().dtype(at::kLong);
+    const at::Tensor all_pos = at::arange(n_tok, lopts).unsqueeze(0).expand({n_kv, n_tok});
+    const at::Tensor o = window_output(q, capture.keys, capture.values, all_pos, n_tok);
+    const at::Tensor o_hat = window_output(q, compressed.keys, compressed.values,
+                                           kept.defined() ? kept.to(lopts.device()) : all_pos, n_tok);
+    const at::Tensor rel = (o - o_hat).norm(2, {2}) / o.norm(2, {2}).clamp_min(1e-30);  // [H, w]
+    d.attn_output_error = rel.to(at::kDouble).mean().item<double>();
+}
+
+MethodAnalysis::MethodAnalysis(CompressionMethod& method, const PrefillCapture& capture,
+                               const JobControl& job)
+    : method_(method), capture_(capture) {
+    const auto t0 = Clock::now();
+    if (capture.obs_window < method.settings().obs_window)
+        throw Error(
+            fmt::format("{}: the capture kept {} window queries, the method's observation window is {}",
+                        method.name(), capture.obs_window, method.settings().obs_window));
+    const int64_t n_layer = static_cast<int64_t>(capture.layers.size());
+    for (int64_t l = 0; l < n_layer; ++l) {
+        check_cancel(job);
+        layers_.push_back(method.analyse(capture.layers[static_cast<size_t>(l)]));
+        job.report("analyse " + method.name(), l + 1, n_layer);
+    }
+    analyse_ms_ = ms_since(t0);
+}
+
+std::vector<LayerAllocation> MethodAnalysis::allocate(const CodecSettings& budget) const {
+    std::vector<LayerAllocation> out;
+    out.reserve(layers_.size());
+    for (const auto& a : layers_) out.push_back(method_.allocate(*a, budget));
+    return out;
+}
+
+std::vector<LayerKV> MethodAnalysis::materialise(std::vector<LayerAllocation>& allocations) const {
+    std::vector<LayerKV> out;
+    out.reserve(layers_.size());
+    for (size_t l = 0; l < layers_.size(); ++l) {
+        const auto t0 = Clock::now();
+        const LayerCapture& cap = capture_.layers[l];
+        out.push_back(method_.materialise(cap, *layers_[l], allocations[l]));
+        LayerDiagnostics& d = allocations[l].diagnostics;
+        d.timing.reconstruction = ms_since(t0);
+        add_distortion(d, cap, out.back(), allocations[l].kept, capture_.weights[static_cast<int64_t>(l)],
+                       method_.settings().obs_window);
+    }
+    return out;
+}
+
+InPrefillResult compress_in_prefill(const LlamaModel& model, CompressionMethod& method,
+                                    const std::vector<int64_t>& ids, KVCache& cache, const JobControl& job) {
+    const CodecSettings& s = method.settings();
+    InPrefillResult out;
+    ForwardOptions fo;
+    fo.cancel = job.cancel;
+    fo.progress = job.progress;
+    fo.observer_window = s.obs_window;
+    const int64_t n = static_cast<int64_t>(ids.size());
+    fo.observer = [&](const LayerCapture& cap) -> std::optional<LayerKV> {
+        const auto t0 = Clock::now();
+        const std::shared_ptr<const LayerAnalysis> analysis = method.analyse(cap);
+        LayerAllocation allocation = method.allocate(*analysis, s);
+        const auto t1 = Clock::now();
+        LayerKV kv = method.materialise(cap, *analysis, allocation);
+        allocation.diagnostics.timing.reconstruction = ms_since(t1);
+        const at::Tensor weights = n > s.obs_window ? varrate_salience(cap, s.obs_window, s.pool_kernel)
+                                                    : at::ones({n}, cap.keys.options().dtype(at::kFloat));
+        add_distortion(allocation.diagnostics, cap, kv, allocation.kept, weights.to(at::kCPU), s.obs_window);
+        out.compress_ms += ms_since(t0);
+        out.layers.push_back(std::move(allocation.diagnostics));
+        return kv;
+    };
+    const auto t0 = Clock::now();
+    out.logits = model.forward(ids, cache, fo);
+    out.prefill_ms = ms_since(t0) - out.compress_ms;
+    return out;
+}
+
+}  // namespace varrate

@@ -1,0 +1,87 @@
+#pragma once
+// One prefill serves every method, budget and codec setting. The prefill does not depend on the method (every
+// layer's output is computed with full attention; compression only replaces what the cache keeps), so:
+//   capture      one prefill of the ids keeps, per layer, what the methods read (pre- and post-RoPE keys,
+//                values, the last w_obs queries of all heads, RoPE tables), plus the last logits;
+//   analyse      each method's budget-independent work, once per capture (MethodAnalysis);
+//   allocate     a budget's ranks or kept positions and diagnostics, in milliseconds;
+//   materialise  the compressed cache to decode from, with its distortion measures.
+// The same steps run inside a prefill for a single method (compress_in_prefill), which the equivalence
+// tests hold against the capture.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "codec/method.h"
+#include "core/base/job.h"
+#include "models/kv_cache.h"
+#include "models/llama_model.h"
+
+namespace varrate {
+
+struct PrefillCapture {
+    std::vector<int64_t> ids;
+    std::vector<LayerCapture> layers;
+    at::Tensor last_logits;     // [1, vocab] fp32 CPU: the prediction after the last id
+    at::Tensor weights;         // [n_layer, L] fp32 CPU: VarRate's salience per layer (distortion weights)
+    int64_t next_position = 0;  // where decoding continues
+    int64_t obs_window = 0;     // window queries kept: methods may use this many or fewer
+    int64_t pool_kernel = 0;    // of the distortion weights
+    double prefill_ms = 0;
+    int64_t bytes() const;  // tensors held
+};
+
+// Bytes a capture of n_tokens holds (keys twice, values, window queries, RoPE tables), for the refusal.
+int64_t capture_bytes_needed(const ModelConfig& config, int64_t n_tokens, int64_t obs_window,
+                             at::ScalarType dtype);
+
+// Prefills `ids` from an empty cache, keeping settings.obs_window window queries and weighting distortion by
+// VarRate's salience with settings.pool_kernel. Refuses with an Error naming the bytes needed and available
+// when the capture cannot fit on the model's device. Progress and cancel are the prefill's.
+PrefillCapture capture_prefill(const LlamaModel& model, const std::vector<int64_t>& ids,
+                               const CodecSettings& settings, const JobControl& job = {});
+
+// A cache holding `layers` (one per model layer) that decodes from `next_position`.
+KVCache cache_from_layers(const LlamaModel& model, const std::vector<LayerKV>& layers, int64_t next_position);
+
+// The distortion measures of a layer's compressed cache, written into `d`: the salience-weighted K/V error
+// (weights: the capture's VarRate salience) and the attention-output error of the observation-window
+// queries, ||o - o^|| / ||o|| averaged over heads and queries. `kept` [G, n] holds the positions of an
+// evicting method's entries (undefined: the compressed cache has every position).
+void add_distortion(LayerDiagnostics& d, const LayerCapture& capture, const LayerKV& compressed,
+                    const at::Tensor& kept, const at::Tensor& weights, int64_t obs_window);
+
+// One method's analysis of every layer of a capture; allocate() and materialise() for any number of budgets.
+class MethodAnalysis {
+  public:
+    // Analyses every layer (the budget-independent stages); throws what analyse() throws.
+    MethodAnalysis(CompressionMethod& method, const PrefillCapture& capture, const JobControl& job = {});
+    // Every layer's allocation for `budget`; throws InfeasibleBudget when this capture cannot meet it.
+    std::vector<LayerAllocation> allocate(const CodecSettings& budget) const;
+    // The compressed layers of an allocation; fills each allocation's distortion measures and
+    // reconstruction time.
+    std::vector<LayerKV> materialise(std::vector<LayerAllocation>& allocations) const;
+    double analyse_ms() const { return analyse_ms_; }
+
+  private:
+    CompressionMethod& method_;
+    const PrefillCapture& capture_;
+    std::vector<std::shared_ptr<const LayerAnalysis>> layers_;
+    double analyse_ms_ = 0;
+};
+
+// The separate path: one prefill of `ids` into `cache` with the method as its end-of-prefill observer
+// (analyse, allocate and materialise inside the prefill, layer by layer, at the method's own settings).
+// Returns the last logits; `layers` gets the diagnostics, distortion included.
+struct InPrefillResult {
+    at::Tensor logits;
+    std::vector<LayerDiagnostics> layers;
+    double prefill_ms = 0, compress_ms = 0;
+};
+InPrefillResult compress_in_prefill(const LlamaModel& model, CompressionMethod& method,
+                                    const std::vector<int64_t>& ids, KVCache& cache,
+                                    const JobControl& job = {});
+
+}  // namespace varrate
