@@ -64,7 +64,19 @@ int64_t capture_bytes_needed(const ModelConfig& c, int64_t n_tokens, int64_t obs
                               c.n_head * std::min(obs_window, n_tokens) * c.head_dim * e;
     // The prefill's own cache is freed layer by layer as the capture takes it over; its transient peak is
     // one layer's cache plus the activations, which the model's own prefill needs anyway.
-    return c.n_layer * per_layer + 2 * n_tokens * c.head_dim * e + c.n_layer * n_tokens * 4;
+    // Plus the RoPE tables, the distortion weights and the last logits.
+    return c.n_layer * per_layer + 2 * n_tokens * c.head_dim * e + c.n_layer * n_tokens * 4 +
+           c.vocab_size * 4;
+}
+
+void check_capture_fits(const ModelConfig& cfg, const RuntimeOptions& ro, int64_t n_tokens,
+                        int64_t obs_window, int64_t available) {
+    const int64_t need = capture_bytes_needed(cfg, n_tokens, obs_window, ro.dtype);
+    if (available >= 0 && need > available)
+        throw Error(
+            fmt::format("capturing the prefill of {} tokens needs {} on {} ({} layers of keys, values "
+                        "and pre-RoPE keys); {} is available: shorten the context or free memory",
+                        n_tokens, gib(need), ro.device.str(), cfg.n_layer, gib(available)));
 }
 
 PrefillCapture capture_prefill(const LlamaModel& model, const std::vector<int64_t>& ids,
@@ -72,13 +84,7 @@ PrefillCapture capture_prefill(const LlamaModel& model, const std::vector<int64_
     const ModelConfig& cfg = model.config();
     const RuntimeOptions& ro = model.options();
     const int64_t n = static_cast<int64_t>(ids.size());
-    const int64_t need = capture_bytes_needed(cfg, n, settings.obs_window, ro.dtype);
-    const int64_t avail = available_memory_bytes(ro.device);
-    if (avail >= 0 && need > avail)
-        throw Error(
-            fmt::format("capturing the prefill of {} tokens needs {} on {} ({} layers of keys, values "
-                        "and pre-RoPE keys); {} is available: shorten the context or free memory",
-                        n, gib(need), ro.device.str(), cfg.n_layer, gib(avail)));
+    check_capture_fits(cfg, ro, n, settings.obs_window, available_memory_bytes(ro.device));
     PrefillCapture out;
     out.ids = ids;
     out.obs_window = settings.obs_window;

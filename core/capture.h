@@ -37,6 +37,11 @@ struct PrefillCapture {
 int64_t capture_bytes_needed(const ModelConfig& config, int64_t n_tokens, int64_t obs_window,
                              at::ScalarType dtype);
 
+// Throws an Error naming the bytes a capture of n_tokens needs and those available (`available` < 0: unknown,
+// never refused).
+void check_capture_fits(const ModelConfig& config, const RuntimeOptions& runtime, int64_t n_tokens,
+                        int64_t obs_window, int64_t available);
+
 // Prefills `ids` from an empty cache, keeping settings.obs_window window queries and weighting distortion by
 // VarRate's salience with settings.pool_kernel. Refuses with an Error naming the bytes needed and available
 // when the capture cannot fit on the model's device. Progress and cancel are the prefill's.

@@ -144,13 +144,13 @@ std::vector<int64_t> decode_inputs(const PromptParts& p, CompressionMode mode) {
 
 // Answers every question from a compressed cache. Query-agnostic: `cache` holds the context and each
 // question is decoded after it, restoring the cache in between. Query-aware: `cache` holds context +
-// question `qi` only.
+// question `only_q` only (answered alone; -1: every question).
 void answer_from(const Session& s, KVCache& cache, const at::Tensor& last_logits,
-                 const std::vector<PromptParts>& parts, const CompareRequest& req,
-                 std::optional<size_t> only_q, MethodRun& run, const JobControl& job) {
+                 const std::vector<PromptParts>& parts, const CompareRequest& req, int64_t only_q,
+                 MethodRun& run, const JobControl& job) {
     const KVCache::Snapshot compressed = cache.snapshot();
     for (size_t qi = 0; qi < req.questions.size(); ++qi) {
-        if (only_q && *only_q != qi) continue;
+        if (only_q >= 0 && static_cast<size_t>(only_q) != qi) continue;
         if (req.mode == CompressionMode::QueryAgnostic && parts[qi].question_ids.empty())
             throw Error("question " + std::to_string(qi + 1) + " is empty");
         const std::vector<int64_t> ids = decode_inputs(parts[qi], req.mode);
@@ -252,8 +252,7 @@ CompareResult run_compare(const Session& s, const CompareRequest& req, const Job
     const size_t n_capture = req.mode == CompressionMode::QueryAgnostic ? 1 : questions.size();
     for (size_t ci = 0; ci < n_capture; ++ci) {
         const std::vector<int64_t> ids = compressed_ids(ci);
-        const std::optional<size_t> only_q =
-            req.mode == CompressionMode::QueryAware ? std::optional<size_t>(ci) : std::nullopt;
+        const int64_t only_q = req.mode == CompressionMode::QueryAware ? static_cast<int64_t>(ci) : -1;
         if (req.shared_capture) {
             const PrefillCapture capture = capture_prefill(s.model(), ids, req.settings, job);
             size_t first = 0;
@@ -261,7 +260,9 @@ CompareResult run_compare(const Session& s, const CompareRequest& req, const Job
                 // The slots of one method share its analysis.
                 size_t last = first;
                 while (last < slots.size() && slots[last].method == slots[first].method) ++last;
-                if (!slots[first].run.infeasible.empty()) {
+                bool any_feasible = false;
+                for (size_t k = first; k < last; ++k) any_feasible |= slots[k].run.infeasible.empty();
+                if (!any_feasible) {
                     first = last;
                     continue;
                 }

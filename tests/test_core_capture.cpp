@@ -1,0 +1,278 @@
+// One prefill capture serves every method and budget (core/capture.h): it gives the same answers, ranks,
+// footprints and errors as one prefill per method and budget with the method compressing inside it, on the
+// stories260k fixture and on the embedded demo model, in both modes. And what the capture's diagnostics claim
+// is checked against explicit computations: the error at any rank from coefficient energies against the
+// reconstruction, the attention-output error against a per-query softmax.
+#include "tests/test_support.h"
+
+#include <cmath>
+
+#include <ATen/ATen.h>
+
+#include "codec/anchors.h"
+#include "codec/registry.h"
+#include "core/base/file_io.h"
+#include "core/capture.h"
+#include "core/compare.h"
+#include "core/demo_corpus.h"
+#include "core/prompt.h"
+#include "core/session.h"
+#include "models/rope.h"
+
+using namespace varrate;
+
+namespace {
+
+double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
+    return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
+}
+
+// Every run of `shared` equals the matching run of `separate`: answers and ranks identical, errors and
+// footprints within 1e-6.
+void expect_same_runs(const CompareResult& shared, const CompareResult& separate, const QString& what) {
+    QCOMPARE(shared.runs.size(), separate.runs.size());
+    for (size_t i = 0; i < shared.runs.size(); ++i) {
+        const MethodRun &a = shared.runs[i], &b = separate.runs[i];
+        const QString where =
+            QString("%1 %2 kappa %3").arg(what, QString::fromStdString(a.method)).arg(a.budget);
+        QVERIFY2(a.method == b.method && a.budget == b.budget, qPrintable(where));
+        QVERIFY2(a.infeasible == b.infeasible, qPrintable(where + " infeasible"));
+        QVERIFY2(a.answer_ids == b.answer_ids, qPrintable(where + " answers"));
+        QVERIFY2(a.answers == b.answers, qPrintable(where + " answers"));
+        QVERIFY2(a.context_ids == b.context_ids, qPrintable(where + " context"));
+        QCOMPARE(a.stored_bytes, b.stored_bytes);
+        QVERIFY2(std::abs(a.footprint_fraction - b.footprint_fraction) <= 1e-6, qPrintable(where));
+        QCOMPARE(a.layers.size(), b.layers.size());
+        for (size_t l = 0; l < a.layers.size(); ++l) {
+            const LayerDiagnostics &x = a.layers[l], &y = b.layers[l];
+            const QString at_layer = where + QString(" layer %1").arg(l);
+            QVERIFY2(at::equal(x.rank, y.rank), qPrintable(at_layer + " ranks"));
+            QVERIFY2(at::equal(x.exact, y.exact), qPrintable(at_layer + " exact"));
+            QVERIFY2(x.kept.defined() == y.kept.defined() && (!x.kept.defined() || at::equal(x.kept, y.kept)),
+                     qPrintable(at_layer + " kept"));
+            QVERIFY2(max_abs_diff(x.rel_error, y.rel_error) <= 1e-6, qPrintable(at_layer + " rel_error"));
+            QVERIFY2(std::abs(x.mean_rel_error - y.mean_rel_error) <= 1e-6, qPrintable(at_layer));
+            QVERIFY2(std::abs(x.weighted_rel_error - y.weighted_rel_error) <= 1e-6, qPrintable(at_layer));
+            QVERIFY2(std::abs(x.attn_output_error - y.attn_output_error) <= 1e-6, qPrintable(at_layer));
+            QVERIFY2(x.weighted_rel_error >= 0 && x.attn_output_error >= 0,
+                     qPrintable(at_layer + " measured"));
+            QCOMPARE(x.stored_bytes, y.stored_bytes);
+            QVERIFY2(std::abs(x.footprint - y.footprint) <= 1e-6, qPrintable(at_layer));
+        }
+    }
+}
+
+}  // namespace
+
+class TestCapture : public QObject {
+    Q_OBJECT
+    Session* fixture_ = nullptr;
+    std::string context_;
+
+    bool need_fixture() {
+        if (!fixture_) {
+            fixture_ = test::shared_fixture_session();
+            if (!fixture_) return false;
+            const auto greedy = read_json_file(test::fixture("stories260k") / "expected_greedy.json");
+            context_ = greedy["cases"][0]["text"].get<std::string>() + "\n" +
+                       greedy["cases"][2]["text"].get<std::string>();
+        }
+        return true;
+    }
+
+    PrefillCapture fixture_capture(const CodecSettings& s) {
+        const std::vector<int64_t> ids = build_prompt(fixture_->tokenizer(), context_, "", false).context_ids;
+        return capture_prefill(fixture_->model(), ids, s);
+    }
+
+  private Q_SLOTS:
+    void shared_capture_equals_separate_prefills_on_the_fixture() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        QVERIFY(need_fixture());
+        for (CompressionMode mode : {CompressionMode::QueryAgnostic, CompressionMode::QueryAware}) {
+            CompareRequest req;
+            req.context = context_;
+            req.questions = {"Who was in the story?", "What happened at the end?"};
+            req.methods = {"full", "varrate", "flat", "snapkv"};
+            req.settings = test::small_codec_settings(0.3);
+            // 0.2 is infeasible with the basis fitted on this context (charged): recorded the same way by
+            // both.
+            req.budgets = {0.2, 0.35, 0.6};
+            req.skip_infeasible = true;
+            req.mode = mode;
+            req.max_new_tokens = 8;
+            const CompareResult shared = run_compare(*fixture_, req);
+            QCOMPARE(shared.runs.size(), size_t{10});  // full once, three budgets for the others
+            QCOMPARE(shared.runs[0].method, std::string("full"));
+            QCOMPARE(shared.runs[1].budget, 0.2);
+            QVERIFY(!shared.runs[1].infeasible.empty());
+            QCOMPARE(shared.runs[3].budget, 0.6);
+            req.shared_capture = false;
+            const CompareResult separate = run_compare(*fixture_, req);
+            expect_same_runs(shared, separate, QString::fromStdString(to_string(mode)));
+            // Budgets differ where they should: more rank and less error at a larger kappa.
+            QVERIFY(shared.runs[2].layers[0].sum_ranks < shared.runs[3].layers[0].sum_ranks);
+            QVERIFY(shared.runs[2].layers[0].mean_rel_error > shared.runs[3].layers[0].mean_rel_error);
+        }
+    }
+
+    void shared_capture_equals_separate_prefills_on_the_demo_model() {
+        RuntimeOptions ro;
+        ro.threads = 2;
+        auto session = Session::open(test::source_dir() / "resources/models/varrate-demo", ro);
+        const DemoDocument doc = make_document(uint64_t(1) << 63 | 777, 512, 2, 40.0);
+        for (CompressionMode mode : {CompressionMode::QueryAgnostic, CompressionMode::QueryAware}) {
+            CompareRequest req;
+            req.context = doc.text;
+            req.questions = {doc.question};
+            req.answers = {doc.needle.value};
+            req.answer_prefixes = {doc.answer_prefix};
+            req.methods = {"full", "varrate", "flat", "snapkv"};
+            req.settings = *session->codec_defaults();
+            req.budgets = {0.1, 0.2};
+            req.mode = mode;
+            req.max_new_tokens = 16;
+            const CompareResult shared = run_compare(*session, req);
+            QCOMPARE(shared.runs.size(), size_t{7});
+            QCOMPARE(shared.runs[0].correct.at(0), 1);  // full answers: the document is a real test
+            req.shared_capture = false;
+            expect_same_runs(shared, run_compare(*session, req), QString::fromStdString(to_string(mode)));
+        }
+    }
+
+    void perplexity_runs_every_budget_from_one_capture() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        QVERIFY(need_fixture());
+        PplRequest req;
+        req.ids = fixture_->tokenizer().encode(context_, true);
+        req.prefix_tokens = static_cast<int64_t>(req.ids.size()) - 40;
+        req.methods = {"full", "flat"};
+        req.settings = test::small_codec_settings(0.3);
+        req.budgets = {0.35, 0.6};
+        const std::vector<PplRun> runs = run_perplexity(*fixture_, req);
+        QCOMPARE(runs.size(), size_t{3});
+        QCOMPARE(runs[1].budget, 0.35);
+        QCOMPARE(runs[2].budget, 0.6);
+        // One budget at a time gives the same perplexities.
+        for (size_t i = 1; i < runs.size(); ++i) {
+            PplRequest one = req;
+            one.methods = {"flat"};
+            one.budgets = {runs[i].budget};
+            const std::vector<PplRun> single = run_perplexity(*fixture_, one);
+            QVERIFY(std::abs(single.at(0).ppl - runs[i].ppl) <= 1e-9 * runs[i].ppl);
+            QCOMPARE(single.at(0).footprint_fraction, runs[i].footprint_fraction);
+        }
+        QVERIFY(runs[1].ppl > runs[2].ppl);  // less cache, worse prediction
+    }
+
+    // The capture's last logits are the model's prediction after the last id, whatever is compressed later.
+    void capture_logits_match_the_plain_prefill() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        QVERIFY(need_fixture());
+        const CodecSettings s = test::small_codec_settings(0.3);
+        const PrefillCapture cap = fixture_capture(s);
+        KVCache cache = fixture_->model().new_cache();
+        const at::Tensor plain = fixture_->model().forward(cap.ids, cache);
+        QVERIFY(at::allclose(cap.last_logits, plain, 1e-4, 1e-4));
+        QCOMPARE(static_cast<int64_t>(cap.layers.size()), fixture_->model().config().n_layer);
+        for (size_t l = 0; l < cap.layers.size(); ++l) {
+            QVERIFY(at::allclose(cap.layers[l].keys, cache.keys(static_cast<int64_t>(l)), 1e-5, 1e-5));
+            QCOMPARE(cap.layers[l].window_queries.size(1), s.obs_window);
+        }
+        QVERIFY(cap.bytes() <= capture_bytes_needed(fixture_->model().config(),
+                                                    static_cast<int64_t>(cap.ids.size()), s.obs_window,
+                                                    at::kFloat));
+    }
+
+    void capture_refuses_what_cannot_fit() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        QVERIFY(need_fixture());
+        const ModelConfig& cfg = fixture_->model().config();
+        const RuntimeOptions& ro = fixture_->model().options();
+        const int64_t need = capture_bytes_needed(cfg, 100000, 16, at::kFloat);
+        EXPECT_ERROR(check_capture_fits(cfg, ro, 100000, 16, need - 1), "100000 tokens", "GiB",
+                     "is available");
+        check_capture_fits(cfg, ro, 100000, 16, need);  // exactly enough
+        check_capture_fits(cfg, ro, 100000, 16, -1);    // unknown: never refused
+    }
+
+    // The error the allocation reports at each token's rank (coefficient energies, no reconstruction) is
+    // the error of the cache materialise() builds, measured on the reconstructed joint vectors.
+    void error_at_any_rank_matches_the_reconstruction() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        QVERIFY(need_fixture());
+        const CodecSettings s = test::small_codec_settings(0.3);
+        const PrefillCapture cap = fixture_capture(s);
+        auto basis = fixture_->basis_for(cap.ids, s);
+        for (const char* name : {"varrate", "flat"}) {
+            auto method = make_method(name, s, basis);
+            const MethodAnalysis analysis(*method, cap);
+            for (double kappa : {0.35, 0.5, 0.8}) {
+                CodecSettings b = s;
+                b.budget = kappa;
+                std::vector<LayerAllocation> alloc = analysis.allocate(b);
+                const std::vector<LayerKV> kv = analysis.materialise(alloc);
+                for (size_t l = 0; l < kv.size(); ++l) {
+                    const LayerCapture& c = cap.layers[l];
+                    const at::Tensor k_pre = unapply_rope(kv[l].keys, c.rope_cos, c.rope_sin);
+                    const at::Tensor z = joint_vectors(c.keys_pre_rope, c.values);
+                    const at::Tensor z_hat = joint_vectors(k_pre, kv[l].values);
+                    const at::Tensor err = (z - z_hat).norm(2, {1}) / z.norm(2, {1});
+                    const double diff = max_abs_diff(err, alloc[l].diagnostics.rel_error);
+                    QVERIFY2(diff < 2e-4,
+                             qPrintable(
+                                 QString("%1 kappa %2 layer %3: %4").arg(name).arg(kappa).arg(l).arg(diff)));
+                }
+            }
+        }
+    }
+
+    // The attention-output error against an explicit softmax per query head and query: full is exact (0),
+    // SnapKV's eviction measured over the positions each KV head kept.
+    void attention_output_error_matches_an_explicit_softmax() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        QVERIFY(need_fixture());
+        const CodecSettings s = test::small_codec_settings(0.3);
+        const PrefillCapture cap = fixture_capture(s);
+        for (const char* name : {"full", "snapkv"}) {
+            auto method = make_method(name, s);
+            const MethodAnalysis analysis(*method, cap);
+            std::vector<LayerAllocation> alloc = analysis.allocate(s);
+            const std::vector<LayerKV> kv = analysis.materialise(alloc);
+            const LayerCapture& c = cap.layers[1];
+            const int64_t L = c.keys.size(1), n_head = c.window_queries.size(0), w = s.obs_window;
+            const int64_t n_kv = c.keys.size(0), hd = c.keys.size(2), n_rep = n_head / n_kv;
+            double sum = 0;
+            for (int64_t h = 0; h < n_head; ++h) {
+                const int64_t g = h / n_rep;
+                for (int64_t i = 0; i < w; ++i) {
+                    const int64_t pos = L - w + i;
+                    const at::Tensor q =
+                        c.window_queries[h][c.window_queries.size(1) - w + i].to(at::kDouble);
+                    auto attend = [&](const at::Tensor& k, const at::Tensor& v, const at::Tensor& positions) {
+                        const at::Tensor visible = positions <= pos;
+                        const at::Tensor logits = k.to(at::kDouble)
+                                                      .mv(q)
+                                                      .div(std::sqrt(static_cast<double>(hd)))
+                                                      .masked_fill(visible.logical_not(), -INFINITY);
+                        return at::softmax(logits, 0).unsqueeze(0).mm(v.to(at::kDouble)).squeeze(0);  // [hd]
+                    };
+                    const at::Tensor all = at::arange(L, at::TensorOptions().dtype(at::kLong));
+                    const at::Tensor o = attend(c.keys[g], c.values[g], all);
+                    const at::Tensor kept_pos = alloc[1].kept.defined() ? alloc[1].kept[g] : all;
+                    const at::Tensor o_hat = attend(kv[1].keys[g], kv[1].values[g], kept_pos);
+                    sum += ((o - o_hat).norm() / o.norm()).item<double>();
+                }
+            }
+            const double expected = sum / static_cast<double>(n_head * w);
+            const double got = alloc[1].diagnostics.attn_output_error;
+            QVERIFY2(std::abs(got - expected) < 1e-5,
+                     qPrintable(QString("%1: %2 vs explicit %3").arg(name).arg(got).arg(expected)));
+            if (std::string(name) == "full") QCOMPARE(got, 0.0);
+            if (std::string(name) == "snapkv") QVERIFY(got > 1e-4);
+        }
+    }
+};
+
+QTEST_GUILESS_MAIN(TestCapture)
+#include "test_core_capture.moc"
