@@ -177,26 +177,35 @@ CompareResult run_compare(const Session& s, const CompareRequest& req, const Job
     }
     result.basis_source = basis ? (basis->info().self_calibrated ? "self-calibrated" : s.basis_source()) : "";
 
-    const int64_t n_methods = static_cast<int64_t>(req.methods.size());
+    // One run per (method, budget), method-major; `full` keeps everything whatever the budget: once.
+    const std::vector<double> budgets =
+        req.budgets.empty() ? std::vector<double>{req.settings.budget} : req.budgets;
+    std::vector<std::pair<std::string, double>> plan;
+    for (const std::string& name : req.methods)
+        for (size_t bi = 0; bi < budgets.size() && (bi == 0 || name != "full"); ++bi)
+            plan.emplace_back(name, budgets[bi]);
+    const int64_t n_methods = static_cast<int64_t>(plan.size());
     for (int64_t mi = 0; mi < n_methods; ++mi) {
-        const std::string& name = req.methods[mi];
+        const std::string& name = plan[mi].first;
+        CodecSettings settings = req.settings;
+        settings.budget = plan[mi].second;
         check_cancel(job);
         if (job.progress) job.progress("compress " + name, mi, n_methods);
-        auto method = make_method(name, req.settings, method_needs_basis(name) ? basis : nullptr);
+        auto method = make_method(name, settings, method_needs_basis(name) ? basis : nullptr);
         CompressingPrefill prefill;
         prefill.method = method.get();
         MethodRun run;
         run.method = name;
-        run.budget = name == "full" ? 1.0 : req.settings.budget;
+        run.budget = name == "full" ? 1.0 : settings.budget;
         run.self_calibrated = method_needs_basis(name) && basis->info().self_calibrated;
-        run.basis_accounting = basis_accounting(name, run.self_calibrated, req.settings);
+        run.basis_accounting = basis_accounting(name, run.self_calibrated, settings);
 
         try {
             if (req.mode == CompressionMode::QueryAgnostic) {
                 // Compress the context once; every question decodes after it and the cache is restored in
                 // between.
                 KVCache cache = s.model().new_cache();
-                prefill.run(s, context_ids, cache, req.settings, job);
+                prefill.run(s, context_ids, cache, settings, job);
                 run.prefill_ms += prefill.prefill_ms;
                 run.compress_ms += prefill.compress_ms;
                 run.context_ids = context_ids;
@@ -217,7 +226,7 @@ CompareResult run_compare(const Session& s, const CompareRequest& req, const Job
                     std::vector<int64_t> ids = parts[qi].context_ids;
                     ids.insert(ids.end(), parts[qi].question_ids.begin(), parts[qi].question_ids.end());
                     KVCache cache = s.model().new_cache();
-                    at::Tensor logits = prefill.run(s, ids, cache, req.settings, job);
+                    at::Tensor logits = prefill.run(s, ids, cache, settings, job);
                     run.prefill_ms += prefill.prefill_ms;
                     run.compress_ms += prefill.compress_ms;
                     if (qi == 0) {
@@ -242,9 +251,9 @@ CompareResult run_compare(const Session& s, const CompareRequest& req, const Job
             const std::string why = e.what();
             run = MethodRun{};
             run.method = name;
-            run.budget = req.settings.budget;
+            run.budget = settings.budget;
             run.self_calibrated = method_needs_basis(name) && basis->info().self_calibrated;
-            run.basis_accounting = basis_accounting(name, run.self_calibrated, req.settings);
+            run.basis_accounting = basis_accounting(name, run.self_calibrated, settings);
             run.infeasible = why;
         }
         result.runs.push_back(std::move(run));

@@ -26,6 +26,10 @@ struct CompareRequest {
     std::vector<std::string> answer_prefixes;
     std::vector<std::string> methods = method_names();  // every registered method
     CodecSettings settings;
+    // Budgets to run every compressing method at (settings.budget replaced by each); empty:
+    // {settings.budget}. CompareResult.runs holds one MethodRun per (method, budget), method-major, in this
+    // order inside a method; `full` once, at budget 1, whatever the list.
+    std::vector<double> budgets;
     CompressionMode mode = CompressionMode::QueryAware;
     int64_t max_new_tokens = 32;
     bool chat = false;

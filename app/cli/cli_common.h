@@ -29,8 +29,13 @@ struct CodecFlags {
     CLI::Option *budget = nullptr, *r_min = nullptr, *rank = nullptr, *stride = nullptr, *anchors = nullptr,
                 *window = nullptr, *obs_window = nullptr;
 };
-// --budget, --rmin, --rank, --stride, --anchors, --window, --obs-window, --paper-accounting.
-CodecFlags add_codec_options(CLI::App& sub, CodecSettings& s);
+// --budget, --rmin, --rank, --stride, --anchors, --window, --obs-window, --paper-accounting. With
+// budget_list, --budget takes a comma-separated list ("0.05,0.1,0.2") written there in order, and s.budget
+// is its first entry; without it, one number.
+CodecFlags add_codec_options(CLI::App& sub, CodecSettings& s, std::vector<double>* budget_list = nullptr);
+// "0.05, 0.1,0.2" -> {0.05, 0.1, 0.2}; throws Error naming --budget for an entry that is not a number in
+// (0, 1] or an empty list.
+std::vector<double> parse_budget_list(const std::string& text);
 // Settings the user did not give come from the model's defaults (core/codec_defaults.h: MODEL_DIR/
 // varrate-codec.json when the model has one, else the width-based ones), as in the desktop app.
 void apply_model_codec_defaults(const CodecFlags& given, const std::filesystem::path& model_dir,
