@@ -85,10 +85,11 @@ NiahHeatmapPainter::NiahHeatmapPainter(const NiahSummary& s, const NiahHeatmapSt
     ch_ = style_.cell_h;
     panel_w_ = kLeft + cw_ * n_len_ + kGap;
     panel_h_ = kTop + ch_ * n_depth_ + kBottom;
-    heading_ = qs(fmt::format("Needle in a haystack - {}, {}, needles {}, budget{} {}, {} sample{} per cell",
-                              s.model.empty() ? "model" : s.model, s.mode,
-                              s.needles.empty() ? "?" : s.needles, s.budgets.size() == 1 ? "" : "s",
-                              budgets_text(s.budgets), s.samples, s.samples == 1 ? "" : "s"));
+    heading_ = qs(fmt::format(
+        "Needle in a haystack - {}, {}, needles {}, budget{} {}, {} sample{} per cell; overall "
+        "accuracy [95% interval]",
+        s.model.empty() ? "model" : s.model, s.mode, s.needles.empty() ? "?" : s.needles,
+        s.budgets.size() == 1 ? "" : "s", budgets_text(s.budgets), s.samples, s.samples == 1 ? "" : "s"));
     width_ = std::max(kMargin + per_row_ * panel_w_ + kBarW + kMargin,
                       2 * kMargin + QFontMetrics(style_.title_font).horizontalAdvance(heading_) + 8);
     height_ = kHeader + rows_ * panel_h_ + kMargin;
