@@ -26,7 +26,9 @@ struct CompareRequest {
     std::vector<std::string> answer_prefixes;
     std::vector<std::string> methods = method_names();  // every registered method
     CodecSettings settings;
-    // Every budget to run each compressing method at (empty: {settings.budget}); `full` runs once.
+    // Budgets to run every compressing method at (settings.budget replaced by each); empty:
+    // {settings.budget}. CompareResult.runs holds one MethodRun per (method, budget), method-major, in this
+    // order inside a method; `full` once, at budget 1, whatever the list.
     std::vector<double> budgets;
     CompressionMode mode = CompressionMode::QueryAware;
     // true: one prefill capture (per question in query-aware mode) serves every method and budget

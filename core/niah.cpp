@@ -20,6 +20,7 @@
 #include "core/demo_corpus.h"
 #include "core/needle_probe.h"
 #include "core/prompt.h"
+#include "core/stats.h"
 #include "models/tokenizer.h"
 
 namespace varrate {
@@ -49,24 +50,34 @@ void validate(const NiahSweepOptions& o) {
     if (o.samples < 1) throw Error("--samples must be at least 1");
     if (o.methods.empty()) throw Error("--methods: no method named");
     for (const auto& m : o.methods) method_needs_basis(m);  // throws for an unknown name
+    const std::vector<double> budgets = niah_budgets(o);
+    for (size_t i = 0; i < budgets.size(); ++i) {
+        if (!(budgets[i] > 0 && budgets[i] <= 1))
+            throw Error(fmt::format("--budget: {} is not a fraction of the cache in (0, 1]", budgets[i]));
+        for (size_t j = 0; j < i; ++j)
+            if (same_budget(budgets[j], budgets[i]))
+                throw Error(fmt::format("--budget: {:g} is listed twice", budgets[i]));
+    }
     if (o.out_dir.empty()) throw Error("--out: no output directory given");
     if (o.max_new_tokens < 1) throw Error("--max-new-tokens must be at least 1");
 }
 
-// The settings that change results (precise_timing only changes how stages are timed).
-nlohmann::json identity_settings(const CodecSettings& s) {
-    nlohmann::json j = to_json(s);
-    j.erase("precise_timing");
-    return j;
+// The settings that change results (precise_timing only changes how stages are timed), less the budget:
+// every budget of a list has its own records (and says its budget), so one directory holds several.
+nlohmann::json identity_settings(nlohmann::json settings) {
+    settings.erase("precise_timing");
+    settings.erase("budget");
+    return settings;
 }
 
 // What makes two records comparable: a record written under a different identity is not reused.
 nlohmann::json sweep_identity(const Session& s, const NiahSweepOptions& o) {
     return {{"model_fingerprint", s.fingerprint()},
             {"mode", to_string(o.mode)},
-            {"settings", identity_settings(o.settings)},
+            {"settings", identity_settings(to_json(o.settings))},
             {"basis", s.basis() ? s.basis_source() : "self-calibrated"},
             {"seed", o.doc.seed},
+            {"needles", to_string(o.doc.needles)},
             {"haystack", o.haystack_name},
             {"haystack_hash", fmt::format("{:016x}", fnv1a(o.doc.haystack_text, kFingerprintSeed))},
             {"distractors", o.doc.distractors},
@@ -76,7 +87,19 @@ nlohmann::json sweep_identity(const Session& s, const NiahSweepOptions& o) {
 
 void check_same_sweep(const NiahRecord& record, const nlohmann::json& identity,
                       const std::filesystem::path& where) {
-    const nlohmann::json& theirs = record.sweep;
+    nlohmann::json theirs = record.sweep;
+    // Records of single-budget sweeps carry their budget in the settings; records from before the needle
+    // protocols were made with today's "fixed".
+    if (theirs.contains("settings") && theirs["settings"].is_object())
+        theirs["settings"] = identity_settings(theirs["settings"]);
+    if (!theirs.contains("needles")) theirs["needles"] = to_string(NeedleProtocol::Fixed);
+    if (theirs["needles"] != identity["needles"])
+        throw Error(fmt::format(
+            "{}: written with --needles {}, this sweep asks for --needles {}; the two protocols' records "
+            "are not comparable: use another --out, or --needles {} to resume this one",
+            where.string(), theirs["needles"].is_string() ? theirs["needles"].get<std::string>() : "?",
+            identity["needles"].get<std::string>(),
+            theirs["needles"].is_string() ? theirs["needles"].get<std::string>() : "?"));
     for (const auto& [key, value] : identity.items()) {
         if (!theirs.contains(key) || theirs[key] != value)
             throw Error(fmt::format(
@@ -119,9 +142,9 @@ NiahSweepStats run_niah_sweep(const Session& session, const NiahSweepOptions& o,
         if (max_pos > 0 && l + o.max_new_tokens > max_pos)
             spdlog::warn("context length {} + {} answer tokens exceeds the model's {} positions", l,
                          o.max_new_tokens, max_pos);
+    const std::vector<NiahSeries> series = niah_series(o.methods, niah_budgets(o));
     std::error_code ec;
     std::filesystem::create_directories(o.out_dir / "records", ec);
-    for (const auto& m : o.methods) std::filesystem::create_directories(o.out_dir / "records" / m, ec);
     if (ec) throw Error(o.out_dir.string() + ": cannot create the records directory: " + ec.message());
     const nlohmann::json identity = sweep_identity(session, o);
 
@@ -129,7 +152,7 @@ NiahSweepStats run_niah_sweep(const Session& session, const NiahSweepOptions& o,
         int64_t length;
         double depth;
         int64_t sample;
-        std::vector<std::string> missing;
+        std::vector<NiahSeries> missing;
     };
     NiahSweepStats stats;
     std::vector<Cell> cells;
@@ -137,14 +160,15 @@ NiahSweepStats run_niah_sweep(const Session& session, const NiahSweepOptions& o,
         for (double depth : o.depths)
             for (int64_t sample = 0; sample < o.samples; ++sample) {
                 Cell cell{length, depth, sample, {}};
-                for (const auto& m : o.methods) {
+                for (const NiahSeries& ser : series) {
                     ++stats.total;
-                    const auto path = niah_record_path(o.out_dir, m, length, depth, sample);
-                    if (std::filesystem::exists(path)) {
-                        check_same_sweep(read_niah_record(path), identity, path);
+                    const auto path =
+                        find_niah_record(o.out_dir, ser.method, ser.budget, length, depth, sample);
+                    if (path) {
+                        check_same_sweep(read_niah_record(*path), identity, *path);
                         ++stats.skipped;
                     } else {
-                        cell.missing.push_back(m);
+                        cell.missing.push_back(ser);
                     }
                 }
                 if (!cell.missing.empty()) cells.push_back(std::move(cell));
@@ -176,12 +200,22 @@ NiahSweepStats run_niah_sweep(const Session& session, const NiahSweepOptions& o,
         report();
         const NiahDocument doc = generator.generate(cell.length, cell.depth, cell.sample);
 
+        // The methods and budgets with a missing record. Where only some pairs of them are missing (a grid
+        // extended by a budget, say), the others run too but their records are not rewritten.
         CompareRequest req;
         req.context = doc.context;
         req.questions = {doc.question};
         req.answers = {doc.expected};
         req.answer_prefixes = {doc.answer_prefix};
-        req.methods = cell.missing;
+        req.methods.clear();
+        for (const NiahSeries& ser : cell.missing) {
+            if (std::find(req.methods.begin(), req.methods.end(), ser.method) == req.methods.end())
+                req.methods.push_back(ser.method);
+            if (niah_method_has_budget(ser.method) &&
+                std::none_of(req.budgets.begin(), req.budgets.end(),
+                             [&](double b) { return same_budget(b, ser.budget); }))
+                req.budgets.push_back(ser.budget);
+        }
         req.settings = o.settings;
         req.mode = o.mode;
         req.max_new_tokens = o.max_new_tokens;
@@ -201,6 +235,11 @@ NiahSweepStats run_niah_sweep(const Session& session, const NiahSweepOptions& o,
         ++stats.documents;
 
         for (const MethodRun& run : result.runs) {
+            const bool wanted =
+                std::any_of(cell.missing.begin(), cell.missing.end(), [&](const NiahSeries& ser) {
+                    return ser.method == run.method && same_budget(ser.budget, run.budget);
+                });
+            if (!wanted) continue;
             NiahRecord r;
             r.model = model;
             r.method = run.method;
@@ -232,8 +271,14 @@ NiahSweepStats run_niah_sweep(const Session& session, const NiahSweepOptions& o,
             r.methods_in_document = static_cast<int64_t>(result.runs.size());
             r.timestamp = utc_timestamp();
             r.sweep = identity;
-            write_file_atomic(niah_record_path(o.out_dir, run.method, cell.length, cell.depth, cell.sample),
-                              to_json(r).dump(2) + "\n");
+            // The series' directory is made with its first record: a budget that never ran leaves none.
+            const auto path =
+                niah_record_path(o.out_dir, run.method, run.budget, cell.length, cell.depth, cell.sample);
+            std::filesystem::create_directories(path.parent_path(), ec);
+            if (ec)
+                throw Error(path.parent_path().string() +
+                            ": cannot create the records directory: " + ec.message());
+            write_file_atomic(path, to_json(r).dump(2) + "\n");
             ++stats.computed;
             ++progress.computed;
             ++progress.done;
@@ -248,29 +293,70 @@ NiahSweepStats run_niah_sweep(const Session& session, const NiahSweepOptions& o,
 
 // ---- summary ----------------------------------------------------------------------------------------
 
-const NiahCell& NiahSummary::cell(size_t method, size_t depth, size_t length) const {
-    return cells.at((method * depths.size() + depth) * lengths.size() + length);
+std::vector<double> niah_budgets(const NiahSweepOptions& o) {
+    return o.budgets.empty() ? std::vector<double>{o.settings.budget} : o.budgets;
+}
+
+std::string NiahSeries::label() const {
+    return niah_method_has_budget(method) ? fmt::format("{}, budget {:g}", method, budget) : method;
+}
+
+std::vector<NiahSeries> niah_series(const std::vector<std::string>& methods,
+                                    const std::vector<double>& budgets) {
+    std::vector<NiahSeries> out;
+    for (const std::string& m : methods) {
+        if (!niah_method_has_budget(m)) {
+            out.push_back({m, 1.0});
+            continue;
+        }
+        for (double b : budgets) out.push_back({m, b});
+    }
+    return out;
+}
+
+const NiahCell& NiahSummary::cell(size_t ser, size_t depth, size_t length) const {
+    return cells.at((ser * depths.size() + depth) * lengths.size() + length);
+}
+
+NiahCell NiahSummary::overall(size_t ser) const {
+    NiahCell all;
+    all.method = series.at(ser).method;
+    all.budget = series.at(ser).budget;
+    all.context_length = 0;
+    all.depth_percent = -1;  // every length and depth
+    for (size_t d = 0; d < depths.size(); ++d)
+        for (size_t l = 0; l < lengths.size(); ++l) {
+            const NiahCell& c = cell(ser, d, l);
+            all.n += c.n;
+            all.correct += c.correct;
+            all.infeasible += c.infeasible;
+        }
+    return all;
 }
 
 NiahSummary summarize_niah(const NiahSweepOptions& o) {
     NiahSummary s;
     s.mode = to_string(o.mode);
-    s.budget = o.settings.budget;
+    s.needles = to_string(o.doc.needles);
     s.methods = o.methods;
+    s.budgets = niah_budgets(o);
+    s.series = niah_series(o.methods, s.budgets);
     s.lengths = o.lengths;
     s.depths = o.depths;
     s.samples = o.samples;
-    for (const auto& m : o.methods)
+    for (const NiahSeries& ser : s.series)
         for (double depth : o.depths)
             for (int64_t length : o.lengths) {
                 NiahCell c;
-                c.method = m;
+                c.method = ser.method;
+                c.budget = ser.budget;
                 c.context_length = length;
                 c.depth_percent = depth;
                 for (int64_t sample = 0; sample < o.samples; ++sample) {
-                    const auto path = niah_record_path(o.out_dir, m, length, depth, sample);
-                    if (!std::filesystem::exists(path)) continue;
-                    const NiahRecord r = read_niah_record(path);
+                    const auto path =
+                        find_niah_record(o.out_dir, ser.method, ser.budget, length, depth, sample);
+                    if (!path) continue;
+                    const NiahRecord r = read_niah_record(*path);
                     if (!r.infeasible.empty()) {
                         ++c.infeasible;
                         continue;
@@ -281,7 +367,7 @@ NiahSummary summarize_niah(const NiahSweepOptions& o) {
                     c.correct += correct ? 1 : 0;
                     if (r.needle_retention.is_object()) {
                         const nlohmann::json& kept = r.needle_retention;
-                        NiahRetention& t = s.retention[m];
+                        NiahRetention& t = s.retention[ser.key()];
                         (correct ? t.needle_correct : t.needle_wrong)
                             .add(kept.value("needle", nlohmann::json()));
                         t.distractors.add(kept.value("distractors", nlohmann::json()));
@@ -292,59 +378,87 @@ NiahSummary summarize_niah(const NiahSweepOptions& o) {
     return s;
 }
 
+namespace {
+
+// accuracy, ci_low and ci_high of a cell (null where it has no records).
+void put_accuracy(nlohmann::json& j, const NiahCell& c) {
+    if (c.n == 0) {
+        j["accuracy"] = j["ci_low"] = j["ci_high"] = nullptr;
+        return;
+    }
+    const Interval ci = c.interval();
+    j["accuracy"] = c.accuracy();
+    j["ci_low"] = ci.low;
+    j["ci_high"] = ci.high;
+}
+
+}  // namespace
+
 nlohmann::json to_json(const NiahSummary& s) {
     nlohmann::json j;
     j["model"] = s.model;
     j["mode"] = s.mode;
-    j["budget"] = s.budget;
+    j["needles"] = s.needles;
     j["methods"] = s.methods;
+    j["budgets"] = s.budgets;
     j["lengths"] = s.lengths;
     j["depths"] = s.depths;
     j["samples"] = s.samples;
-    // accuracy[method][length][depth], null where no record exists yet.
+    j["confidence"] = "Wilson score interval, 95 % (ci_low, ci_high)";
+    // Every per-method object below is keyed by the series' key: "full", "varrate/k0.1" (the records
+    // subdirectory).
+    nlohmann::json series = nlohmann::json::array();
+    for (const NiahSeries& ser : s.series)
+        series.push_back({{"key", ser.key()}, {"method", ser.method}, {"budget", ser.budget}});
+    j["series"] = std::move(series);
+    // accuracy[series][length][depth], null where no record exists yet.
     nlohmann::json acc = nlohmann::json::object();
     nlohmann::json overall = nlohmann::json::object();
-    for (size_t m = 0; m < s.methods.size(); ++m) {
+    for (size_t m = 0; m < s.series.size(); ++m) {
         nlohmann::json per_length = nlohmann::json::object();
-        int64_t n = 0, correct = 0;
         for (size_t l = 0; l < s.lengths.size(); ++l) {
             nlohmann::json per_depth = nlohmann::json::object();
             for (size_t d = 0; d < s.depths.size(); ++d) {
                 const NiahCell& c = s.cell(m, d, l);
                 per_depth[niah_depth_label(s.depths[d])] =
                     c.n > 0 ? nlohmann::json(c.accuracy()) : nlohmann::json();
-                n += c.n;
-                correct += c.correct;
             }
             per_length[std::to_string(s.lengths[l])] = std::move(per_depth);
         }
-        acc[s.methods[m]] = std::move(per_length);
-        overall[s.methods[m]] = {
-            {"n", n},
-            {"correct", correct},
-            {"accuracy", n > 0 ? nlohmann::json(static_cast<double>(correct) / n) : nlohmann::json()}};
+        acc[s.series[m].key()] = std::move(per_length);
+        const NiahCell all = s.overall(m);
+        nlohmann::json o = {{"method", all.method},
+                            {"budget", all.budget},
+                            {"n", all.n},
+                            {"correct", all.correct},
+                            {"infeasible", all.infeasible}};
+        put_accuracy(o, all);
+        overall[s.series[m].key()] = std::move(o);
     }
     j["accuracy"] = std::move(acc);
     j["overall"] = std::move(overall);
     nlohmann::json cells = nlohmann::json::array();
-    for (const NiahCell& c : s.cells)
-        cells.push_back({{"method", c.method},
-                         {"context_length", c.context_length},
-                         {"depth_percent", c.depth_percent},
-                         {"n", c.n},
-                         {"correct", c.correct},
-                         {"infeasible", c.infeasible},
-                         {"accuracy", c.n > 0 ? nlohmann::json(c.accuracy()) : nlohmann::json()}});
+    for (const NiahCell& c : s.cells) {
+        nlohmann::json cj = {{"method", c.method},
+                             {"budget", c.budget},
+                             {"context_length", c.context_length},
+                             {"depth_percent", c.depth_percent},
+                             {"n", c.n},
+                             {"correct", c.correct},
+                             {"infeasible", c.infeasible}};
+        put_accuracy(cj, c);
+        cells.push_back(std::move(cj));
+    }
     j["cells"] = std::move(cells);
     nlohmann::json retention = nlohmann::json::object();
-    for (const auto& [method, t] : s.retention) {
+    for (const auto& [key, t] : s.retention) {
         RetentionTally all = t.needle_correct;
         all.merge(t.needle_wrong);
-        retention[method] = {{"needle",
-                              {{"all", all.to_json()},
-                               {"correct", t.needle_correct.to_json()},
-                               {"wrong", t.needle_wrong.to_json()}}},
-                             {"distractors", t.distractors.to_json()}};
+        retention[key] = {{"needle",
+                           {{"all", all.to_json()},
+                            {"correct", t.needle_correct.to_json()},
+                            {"wrong", t.needle_wrong.to_json()}}},
+                          {"distractors", t.distractors.to_json()}};
     }
     // Means over the records of what each method kept of the needle's value (core/needle_probe.h).
     j["needle_retention"] = std::move(retention);
@@ -353,11 +467,17 @@ nlohmann::json to_json(const NiahSummary& s) {
 
 std::string summary_csv(const NiahSummary& s) {
     std::ostringstream out;
-    out << "method,context_length,depth_percent,n,correct,accuracy,infeasible\n";
+    out << "method,budget,context_length,depth_percent,n,correct,accuracy,ci_low,ci_high,infeasible\n";
     for (const NiahCell& c : s.cells) {
-        out << c.method << ',' << c.context_length << ',' << niah_depth_label(c.depth_percent) << ',' << c.n
-            << ',' << c.correct << ',' << (c.n > 0 ? fmt::format("{:.6g}", c.accuracy()) : "") << ','
-            << c.infeasible << '\n';
+        out << c.method << ',' << fmt::format("{:g}", c.budget) << ',' << c.context_length << ','
+            << niah_depth_label(c.depth_percent) << ',' << c.n << ',' << c.correct << ',';
+        if (c.n > 0) {
+            const Interval ci = c.interval();
+            out << fmt::format("{:.6g},{:.6g},{:.6g}", c.accuracy(), ci.low, ci.high);
+        } else {
+            out << ",,";
+        }
+        out << ',' << c.infeasible << '\n';
     }
     return out.str();
 }

@@ -23,6 +23,17 @@ uint64_t sample_seed(uint64_t seed, int64_t sample, uint64_t purpose) {
     return splitmix64(splitmix64(splitmix64(seed) + static_cast<uint64_t>(sample)) + purpose);
 }
 
+// The needles' seed of one document. Fixed: per sample only (the paper's protocol; the formula documents
+// of earlier sweeps were made with, so it must not change). Fresh: the length and the depth enter too, so
+// every document draws its own needles (RULER).
+uint64_t needle_seed(const NiahDocOptions& o, int64_t length, double depth_percent, int64_t sample) {
+    const uint64_t per_sample = sample_seed(o.seed, sample, 1);
+    if (o.needles == NeedleProtocol::Fixed) return per_sample;
+    // Depths are percents with a few decimals at most: micro-percent steps tell every usable depth apart.
+    const auto depth = static_cast<uint64_t>(std::llround(depth_percent * 1e6));
+    return mix_seed(mix_seed(per_sample, static_cast<uint64_t>(length)), depth);
+}
+
 // Uniform in [0, 1) from the top 53 bits: the same on every standard library (unlike the distributions).
 double unit_double(std::mt19937_64& rng) {
     return static_cast<double>(rng() >> 11) * (1.0 / 9007199254740992.0);
@@ -37,6 +48,18 @@ bool is_utf8_boundary(const std::string& s, size_t i) {
 }
 
 }  // namespace
+
+std::string to_string(NeedleProtocol p) {
+    return p == NeedleProtocol::Fresh ? "fresh" : "fixed";
+}
+
+NeedleProtocol parse_needle_protocol(const std::string& s) {
+    if (s == "fresh") return NeedleProtocol::Fresh;
+    if (s == "fixed") return NeedleProtocol::Fixed;
+    throw Error("--needles: unknown protocol '" + s +
+                "' (use fresh: new needles in every document, or fixed: a sample's needles at every length "
+                "and depth)");
+}
 
 // A sample's haystack text, long enough for the longest context asked so far, with its cut points and a
 // cache of prefix token counts (a prefix's tokens do not change when the stream grows).
@@ -232,8 +255,8 @@ NiahDocument NiahGenerator::generate(int64_t context_length, double depth_percen
         throw Error(fmt::format("--distractors {}: there are only {} needle keys", options_.distractors,
                                 DemoTextGenerator::keys().size()));
 
-    // Needles first, from their own seed: the same needle set at every length and depth.
-    DemoTextGenerator needles(sample_seed(options_.seed, sample, 1));
+    // Needles first, from their own seed (see needle_seed): the filler does not depend on them.
+    DemoTextGenerator needles(needle_seed(options_, context_length, depth_percent, sample));
     const Needle main = needles.needle();
     std::vector<std::string> used = {main.key};
     std::vector<Insertion> ins;

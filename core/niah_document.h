@@ -3,6 +3,12 @@
 // length (as build_prompt tokenizes the context) with a needle "The special magic number for <key> is
 // <digits>." inserted at a depth percent, stepped back to the previous sentence end, and optional distractor
 // needles with other keys. core/niah.h runs sweeps over such documents.
+//
+// Two needle protocols (NeedleProtocol): Fresh draws a new needle (key, value) and new distractors for every
+// document, as RULER does, so a grid of lengths x depths x samples tests as many needle values as it has
+// documents; Fixed gives sample i the same needle set at every length and depth (the paper's A.21 protocol),
+// so a grid of 6 samples tests 6 needle values and its accuracies move together with those 6 values. In both,
+// the haystack filler is per sample (a prefix at shorter lengths), so the needle is what varies.
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -13,11 +19,16 @@ namespace varrate {
 
 class Tokenizer;
 
+enum class NeedleProtocol { Fresh, Fixed };
+std::string to_string(NeedleProtocol p);                     // "fresh" | "fixed"
+NeedleProtocol parse_needle_protocol(const std::string& s);  // throws Error naming --needles
+
 struct NiahDocOptions {
     std::string haystack_text;  // "": the procedural filler of core/demo_corpus.h; else repeated as needed
     uint64_t seed = 42;
     int64_t distractors = 0;  // extra needles with other keys at random sentence ends
     bool chat = false;        // the length is counted as build_prompt(chat) tokenizes the context
+    NeedleProtocol needles = NeedleProtocol::Fresh;
 };
 
 struct NiahDocument {
@@ -34,8 +45,9 @@ struct NiahDocument {
     size_t needle_char_offset = 0;    // where the needle sentence starts in `context`
 };
 
-// Deterministic in (seed, sample): a sample's needles are the same at every length and depth, and a
-// sample's haystack at one length is a prefix of its haystack at a longer one.
+// Deterministic in (seed, sample, length, depth): the needles are drawn from a seed of (seed, sample) under
+// Fixed (the same at every length and depth) and of (seed, sample, length, depth) under Fresh; a sample's
+// haystack at one length is a prefix of its haystack at a longer one under both.
 class NiahGenerator {
   public:
     NiahGenerator(const Tokenizer& tokenizer, NiahDocOptions options);

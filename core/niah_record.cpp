@@ -1,5 +1,8 @@
 #include "core/niah_record.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include "core/base/error.h"
@@ -93,10 +96,48 @@ std::string niah_depth_label(double depth_percent) {
     return fmt::format("{:g}", depth_percent);
 }
 
+bool niah_method_has_budget(const std::string& method) {
+    return method != "full";
+}
+
+std::string niah_series_key(const std::string& method, double budget) {
+    return niah_method_has_budget(method) ? fmt::format("{}/k{:g}", method, budget) : method;
+}
+
+namespace {
+
+std::string record_file_name(int64_t length, double depth_percent, int64_t sample) {
+    return fmt::format("L{}_D{}_S{}.json", length, niah_depth_label(depth_percent), sample);
+}
+
+}  // namespace
+
 std::filesystem::path niah_record_path(const std::filesystem::path& out_dir, const std::string& method,
-                                       int64_t length, double depth_percent, int64_t sample) {
-    return out_dir / "records" / method /
-           fmt::format("L{}_D{}_S{}.json", length, niah_depth_label(depth_percent), sample);
+                                       double budget, int64_t length, double depth_percent, int64_t sample) {
+    return out_dir / "records" / niah_series_key(method, budget) /
+           record_file_name(length, depth_percent, sample);
+}
+
+std::filesystem::path niah_legacy_record_path(const std::filesystem::path& out_dir, const std::string& method,
+                                              int64_t length, double depth_percent, int64_t sample) {
+    return out_dir / "records" / method / record_file_name(length, depth_percent, sample);
+}
+
+std::optional<std::filesystem::path> find_niah_record(const std::filesystem::path& out_dir,
+                                                      const std::string& method, double budget,
+                                                      int64_t length, double depth_percent, int64_t sample) {
+    std::filesystem::path path = niah_record_path(out_dir, method, budget, length, depth_percent, sample);
+    if (std::filesystem::exists(path)) return path;
+    if (!niah_method_has_budget(method)) return std::nullopt;  // full: both layouts are the same path
+    path = niah_legacy_record_path(out_dir, method, length, depth_percent, sample);
+    if (!std::filesystem::exists(path)) return std::nullopt;
+    // A single-budget sweep's record: it answers for its own budget only.
+    if (!same_budget(read_niah_record(path).budget, budget)) return std::nullopt;
+    return path;
+}
+
+bool same_budget(double a, double b) {
+    return std::abs(a - b) <= 1e-12 * std::max(1.0, std::abs(b));
 }
 
 }  // namespace varrate

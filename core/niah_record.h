@@ -1,6 +1,7 @@
 #pragma once
-// One NIAH result: what `varrate niah` writes per (method, length, depth, sample) under records/, what the
-// summary reads back, and what scripts/niah-failures.py reads. Written and parsed here only.
+// One NIAH result: what `varrate niah` writes per (method, budget, length, depth, sample) under records/,
+// what the summary reads back, and what scripts/niah-failures.py reads. Written and parsed here only, and
+// so are the paths of the records (niah_record_path and the older layout's fallback).
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -43,9 +44,29 @@ nlohmann::json to_json(const NiahRecord& r);
 NiahRecord niah_record_from_json(const nlohmann::json& j, const std::string& where);
 NiahRecord read_niah_record(const std::filesystem::path& path);
 
-// out_dir/records/<method>/L<length>_D<depth>_S<sample>.json
+// Whether a method's records are per budget: every method but `full`, which keeps the whole cache and runs
+// once per document whatever the budget list (its records say budget 1).
+bool niah_method_has_budget(const std::string& method);
+// The records subdirectory of a method at a budget, relative to out_dir/records: "<method>" for `full`,
+// "<method>/k<budget as %g>" for the others ("varrate/k0.1"). Summaries use it as the series' key.
+std::string niah_series_key(const std::string& method, double budget);
+// out_dir/records/<series key>/L<length>_D<depth>_S<sample>.json: records/full/L.._D.._S...json, and
+// records/varrate/k0.1/L.._D.._S...json for a compressed method (`budget` is ignored for `full`).
 std::filesystem::path niah_record_path(const std::filesystem::path& out_dir, const std::string& method,
-                                       int64_t length, double depth_percent, int64_t sample);
+                                       double budget, int64_t length, double depth_percent, int64_t sample);
+// Where a record was before budget lists (one budget per directory): records/<method>/L.._D.._S...json
+// for every method.
+std::filesystem::path niah_legacy_record_path(const std::filesystem::path& out_dir, const std::string& method,
+                                              int64_t length, double depth_percent, int64_t sample);
+// The record of (method, budget, length, depth, sample) in out_dir: niah_record_path when it exists, else,
+// for a compressed method, a record at the legacy path whose budget is `budget` (so that the directories of
+// single-budget sweeps are summarised and resumed as before); nullopt when there is neither. Throws Error
+// for a legacy record that cannot be read.
+std::optional<std::filesystem::path> find_niah_record(const std::filesystem::path& out_dir,
+                                                      const std::string& method, double budget,
+                                                      int64_t length, double depth_percent, int64_t sample);
+// Whether two budgets are the same (a budget read back from JSON equals the one written, within rounding).
+bool same_budget(double a, double b);
 // How depths are written in file names, summaries and tables: "%g" (50, 12.5).
 std::string niah_depth_label(double depth_percent);
 

@@ -2,7 +2,7 @@
 """Which of a NIAH sweep's failures are the compression's own, and what it kept of the asked needle there.
 
 Reads the records of a `varrate niah` output directory that ran "full" beside other methods. For each method
-it counts the documents it got wrong where the uncompressed model was right (its own failures) and, over all
+and budget (records/<method>/k<budget>/, or records/<method>/ in directories of single-budget sweeps) it counts the documents it got wrong where the uncompressed model was right (its own failures) and, over all
 documents and over those failures, how often the last layer kept the asked needle's value whole (every value
 token, every KV head, at full rank: kept_fraction 1 in the record's needle_retention), the mean share of the
 value's K/V kept there, and the value's salience percentile there.
@@ -15,9 +15,9 @@ import os
 import sys
 
 
-def records(out_dir, method):
+def records(out_dir, series):
     found = {}
-    for path in glob.glob(os.path.join(out_dir, "records", method, "*.json")):
+    for path in glob.glob(os.path.join(out_dir, "records", series, "*.json")):
         with open(path) as f:
             r = json.load(f)
         if isinstance(r.get("correct"), bool):  # infeasible cells have none
@@ -31,14 +31,27 @@ def last_layer(record, key):
     return values[-1] if values else None
 
 
+def series_of(out_dir):
+    """Every compressed method and budget with records: "varrate/k0.1", or "varrate" for the older layout."""
+    root = os.path.join(out_dir, "records")
+    found = []
+    for m in sorted(os.listdir(root)):
+        if m == "full" or not os.path.isdir(os.path.join(root, m)):
+            continue
+        if glob.glob(os.path.join(root, m, "*.json")):
+            found.append(m)
+        found += sorted(os.path.join(m, k) for k in os.listdir(os.path.join(root, m))
+                        if k.startswith("k") and os.path.isdir(os.path.join(root, m, k)))
+    return found
+
+
 def main(out_dirs):
     for out_dir in out_dirs:
         full = records(out_dir, "full")
         if not full:
             sys.exit(f"{out_dir}: no records of the method 'full' to compare with")
-        methods = sorted(m for m in os.listdir(os.path.join(out_dir, "records")) if m != "full")
         print(out_dir)
-        for m in methods:
+        for m in series_of(out_dir):
             runs = {k: r for k, r in records(out_dir, m).items() if k in full}
             own = [k for k, r in runs.items() if not r["correct"] and full[k]["correct"]]
             shared = sum(1 for k, r in runs.items() if not r["correct"] and not full[k]["correct"])

@@ -371,6 +371,7 @@ class GuiTestMainWindow : public QObject {
         tab->set_depths("25 75");
         tab->set_samples(1);
         tab->set_methods({"full", "snapkv"});
+        tab->set_budgets("0.3, 0.5");
         const QString out = tmp_.filePath("niah");
         tab->set_output_dir(out);
         QSignalSpy done(&w, &MainWindow::niah_finished);
@@ -379,18 +380,29 @@ class GuiTestMainWindow : public QObject {
         QVERIFY2(done.takeFirst().at(0).toBool(), qPrintable(w.error_text()));
         const NiahSummary& s = tab->heatmaps()->summary();
         QCOMPARE(s.methods, (std::vector<std::string>{"full", "snapkv"}));
-        QCOMPARE(s.cells.size(), size_t{2 * 2 * 2});
+        // One heatmap per method and budget: full once, SnapKV at 0.3 and 0.5.
+        QCOMPARE(s.series.size(), size_t{3});
+        QCOMPARE(s.cells.size(), size_t{3 * 2 * 2});
         for (const NiahCell& c : s.cells) QCOMPARE(c.n, int64_t{1});
+        QCOMPARE(s.cell(2, 0, 0).budget, 0.5);
         QVERIFY(QFile::exists(out + "/summary.json"));
+        // The overall line of each method and budget, and the cells' tooltips, carry the 95 % interval.
+        const QString overall = tab->overall_text();
+        QVERIFY2(overall.contains("snapkv, budget 0.5: ") && overall.contains("95 % interval"),
+                 qPrintable(overall));
+        const QString tip = niah_cell_tooltip(s, 2, s.cell(2, 1, 1));
+        QVERIFY2(
+            tip.startsWith("snapkv, budget 0.5, length 128, depth 75%: ") && tip.contains("95 % interval"),
+            qPrintable(tip));
         // What SnapKV kept of the needle, over its 4 records; nothing for full, which keeps everything.
         const QString kept = tab->retention_text();
-        QVERIFY2(kept.contains("snapkv: right") && !kept.contains("full:"), qPrintable(kept));
-        const auto& t = s.retention.at("snapkv");
+        QVERIFY2(kept.contains("snapkv, budget 0.3: right") && !kept.contains("full:"), qPrintable(kept));
+        const auto& t = s.retention.at("snapkv/k0.3");
         QCOMPARE(t.needle_correct.n + t.needle_wrong.n, int64_t{4});
         QVERIFY(kept.contains(
             QString("(%1)").arg(t.needle_correct.n > 0 ? t.needle_correct.n : t.needle_wrong.n)));
-        QVERIFY(QFile::exists(out + "/records/snapkv/L128_D75_S0.json") ||
-                QDir(out + "/records/snapkv").entryList(QDir::Files).size() == 4);
+        QVERIFY(QFile::exists(out + "/records/snapkv/k0.5/L128_D75_S0.json"));
+        QCOMPARE(QDir(out + "/records/snapkv/k0.3").entryList(QDir::Files).size(), 4);
         // Rerunning resumes: every record is reused.
         w.run_niah();
         QVERIFY(done.wait(kRunTimeoutMs));

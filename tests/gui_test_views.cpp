@@ -476,15 +476,17 @@ class GuiTestViews : public QObject {
         NiahSummary s;
         s.model = "stories260k";
         s.mode = "query-agnostic";
-        s.budget = 0.3;
+        s.needles = "fresh";
+        s.budgets = {0.3};
         s.methods = {"varrate", "snapkv"};
+        s.series = niah_series(s.methods, s.budgets);
         s.depths = {0, 50, 100};
         s.lengths = {256, 512, 1024, 2048};
         for (size_t m = 0; m < 2; ++m)
             for (size_t d = 0; d < 3; ++d)
                 for (size_t l = 0; l < 4; ++l) {
-                    NiahCell c{s.methods[m], s.lengths[l], s.depths[d], 4,
-                               static_cast<int64_t>((m + d + l) % 5)};
+                    NiahCell c{s.methods[m], 0.3, s.lengths[l],
+                               s.depths[d],  4,   static_cast<int64_t>((m + d + l) % 5)};
                     if (m == 1 && d == 2 && l == 3) c.n = c.correct = 0;  // missing record
                     s.cells.push_back(c);
                 }

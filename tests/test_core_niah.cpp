@@ -1,9 +1,11 @@
-// Needle in a haystack: the generator (exact token length, needle at the previous sentence end of its depth,
-// determinism, distractors, file haystacks, chat prompts) and the sweep (records, summary, resumability,
-// cancellation), through the library and through `varrate niah`.
+// Needle-in-a-haystack sweeps (core/niah.h): records per method and budget, the older single-budget layout,
+// the summary with Wilson intervals, resumability, the needle protocol in the sweep's identity, infeasible
+// cells and cancellation, through the library and through `varrate niah`. The documents themselves are
+// tested in test_core_niah_document.cpp.
 #include "tests/test_support.h"
 
 #include <QProcess>
+#include <QRegularExpression>
 
 #include <algorithm>
 #include <atomic>
@@ -12,21 +14,19 @@
 #include <fstream>
 #include <map>
 #include <regex>
-#include <set>
 #include <thread>
 
 #include <signal.h>
 
-#include <ATen/ATen.h>
+#include <fmt/format.h>
 
 #include "core/base/error.h"
 #include "core/base/file_io.h"
 #include "core/compare.h"
-#include "core/needle_probe.h"
 #include "core/niah.h"
 #include "core/prompt.h"
 #include "core/session.h"
-#include "models/device.h"
+#include "core/stats.h"
 #include "models/tokenizer.h"
 
 namespace fs = std::filesystem;
@@ -39,58 +39,6 @@ namespace {
 
 QString qs(const std::string& s) {
     return QString::fromStdString(s);
-}
-
-bool is_space(char c) {
-    return c == ' ' || c == '\n' || c == '\t' || c == '\r';
-}
-
-int64_t count(const Tokenizer& tok, const std::string& text) {
-    return static_cast<int64_t>(tok.encode(text, false).size());
-}
-
-// The generator's contract for one document without distractors: exact length as build_prompt tokenizes
-// it, the needle right after a sentence end (or at the very start), and that sentence end is the last one
-// whose prefix holds at most depth% of the haystack's tokens.
-void check_document(const Tokenizer& tok, const NiahDocument& doc, int64_t length, double depth, bool chat) {
-    const std::string where = "L=" + std::to_string(length) + " depth=" + std::to_string(depth);
-    QVERIFY2(
-        static_cast<int64_t>(build_prompt(tok, doc.context, doc.question, chat).context_ids.size()) == length,
-        qPrintable(qs(where + ": context is not of the requested token length")));
-    QCOMPARE(doc.context_tokens, length);
-    QCOMPARE(doc.context.substr(doc.needle_char_offset, doc.needle.size()), doc.needle);
-    QVERIFY(doc.needle.find("The special magic number for ") == 0);
-    QVERIFY(doc.needle.find(doc.expected + ".") != std::string::npos);
-    QVERIFY(doc.question.find("What is the special magic number for ") == 0);
-
-    const size_t off = doc.needle_char_offset;
-    std::string hay;
-    size_t p = 0;  // where the needle sits in the haystack
-    if (off == 0) {
-        QCOMPARE(doc.context.substr(doc.needle.size(), 1), std::string(" "));
-        hay = doc.context.substr(doc.needle.size() + 1);
-    } else {
-        QVERIFY2(off >= 2 && doc.context[off - 1] == ' ' && doc.context[off - 2] == '.',
-                 qPrintable(qs(where + ": needle not after a sentence end: ..." +
-                               doc.context.substr(off >= 20 ? off - 20 : 0, 40))));
-        hay = doc.context.substr(0, off - 1) + doc.context.substr(off + doc.needle.size());
-        p = off - 1;
-    }
-    const int64_t n_h = count(tok, hay);
-    QCOMPARE(doc.haystack_tokens, n_h);
-    const int64_t limit = static_cast<int64_t>(std::floor(static_cast<double>(n_h) * depth / 100.0 + 1e-9));
-    if (p > 0) {
-        QVERIFY2(count(tok, hay.substr(0, p)) <= limit, qPrintable(qs(where + ": needle after its depth")));
-        QVERIFY(p < hay.size() ? is_space(hay[p]) : true);
-    }
-    // The next sentence end is beyond the depth: the needle was stepped back to the previous one only.
-    for (size_t q = p + 1; q < hay.size(); ++q) {
-        if (hay[q - 1] == '.' && is_space(hay[q])) {
-            QVERIFY2(count(tok, hay.substr(0, q)) > limit,
-                     qPrintable(qs(where + ": a later sentence end also fits the depth")));
-            break;
-        }
-    }
 }
 
 NiahSweepOptions tiny_sweep(const fs::path& out) {
@@ -124,210 +72,6 @@ const char* kHaystackText =
 class TestNiah : public QObject {
     Q_OBJECT
   private Q_SLOTS:
-    void procedural_exact_length_and_sentence_end() {
-        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
-        const Tokenizer tok = Tokenizer::load(dir);
-        NiahGenerator gen(tok, NiahDocOptions{});
-        for (int64_t length : {48, 97, 128, 200, 311, 450})
-            for (double depth : {0.0, 10.0, 33.0, 50.0, 90.0, 100.0}) {
-                const NiahDocument doc = gen.generate(length, depth, 0);
-                check_document(tok, doc, length, depth, false);
-                if (QTest::currentTestFailed()) return;
-            }
-        // Depth 0 puts the needle first; deep needles sit deep.
-        QCOMPARE(gen.generate(300, 0, 0).needle_char_offset, size_t{0});
-        const NiahDocument deep = gen.generate(300, 100, 0);
-        QVERIFY(deep.needle_token_offset > deep.haystack_tokens * 8 / 10);
-        const NiahDocument mid = gen.generate(300, 50, 0);
-        QVERIFY(mid.needle_token_offset > mid.haystack_tokens / 4 &&
-                mid.needle_token_offset <= mid.haystack_tokens / 2);
-    }
-
-    void byte_level_tokenizers_and_chat() {
-        VARRATE_REQUIRE_FIXTURE(llama3, "tokenizers/llama3");
-        VARRATE_REQUIRE_FIXTURE(qwen3, "tokenizers/qwen3");
-        for (const fs::path& dir : {llama3, qwen3}) {
-            const Tokenizer tok = Tokenizer::load(dir);
-            for (bool chat : {false, true}) {
-                NiahDocOptions opt;
-                opt.chat = chat;
-                opt.seed = 7;
-                NiahGenerator gen(tok, opt);
-                for (int64_t length : {90, 257, 1000})
-                    for (double depth : {0.0, 25.0, 75.0, 100.0}) {
-                        check_document(tok, gen.generate(length, depth, 1), length, depth, chat);
-                        if (QTest::currentTestFailed()) return;
-                    }
-            }
-        }
-    }
-
-    // The tokens found for a needle's value spell exactly its digits, in every tokenizer family
-    // (SentencePiece digits one by one, byte-level BPE in groups of three), for needles and distractors at
-    // any depth.
-    void needle_value_tokens_spell_the_value() {
-        VARRATE_REQUIRE_FIXTURE(stories, "stories260k");
-        VARRATE_REQUIRE_FIXTURE(llama3, "tokenizers/llama3");
-        VARRATE_REQUIRE_FIXTURE(qwen3, "tokenizers/qwen3");
-        for (const fs::path& dir : {stories, llama3, qwen3}) {
-            const Tokenizer tok = Tokenizer::load(dir);
-            NiahDocOptions opt;
-            opt.distractors = 2;
-            NiahGenerator gen(tok, opt);
-            for (double depth : {0.0, 50.0, 100.0}) {
-                const NiahDocument doc = gen.generate(400, depth, 3);
-                const std::vector<int64_t> ids =
-                    build_prompt(tok, doc.context, doc.question, false).context_ids;
-                std::vector<std::string> sentences = doc.distractor_needles;
-                sentences.push_back(doc.needle);
-                for (const std::string& sentence : sentences) {
-                    const auto found = find_needle_value_tokens(tok, ids, sentence);
-                    QVERIFY2(found.has_value(), qPrintable(qs(dir.string() + ": not found: " + sentence)));
-                    std::string spelled;
-                    for (int64_t p : *found) spelled += tok.decode({ids[static_cast<size_t>(p)]});
-                    spelled.erase(std::remove(spelled.begin(), spelled.end(), ' '), spelled.end());
-                    const std::string value = sentence.substr(sentence.rfind(' ') + 1);
-                    QCOMPARE(qs(spelled), qs(value.substr(0, value.size() - 1)));  // without the full stop
-                    QVERIFY(std::is_sorted(found->begin(), found->end()));
-                    QCOMPARE(found->back() - found->front() + 1, static_cast<int64_t>(found->size()));
-                }
-            }
-            QVERIFY(!find_needle_value_tokens(tok, tok.encode("no needle here", false),
-                                              "The special magic number for x is 1234567.")
-                         .has_value());
-        }
-    }
-
-    // Retention averages per layer over the value tokens: error, rank / D, and the salience percentile among
-    // the tokens below the observation window's padding maximum.
-    void needle_retention_averages() {
-        std::vector<LayerDiagnostics> layers(2);
-        for (int l = 0; l < 2; ++l) {
-            LayerDiagnostics& d = layers[static_cast<size_t>(l)];
-            d.dim = 8;
-            d.rel_error = at::tensor({0.5f, 0.1f, 0.3f, 0.0f, 0.0f});
-            d.rank = at::tensor({int64_t{8}, int64_t{2}, int64_t{4}, int64_t{8}, int64_t{8}});
-            // Two window tokens padded with the maximum; layer 1 ranks the value tokens lower.
-            d.salience = l == 0 ? at::tensor({0.1f, 0.4f, 0.3f, 0.9f, 0.9f})
-                                : at::tensor({0.4f, 0.1f, 0.2f, 0.9f, 0.9f});
-        }
-        layers[1].rel_error = at::tensor({0.5f, 0.5f, 0.7f, 0.0f, 0.0f});
-        const auto r = needle_retention(layers, {1, 2});
-        QVERIFY(r.has_value());
-        QCOMPARE(r->n_tokens, int64_t{2});
-        QVERIFY(std::abs(r->layer_rel_error[0] - 0.2) < 1e-6 && std::abs(r->layer_rel_error[1] - 0.6) < 1e-6);
-        QVERIFY(std::abs(r->rel_error - 0.4) < 1e-6);
-        QCOMPARE(r->kept_fraction, 6.0 / 16.0);
-        // Layer 0: 0.4 beats 2 of 3 scored tokens, 0.3 beats 1; layer 1: 0.1 beats none, 0.2 beats 1.
-        QVERIFY(std::abs(r->layer_salience_percentile[0] - 0.5) < 1e-9);
-        QVERIFY(std::abs(r->layer_salience_percentile[1] - 1.0 / 6.0) < 1e-9);
-        QVERIFY(std::abs(r->salience_percentile - (0.5 + 1.0 / 6.0) / 2) < 1e-9);
-        // Without salience (full, flat) the percentile is absent; out-of-range positions give nothing.
-        for (auto& d : layers) d.salience = at::Tensor();
-        QVERIFY(needle_retention(layers, {1})->salience_percentile < 0);
-        QVERIFY(!needle_retention(layers, {5}).has_value());
-        QVERIFY(!needle_retention(layers, {}).has_value());
-
-        // Tallies count records with a kept fraction and skip the rest, whatever their shape.
-        RetentionTally t;
-        t.add(nullptr);
-        t.add({{"kept_fraction", "high"}});
-        t.add({{"kept_fraction", 0.5}, {"per_layer", 3}});
-        t.add(to_json(*r));
-        QCOMPARE(t.n, int64_t{2});
-        QCOMPARE(t.to_json()["kept_fraction"].get<double>(), (0.5 + 6.0 / 16.0) / 2);
-        QCOMPARE(t.to_json()["per_layer_kept_fraction"].size(), size_t{2});
-    }
-
-    void file_haystack() {
-        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
-        const Tokenizer tok = Tokenizer::load(dir);
-        NiahDocOptions opt;
-        opt.haystack_text = std::string("\n  ") + kHaystackText + "\n";
-        NiahGenerator gen(tok, opt);
-        for (int64_t length : {60, 150, 400})
-            for (double depth : {0.0, 40.0, 100.0}) {
-                const NiahDocument doc = gen.generate(length, depth, 0);
-                check_document(tok, doc, length, depth, false);
-                if (QTest::currentTestFailed()) return;
-            }
-        // A short file is repeated (separated by a blank line), starting at its first (trimmed) character.
-        const NiahDocument doc = gen.generate(400, 100, 0);
-        QVERIFY(doc.context.rfind("The lighthouse keeper counted", 0) == 0);
-        QVERIFY(doc.context.find(std::string("tower.\n\nThe lighthouse")) != std::string::npos);
-        QVERIFY(doc.context.find("café") != std::string::npos);
-    }
-
-    void deterministic_per_seed_and_sample() {
-        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
-        const Tokenizer tok = Tokenizer::load(dir);
-        NiahDocOptions opt;
-        opt.seed = 1234;
-        NiahGenerator a(tok, opt), b(tok, opt);
-        const NiahDocument a0 = a.generate(250, 40, 0);
-        b.generate(400, 10, 3);  // other calls first must not change what b produces next
-        const NiahDocument b0 = b.generate(250, 40, 0);
-        QCOMPARE(a0.context, b0.context);
-        QCOMPARE(a0.question, b0.question);
-        QCOMPARE(a0.expected, b0.expected);
-        // The same needle at every length and depth of a sample; another sample or seed differs.
-        QCOMPARE(a.generate(120, 90, 0).needle, a0.needle);
-        const NiahDocument a1 = a.generate(250, 40, 1);
-        QVERIFY(a1.needle != a0.needle);
-        QVERIFY(a1.context != a0.context);
-        opt.seed = 1235;
-        NiahGenerator c(tok, opt);
-        QVERIFY(c.generate(250, 40, 0).context != a0.context);
-        // A sample's shorter haystack is a prefix of its longer one.
-        const std::string short_ctx = a.generate(150, 0, 0).context, long_ctx = a.generate(400, 0, 0).context;
-        const size_t common = short_ctx.size() - 20;
-        QCOMPARE(short_ctx.substr(0, common), long_ctx.substr(0, common));
-    }
-
-    void distractors() {
-        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
-        const Tokenizer tok = Tokenizer::load(dir);
-        NiahDocOptions opt;
-        opt.distractors = 3;
-        NiahGenerator gen(tok, opt);
-        for (double depth : {0.0, 50.0, 100.0}) {
-            const NiahDocument doc = gen.generate(400, depth, 2);
-            QCOMPARE(
-                static_cast<int64_t>(build_prompt(tok, doc.context, doc.question, false).context_ids.size()),
-                int64_t{400});
-            QCOMPARE(doc.distractor_needles.size(), size_t{3});
-            QCOMPARE(doc.context.substr(doc.needle_char_offset, doc.needle.size()), doc.needle);
-            std::vector<std::string> all = doc.distractor_needles;
-            all.push_back(doc.needle);
-            std::set<std::string> keys;
-            for (const std::string& s : all) {
-                const size_t at = doc.context.find(s);
-                QVERIFY2(at != std::string::npos, qPrintable(qs("missing needle: " + s)));
-                QCOMPARE(doc.context.find(s, at + 1), std::string::npos);
-                QVERIFY(at == 0 || doc.context.substr(at - 2, 2) == ". ");
-                const std::string prefix = "The special magic number for ";
-                keys.insert(s.substr(prefix.size(), s.find(" is ") - prefix.size()));
-            }
-            QCOMPARE(keys.size(), size_t{4});
-            // The question asks about the main needle only.
-            const std::string main_key = doc.needle.substr(29, doc.needle.find(" is ") - 29);
-            QVERIFY(doc.question.find(main_key + "?") != std::string::npos);
-        }
-    }
-
-    void bad_requests() {
-        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
-        const Tokenizer tok = Tokenizer::load(dir);
-        NiahGenerator gen(tok, NiahDocOptions{});
-        QVERIFY_THROWS_EXCEPTION(Error, gen.generate(8, 50, 0));  // shorter than the needle itself
-        QVERIFY_THROWS_EXCEPTION(Error, gen.generate(200, 101, 0));
-        QVERIFY_THROWS_EXCEPTION(Error, gen.generate(200, -1, 0));
-        NiahDocOptions many;
-        many.distractors = 100000;
-        NiahGenerator g2(tok, many);
-        QVERIFY_THROWS_EXCEPTION(Error, g2.generate(200, 50, 0));
-    }
-
     void sweep_records_summary_and_resume() {
         VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
         const auto session = test::open_fixture_session();
@@ -351,7 +95,7 @@ class TestNiah : public QObject {
         std::map<double, std::string> needle_at_depth;
         for (const std::string& m : o.methods)
             for (double depth : o.depths) {
-                const fs::path path = niah_record_path(out, m, 200, depth, 0);
+                const fs::path path = niah_record_path(out, m, o.settings.budget, 200, depth, 0);
                 QVERIFY2(fs::exists(path), qPrintable(qs(path.string())));
                 const nlohmann::json r = read_json_file(path);
                 QCOMPARE(r["model"].get<std::string>(), std::string("stories260k"));
@@ -401,27 +145,31 @@ class TestNiah : public QObject {
         const nlohmann::json sj = read_json_file(out / "summary.json");
         for (const std::string& m : o.methods)
             for (const char* depth : {"0", "100"}) {
-                const bool correct =
-                    read_json_file(niah_record_path(out, m, 200, std::atof(depth), 0))["correct"];
-                QCOMPARE(sj["accuracy"][m]["200"][depth].get<double>(), correct ? 1.0 : 0.0);
+                const bool correct = read_json_file(
+                    niah_record_path(out, m, o.settings.budget, 200, std::atof(depth), 0))["correct"];
+                const std::string key = niah_series_key(m, o.settings.budget);
+                QCOMPARE(sj["accuracy"][key]["200"][depth].get<double>(), correct ? 1.0 : 0.0);
             }
         // The summary's retention is the mean over the method's records, split by outcome.
         for (const std::string& m : o.methods) {
             double kept = 0;
             int64_t right = 0;
             for (double depth : o.depths) {
-                const nlohmann::json r = read_json_file(niah_record_path(out, m, 200, depth, 0));
+                const nlohmann::json r =
+                    read_json_file(niah_record_path(out, m, o.settings.budget, 200, depth, 0));
                 kept += r["needle_retention"]["needle"]["kept_fraction"].get<double>() / 2;
                 right += r["correct"].get<bool>() ? 1 : 0;
             }
-            const nlohmann::json& t = sj["needle_retention"][m]["needle"];
+            const nlohmann::json& t = sj["needle_retention"][niah_series_key(m, o.settings.budget)]["needle"];
             QCOMPARE(t["all"]["records"].get<int64_t>(), int64_t{2});
             QCOMPARE(t["correct"]["records"].get<int64_t>(), right);
             QCOMPARE(t["wrong"]["records"].get<int64_t>(), 2 - right);
             QVERIFY(std::abs(t["all"]["kept_fraction"].get<double>() - kept) < 1e-9);
         }
         const std::string csv = read_text_file(out / "summary.csv");
-        QVERIFY(csv.rfind("method,context_length,depth_percent,n,correct,accuracy,infeasible\n", 0) == 0);
+        QVERIFY(csv.rfind("method,budget,context_length,depth_percent,n,correct,accuracy,ci_low,ci_high,"
+                          "infeasible\n",
+                          0) == 0);
         QCOMPARE(std::count(csv.begin(), csv.end(), '\n'), 5L);
 
         // Re-running the finished sweep computes nothing and leaves every record as it was.
@@ -440,10 +188,179 @@ class TestNiah : public QObject {
         QCOMPARE(third.computed, int64_t{2});
         QCOMPARE(third.skipped, int64_t{4});
 
-        // Records of another sweep (different budget) are never mixed in.
+        // Records of another sweep (different codec settings) are never mixed in; another budget is not
+        // another sweep (its records sit beside these: see budget_list_records_and_summary).
         NiahSweepOptions other = o;
-        other.settings.budget = 0.5;
-        QVERIFY_THROWS_EXCEPTION(Error, run_niah_sweep(*session, other, {}));
+        other.settings.window = 24;
+        EXPECT_ERROR(run_niah_sweep(*session, other, {}), "written by a different sweep", "settings");
+        fs::remove_all(out);
+    }
+
+    // A budget list: one run_compare per document, `full` once (budget 1, records/full/), every other method
+    // once per budget (records/<method>/k<budget>/), one summary series per method and budget with Wilson
+    // intervals per cell and overall; a longer list computes only the new budget.
+    void budget_list_records_and_summary() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        const auto session = test::open_fixture_session();
+        const fs::path out = varrate::test::temp_dir("niah-budgets");
+        NiahSweepOptions o = tiny_sweep(out);
+        o.depths = {50};
+        o.samples = 2;
+        o.budgets = {0.2, 0.5};
+        QCOMPARE(niah_record_path(out, "snapkv", 0.5, 200, 50, 1),
+                 out / "records/snapkv/k0.5/L200_D50_S1.json");
+        QCOMPARE(niah_record_path(out, "full", 0.5, 200, 50, 1), out / "records/full/L200_D50_S1.json");
+        const NiahSweepStats first = run_niah_sweep(*session, o, {});
+        QCOMPARE(first.total, int64_t{6});  // 2 samples x (full + snapkv at 2 budgets)
+        QCOMPARE(first.computed, int64_t{6});
+        QCOMPARE(first.documents, int64_t{2});
+        const auto records = read_records(out);
+        QCOMPARE(records.size(), size_t{6});
+        for (int64_t sample : {0, 1}) {
+            const std::string full_name = fmt::format("records/full/L200_D50_S{}.json", sample);
+            QVERIFY2(records.count(full_name), qPrintable(qs(full_name)));
+            const nlohmann::json full = nlohmann::json::parse(records.at(full_name));
+            QCOMPARE(full["budget"].get<double>(), 1.0);
+            QCOMPARE(full["durations"]["methods_in_document"].get<int64_t>(), int64_t{3});
+            double footprint[2] = {0, 0};
+            for (int bi = 0; bi < 2; ++bi) {
+                const double b = o.budgets[static_cast<size_t>(bi)];
+                const std::string name = fmt::format("records/snapkv/k{:g}/L200_D50_S{}.json", b, sample);
+                QVERIFY2(records.count(name), qPrintable(qs(name)));
+                const nlohmann::json r = nlohmann::json::parse(records.at(name));
+                QCOMPARE(r["budget"].get<double>(), b);
+                QCOMPARE(r["needle"], full["needle"]);  // the same document for every method and budget
+                QVERIFY(r["sweep"]["settings"].is_object() && !r["sweep"]["settings"].contains("budget"));
+                QCOMPARE(r["sweep"]["needles"].get<std::string>(), std::string("fresh"));
+                footprint[bi] = r["footprint_fraction"].get<double>();
+                QVERIFY2(footprint[bi] <= b + 1e-9, qPrintable(qs(r.dump())));
+            }
+            QVERIFY(footprint[1] > footprint[0] + 0.2);
+        }
+
+        NiahSummary summary = summarize_niah(o);
+        QCOMPARE(summary.series.size(), size_t{3});
+        QCOMPARE(summary.series[0].key(), std::string("full"));
+        QCOMPARE(summary.series[1].key(), std::string("snapkv/k0.2"));
+        QCOMPARE(summary.series[2].key(), std::string("snapkv/k0.5"));
+        QCOMPARE(summary.series[2].label(), std::string("snapkv, budget 0.5"));
+        QCOMPARE(summary.cells.size(), size_t{3});
+        write_niah_summary(summary, out);
+        const nlohmann::json sj = read_json_file(out / "summary.json");
+        QCOMPARE(sj["budgets"], nlohmann::json({0.2, 0.5}));
+        QCOMPARE(sj["needles"].get<std::string>(), std::string("fresh"));
+        const std::string csv = read_text_file(out / "summary.csv");
+        for (size_t i = 0; i < 3; ++i) {
+            const NiahCell& c = summary.cell(i, 0, 0);
+            QCOMPARE(c.method, summary.series[i].method);
+            QCOMPARE(c.budget, summary.series[i].budget);
+            QCOMPARE(c.n, int64_t{2});
+            const Interval ci = wilson_interval(c.correct, 2);
+            const nlohmann::json& cj = sj["cells"][i];
+            QCOMPARE(cj["budget"].get<double>(), c.budget);
+            QCOMPARE(cj["ci_low"].get<double>(), ci.low);
+            QCOMPARE(cj["ci_high"].get<double>(), ci.high);
+            QVERIFY(cj["ci_low"].get<double>() <= cj["accuracy"].get<double>());
+            const nlohmann::json& all = sj["overall"][summary.series[i].key()];
+            QCOMPARE(all["n"].get<int64_t>(), int64_t{2});
+            QCOMPARE(all["ci_high"].get<double>(), ci.high);
+            const std::string line = fmt::format("{},{:g},200,50,2,{},{:.6g},{:.6g},{:.6g},0\n", c.method,
+                                                 c.budget, c.correct, c.accuracy(), ci.low, ci.high);
+            QVERIFY2(csv.find(line) != std::string::npos, qPrintable(qs(line + " not in\n" + csv)));
+        }
+
+        // One more budget: only its records are computed (one document each, snapkv alone in it).
+        o.budgets = {0.2, 0.5, 0.3};
+        const NiahSweepStats more = run_niah_sweep(*session, o, {});
+        QCOMPARE(more.computed, int64_t{2});
+        QCOMPARE(more.skipped, int64_t{6});
+        QCOMPARE(more.documents, int64_t{2});
+        QVERIFY(fs::exists(out / "records/snapkv/k0.3/L200_D50_S0.json"));
+        for (const auto& [name, text] : records) QCOMPARE(read_text_file(out / name), text);
+        QCOMPARE(summarize_niah(o).series.size(), size_t{4});
+
+        o.budgets = {0.2, 0.2};
+        EXPECT_ERROR(run_niah_sweep(*session, o, {}), "--budget", "0.2 is listed twice");
+        o.budgets = {0.2, 0};
+        EXPECT_ERROR(run_niah_sweep(*session, o, {}), "--budget", "not a fraction");
+        fs::remove_all(out);
+    }
+
+    // The needle protocol is part of a sweep's identity: records written under one are not resumed under the
+    // other, and records written before the protocols existed (no "needles" in their sweep) count as fixed.
+    void needle_protocol_mismatch_is_refused() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        const auto session = test::open_fixture_session();
+        const fs::path out = varrate::test::temp_dir("niah-protocol");
+        NiahSweepOptions fixed = tiny_sweep(out);
+        fixed.methods = {"full"};
+        fixed.depths = {50};
+        fixed.doc.needles = NeedleProtocol::Fixed;
+        QCOMPARE(run_niah_sweep(*session, fixed, {}).computed, int64_t{1});
+        const fs::path path = niah_record_path(out, "full", 1, 200, 50, 0);
+        nlohmann::json record = read_json_file(path);
+        QCOMPARE(record["sweep"]["needles"].get<std::string>(), std::string("fixed"));
+        NiahSweepOptions fresh = fixed;
+        fresh.doc.needles = NeedleProtocol::Fresh;
+        EXPECT_ERROR(run_niah_sweep(*session, fresh, {}), path.string(), "written with --needles fixed",
+                     "asks for --needles fresh", "--needles fixed to resume");
+        // An older record: no protocol recorded.
+        record["sweep"].erase("needles");
+        write_file_atomic(path, record.dump(2));
+        const NiahSweepStats resumed = run_niah_sweep(*session, fixed, {});
+        QCOMPARE(resumed.computed, int64_t{0});
+        QCOMPARE(resumed.skipped, int64_t{1});
+        EXPECT_ERROR(run_niah_sweep(*session, fresh, {}), "written with --needles fixed");
+        QCOMPARE(summarize_niah(fixed).cells.at(0).n, int64_t{1});
+        fs::remove_all(out);
+    }
+
+    // A directory of a single-budget sweep (records/<method>/L.._D.._S...json for every method, the budget in
+    // the sweep's settings, no needle protocol): its records answer for their own budget, in summaries and
+    // when the sweep is resumed or extended by another budget.
+    void old_layout_records_are_read() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        const auto session = test::open_fixture_session();
+        const fs::path out = varrate::test::temp_dir("niah-old-layout");
+        NiahSweepOptions o = tiny_sweep(out);
+        o.depths = {50};
+        o.doc.needles = NeedleProtocol::Fixed;
+        QCOMPARE(run_niah_sweep(*session, o, {}).computed, int64_t{2});
+        // Rewrite the records as the older sweeps wrote them.
+        const fs::path now = niah_record_path(out, "snapkv", 0.2, 200, 50, 0);
+        const fs::path old = niah_legacy_record_path(out, "snapkv", 200, 50, 0);
+        QCOMPARE(old, out / "records/snapkv/L200_D50_S0.json");
+        for (const fs::path& p : {now, niah_record_path(out, "full", 1, 200, 50, 0)}) {
+            nlohmann::json r = read_json_file(p);
+            r["sweep"].erase("needles");
+            r["sweep"]["settings"]["budget"] = 0.2;
+            write_file_atomic(p == now ? old : p, r.dump(2));
+        }
+        fs::remove_all(now.parent_path());
+        QCOMPARE(find_niah_record(out, "snapkv", 0.2, 200, 50, 0).value_or(fs::path()), old);
+        QVERIFY(!find_niah_record(out, "snapkv", 0.5, 200, 50, 0).has_value());  // another budget's
+        QVERIFY(!find_niah_record(out, "snapkv", 0.2, 200, 50, 1).has_value());
+
+        NiahSummary summary = summarize_niah(o);
+        QCOMPARE(summary.cell(1, 0, 0).n, int64_t{1});
+        QCOMPARE(summary.cell(1, 0, 0).budget, 0.2);
+        QVERIFY(summary.retention.count("snapkv/k0.2"));
+        const NiahSweepStats resumed = run_niah_sweep(*session, o, {});
+        QCOMPARE(resumed.computed, int64_t{0});
+        QCOMPARE(resumed.skipped, int64_t{2});
+        QVERIFY(!fs::exists(now));
+
+        // Another budget beside it: computed at the new path; the old record still answers for 0.2.
+        o.budgets = {0.2, 0.5};
+        const NiahSweepStats extended = run_niah_sweep(*session, o, {});
+        QCOMPARE(extended.computed, int64_t{1});
+        QCOMPARE(extended.skipped, int64_t{2});
+        QVERIFY(fs::exists(niah_record_path(out, "snapkv", 0.5, 200, 50, 0)));
+        summary = summarize_niah(o);
+        QCOMPARE(summary.series.size(), size_t{3});
+        QCOMPARE(summary.cell(1, 0, 0).n, int64_t{1});
+        QCOMPARE(summary.cell(2, 0, 0).n, int64_t{1});
+        QCOMPARE(summary.cell(2, 0, 0).budget, 0.5);
         fs::remove_all(out);
     }
 
@@ -458,7 +375,7 @@ class TestNiah : public QObject {
         const NiahSweepStats stats = run_niah_sweep(*session, o, {});
         QCOMPARE(stats.computed, int64_t{2});
         for (const std::string& m : o.methods) {
-            const nlohmann::json r = read_json_file(niah_record_path(out, m, 200, 50, 0));
+            const nlohmann::json r = read_json_file(niah_record_path(out, m, o.settings.budget, 200, 50, 0));
             QCOMPARE(r["mode"].get<std::string>(), std::string("query-aware"));
             QCOMPARE(r["context_tokens"].get<int64_t>(), int64_t{200});
             // The question is inside the compressed context.
@@ -485,13 +402,15 @@ class TestNiah : public QObject {
         o.depths = {50};
         const NiahSweepStats stats = run_niah_sweep(*session, o, {});
         QCOMPARE(stats.computed, int64_t{4});
-        const nlohmann::json short_snapkv = read_json_file(niah_record_path(out, "snapkv", 48, 50, 0));
+        const nlohmann::json short_snapkv =
+            read_json_file(niah_record_path(out, "snapkv", o.settings.budget, 48, 50, 0));
         QVERIFY2(short_snapkv["infeasible"].get<std::string>().find("smallest feasible kappa") !=
                      std::string::npos,
                  qPrintable(qs(short_snapkv.dump())));
         QVERIFY(!short_snapkv.contains("correct"));
-        QVERIFY(read_json_file(niah_record_path(out, "full", 48, 50, 0))["correct"].is_boolean());
-        QVERIFY(read_json_file(niah_record_path(out, "snapkv", 200, 50, 0))["correct"].is_boolean());
+        QVERIFY(read_json_file(niah_record_path(out, "full", 1.0, 48, 50, 0))["correct"].is_boolean());
+        QVERIFY(read_json_file(niah_record_path(out, "snapkv", o.settings.budget, 200, 50, 0))["correct"]
+                    .is_boolean());
         const NiahSummary summary = summarize_niah(o);
         const NiahCell& cell = summary.cell(1, 0, 0);
         QCOMPARE(cell.method, std::string("snapkv"));
@@ -499,7 +418,7 @@ class TestNiah : public QObject {
         QCOMPARE(cell.infeasible, int64_t{1});
         QCOMPARE(summary.cell(1, 0, 1).n, int64_t{1});
         QCOMPARE(summary.cell(0, 0, 0).n, int64_t{1});
-        QVERIFY(summary_csv(summary).find("snapkv,48,50,0,0,,1\n") != std::string::npos);
+        QVERIFY(summary_csv(summary).find("snapkv,0.2,48,50,0,0,,,,1\n") != std::string::npos);
         // Re-running reuses the infeasible record like any other.
         QCOMPARE(run_niah_sweep(*session, o, {}).computed, int64_t{0});
         // A single comparison still reports the infeasible budget as an error.
@@ -593,6 +512,69 @@ class TestNiah : public QObject {
         QVERIFY2(again.exit_code == 0, qPrintable(again.err));
         QVERIFY2(again.out.contains("4 records: 0 computed, 4 reused"), qPrintable(again.out));
         QVERIFY(read_records(out / "run") == records);
+        fs::remove_all(out);
+    }
+
+    // `varrate niah --budget 0.2,0.5 --needles fixed`: records per budget, the table with 95 % intervals, a
+    // heatmap per method and budget; another protocol on the same directory is refused, a bad list too.
+    void cli_budget_list_needles_and_intervals() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        if (!fs::exists(varrate::test::bin_dir() / "varrate")) QSKIP("the varrate executable is not built");
+        const fs::path out = varrate::test::temp_dir("niah-cli-budgets");
+        QStringList args = {"niah",
+                            "--model",
+                            QString::fromStdString(dir.string()),
+                            "--lengths",
+                            "200",
+                            "--depths",
+                            "50",
+                            "--samples",
+                            "2",
+                            "--methods",
+                            "full,snapkv",
+                            "--budget",
+                            "0.2, 0.5",
+                            "--window",
+                            "16",
+                            "--obs-window",
+                            "16",
+                            "--max-new-tokens",
+                            "8",
+                            "--threads",
+                            "2",
+                            "--needles",
+                            "fixed",
+                            "--out",
+                            QString::fromStdString(out.string())};
+        const CliResult r = run_varrate(args);
+        QVERIFY2(r.exit_code == 0, qPrintable(r.err));
+        QVERIFY2(r.out.contains("6 records: 6 computed, 0 reused (2 documents)"), qPrintable(r.out));
+        QVERIFY2(r.out.contains("needles fixed"), qPrintable(r.out));
+        // "snapkv, budget 0.5: 1 of 2 correct (50.0%, 95% CI 9.5-90.5%)" and cells like "50% [9-91]".
+        const QRegularExpression overall(
+            R"(snapkv, budget 0\.5: (\d) of 2 correct \((\d+\.\d)%, 95% CI (\d+\.\d)-(\d+\.\d)%\))");
+        const QRegularExpressionMatch m = overall.match(r.out);
+        QVERIFY2(m.hasMatch(), qPrintable(r.out));
+        const Interval ci = wilson_interval(m.captured(1).toLongLong(), 2);
+        QCOMPARE(m.captured(3), QString::number(100 * ci.low, 'f', 1));
+        QCOMPARE(m.captured(4), QString::number(100 * ci.high, 'f', 1));
+        QVERIFY2(r.out.contains(QRegularExpression(R"(snapkv, budget 0\.2: )")) &&
+                     r.out.contains(QRegularExpression(R"(\d+% \[\d+-\d+\])")),
+                 qPrintable(r.out));
+        QCOMPARE(read_records(out).size(), size_t{6});
+        QVERIFY(fs::exists(out / "records/snapkv/k0.5/L200_D50_S1.json"));
+        const std::string csv = read_text_file(out / "summary.csv");
+        QVERIFY2(csv.find("\nsnapkv,0.5,200,50,2,") != std::string::npos, csv.c_str());
+        QVERIFY(read_text_file(out / "heatmap.png").size() > 1000);
+
+        args[args.indexOf("fixed")] = "fresh";
+        const CliResult other = run_varrate(args);
+        QCOMPARE(other.exit_code, 1);
+        QVERIFY2(other.err.contains("written with --needles fixed"), qPrintable(other.err));
+        args[args.indexOf("0.2, 0.5")] = "0.2,abc";
+        const CliResult bad = run_varrate(args);
+        QCOMPARE(bad.exit_code, 2);
+        QVERIFY2(bad.err.contains("--budget") && bad.err.contains("'abc'"), qPrintable(bad.err));
         fs::remove_all(out);
     }
 

@@ -23,8 +23,14 @@ QString qs(const std::string& s) {
     return QString::fromStdString(s);
 }
 
-int per_row_of(size_t n_methods) {
-    return std::max(1, std::min(static_cast<int>(n_methods), kMaxPerRow));
+int per_row_of(size_t n_panels) {
+    return std::max(1, std::min(static_cast<int>(n_panels), kMaxPerRow));
+}
+
+std::string budgets_text(const std::vector<double>& budgets) {
+    std::string out;
+    for (double b : budgets) out += (out.empty() ? "" : ", ") + fmt::format("{:g}", b);
+    return out;
 }
 
 }  // namespace
@@ -56,8 +62,8 @@ NiahHeatmapStyle NiahHeatmapStyle::png() {
 QSize NiahHeatmapPainter::fitting_cell(const NiahSummary& s, QSize size) {
     const int n_len = std::max<int>(1, static_cast<int>(s.lengths.size()));
     const int n_depth = std::max<int>(1, static_cast<int>(s.depths.size()));
-    const int per_row = per_row_of(s.methods.size());
-    const int rows = (std::max<int>(1, static_cast<int>(s.methods.size())) + per_row - 1) / per_row;
+    const int per_row = per_row_of(s.series.size());
+    const int rows = (std::max<int>(1, static_cast<int>(s.series.size())) + per_row - 1) / per_row;
     const int cw = (size.width() - 2 * kMargin - kBarW - per_row * (kLeft + kGap)) / (per_row * n_len);
     const int ch = (size.height() - kHeader - kMargin - rows * (kTop + kBottom)) / (rows * n_depth);
     return {std::max(8, cw), std::max(6, ch)};
@@ -67,23 +73,39 @@ NiahHeatmapPainter::NiahHeatmapPainter(const NiahSummary& s, const NiahHeatmapSt
     : s_(s), style_(style) {
     n_len_ = static_cast<int>(s.lengths.size());
     n_depth_ = static_cast<int>(s.depths.size());
-    n_methods_ = static_cast<int>(s.methods.size());
-    per_row_ = per_row_of(s.methods.size());
-    rows_ = (std::max(1, n_methods_) + per_row_ - 1) / per_row_;
-    cw_ = style_.cell_w > 0 ? style_.cell_w : std::max(64, (180 + n_len_ - 1) / std::max(1, n_len_));
+    n_panels_ = static_cast<int>(s.series.size());
+    per_row_ = per_row_of(s.series.size());
+    rows_ = (std::max(1, n_panels_) + per_row_ - 1) / per_row_;
+    int title_w = 180;
+    if (s.cells.size() == s.series.size() * s.depths.size() * s.lengths.size())
+        for (int m = 0; m < n_panels_; ++m)
+            title_w =
+                std::max(title_w, QFontMetrics(style_.title_font).horizontalAdvance(panel_title(s, m)) + 8);
+    cw_ = style_.cell_w > 0 ? style_.cell_w : std::max(64, (title_w + n_len_ - 1) / std::max(1, n_len_));
     ch_ = style_.cell_h;
     panel_w_ = kLeft + cw_ * n_len_ + kGap;
     panel_h_ = kTop + ch_ * n_depth_ + kBottom;
-    heading_ = qs(fmt::format("Needle in a haystack - {}, {}, budget {:g}, {} sample{} per cell",
-                              s.model.empty() ? "model" : s.model, s.mode, s.budget, s.samples,
-                              s.samples == 1 ? "" : "s"));
+    heading_ = qs(fmt::format(
+        "Needle in a haystack - {}, {}, needles {}, budget{} {}, {} sample{} per cell; overall "
+        "accuracy [95% interval]",
+        s.model.empty() ? "model" : s.model, s.mode, s.needles.empty() ? "?" : s.needles,
+        s.budgets.size() == 1 ? "" : "s", budgets_text(s.budgets), s.samples, s.samples == 1 ? "" : "s"));
     width_ = std::max(kMargin + per_row_ * panel_w_ + kBarW + kMargin,
                       2 * kMargin + QFontMetrics(style_.title_font).horizontalAdvance(heading_) + 8);
     height_ = kHeader + rows_ * panel_h_ + kMargin;
 }
 
+QString NiahHeatmapPainter::panel_title(const NiahSummary& s, int m) {
+    const NiahSeries& ser = s.series.at(static_cast<size_t>(m));
+    const NiahCell all = s.overall(static_cast<size_t>(m));
+    if (all.n == 0) return qs(fmt::format("{}  (no records)", ser.label()));
+    const Interval ci = all.interval();
+    return qs(fmt::format("{}  {:.0f}% [{:.0f}-{:.0f}] of {}", ser.label(), 100.0 * all.accuracy(),
+                          100.0 * ci.low, 100.0 * ci.high, all.n));
+}
+
 QRect NiahHeatmapPainter::cell_rect(int m, int d, int l) const {
-    if (m < 0 || d < 0 || l < 0 || m >= n_methods_ || d >= n_depth_ || l >= n_len_) return {};
+    if (m < 0 || d < 0 || l < 0 || m >= n_panels_ || d >= n_depth_ || l >= n_len_) return {};
     const int x0 = kMargin + (m % per_row_) * panel_w_, y0 = kHeader + (m / per_row_) * panel_h_;
     return QRect(x0 + kLeft + l * cw_, y0 + kTop + d * ch_, cw_, ch_);
 }
@@ -96,17 +118,14 @@ void NiahHeatmapPainter::paint(QPainter& p) const {
     p.setPen(st.ink);
     p.setFont(st.title_font);
     p.drawText(QRect(kMargin, 0, width_ - 2 * kMargin, kHeader), Qt::AlignLeft | Qt::AlignVCenter, heading_);
-    if (s_.cells.size() != static_cast<size_t>(n_methods_) * n_depth_ * n_len_) return;  // malformed
+    if (s_.cells.size() != static_cast<size_t>(n_panels_) * n_depth_ * n_len_) return;  // malformed
 
-    for (int m = 0; m < n_methods_; ++m) {
+    for (int m = 0; m < n_panels_; ++m) {
         const int x0 = kMargin + (m % per_row_) * panel_w_, y0 = kHeader + (m / per_row_) * panel_h_;
         const int gx = x0 + kLeft, gy = y0 + kTop;
-        int64_t n = 0, correct = 0;
         for (int d = 0; d < n_depth_; ++d)
             for (int l = 0; l < n_len_; ++l) {
                 const NiahCell& c = s_.cell(m, d, l);
-                n += c.n;
-                correct += c.correct;
                 const QRect cell = cell_rect(m, d, l);
                 if (c.n > 0) {
                     p.fillRect(cell, niah_colour(c.accuracy()));
@@ -127,9 +146,9 @@ void NiahHeatmapPainter::paint(QPainter& p) const {
         // Title, depth ticks (rows), length ticks (columns) and axis names.
         p.setPen(st.ink);
         p.setFont(st.title_font);
+        // Fitted cells (the app's) can be narrower than the title: elide rather than run into the next panel.
         p.drawText(QRect(gx, y0, cw_ * n_len_, kTop), Qt::AlignLeft | Qt::AlignVCenter,
-                   qs(n > 0 ? fmt::format("{}  ({:.0f}% of {})", s_.methods[m], 100.0 * correct / n, n)
-                            : fmt::format("{}  (no records)", s_.methods[m])));
+                   QFontMetrics(st.title_font).elidedText(panel_title(s_, m), Qt::ElideRight, cw_ * n_len_));
         p.setFont(st.font);
         for (int d = 0; d < n_depth_; ++d)
             p.drawText(QRect(x0 + 16, gy + d * ch_, kLeft - 22, ch_), Qt::AlignRight | Qt::AlignVCenter,

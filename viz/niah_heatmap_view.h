@@ -1,7 +1,8 @@
 #pragma once
 // Needle-in-a-haystack accuracy heatmaps of the NIAH tab: the same painter as the CLI's heatmap.png
-// (viz/niah_heatmap_paint.h), in the window's palette and font, with cells sized to fit the widget; cells
-// without records are hatched grey and every cell has a tooltip.
+// (viz/niah_heatmap_paint.h), one per method and budget, in the window's palette and font, with cells sized
+// to fit the widget; cells without records are hatched grey and every cell has a tooltip with its counts and
+// Wilson 95 % interval.
 #include <QColor>
 #include <QWidget>
 
@@ -9,6 +10,10 @@
 #include "viz/niah_heatmap_paint.h"
 
 namespace varrate::viz {
+
+// A cell's tooltip: "varrate, budget 0.1, length 512, depth 50%: 9 / 10 correct (90 %, 95 % interval 60-98
+// %)".
+QString niah_cell_tooltip(const NiahSummary& summary, int series, const NiahCell& cell);
 
 class NiahHeatmapView : public QWidget {
     Q_OBJECT
@@ -19,8 +24,8 @@ class NiahHeatmapView : public QWidget {
     void clear();
     const NiahSummary& summary() const { return summary_; }
     bool has_summary() const { return !summary_.cells.empty(); }
-    // The cell rectangle of (method, depth, length) in widget coordinates (empty when out of range).
-    QRectF cell_rect(int method, int depth, int length) const;
+    // The cell rectangle of (series, depth, length) in widget coordinates (empty when out of range).
+    QRectF cell_rect(int series, int depth, int length) const;
 
     QSize sizeHint() const override;
     QSize minimumSizeHint() const override { return {300, 160}; }

@@ -3,7 +3,6 @@
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDir>
-#include <QDoubleSpinBox>
 #include <QFileDialog>
 #include <QFormLayout>
 #include <QGroupBox>
@@ -87,21 +86,28 @@ NiahTab::NiahTab(QWidget* parent) : QWidget(parent) {
     max_new_ = new QSpinBox;
     max_new_->setRange(1, 512);
     max_new_->setValue(16);
-    budget_ = new QDoubleSpinBox;
-    budget_->setRange(0.01, 1.0);
-    budget_->setSingleStep(0.05);
-    budget_->setDecimals(3);
-    budget_->setValue(0.3);
-    budget_->setObjectName("niah_budget");
+    budgets_ = new QLineEdit("0.3");
+    budgets_->setObjectName("niah_budget");
+    budgets_->setToolTip(
+        "kappa: fractions of the KV cache kept, one heatmap per method and budget (full runs "
+        "once)");
     mode_ = new QComboBox;
     mode_->addItems({"query-agnostic", "query-aware"});
+    needles_ = new QComboBox;
+    needles_->setObjectName("niah_needles");
+    needles_->addItems({"fresh", "fixed"});
+    needles_->setToolTip(
+        "fresh: every document draws its own needle and distractors (RULER); fixed: a sample's needles at "
+        "every "
+        "length and depth (the paper's protocol, and sweeps made before this choice)");
     f->addRow("Lengths", lengths_);
     f->addRow("Depths %", depths_);
     f->addRow("Samples", samples_);
     f->addRow("Distractors", distractors_);
     f->addRow("Seed", seed_);
-    f->addRow("Budget κ", budget_);
+    f->addRow("Budgets κ", budgets_);
     f->addRow("Mode", mode_);
+    f->addRow("Needles", needles_);
     f->addRow("Max new tokens", max_new_);
     sl->addWidget(grid);
 
@@ -152,6 +158,11 @@ NiahTab::NiahTab(QWidget* parent) : QWidget(parent) {
     status_->setWordWrap(true);
     status_->setObjectName("niah_status");
     sl->addWidget(status_);
+    overall_ = new QLabel;
+    overall_->setWordWrap(true);
+    overall_->setObjectName("niah_overall");
+    overall_->setToolTip("Accuracy over every length and depth, with its 95 % Wilson score interval");
+    sl->addWidget(overall_);
     retention_ = new QLabel;
     retention_->setWordWrap(true);
     retention_->setObjectName("niah_retention");
@@ -182,8 +193,10 @@ NiahSweepOptions NiahTab::options(const CodecSettings& base) const {
         if (c->isChecked()) o.methods.push_back(c->text().toStdString());
     if (o.methods.empty()) throw Error("NIAH sweep: tick at least one method");
     o.settings = base;
-    o.settings.budget = budget_->value();
+    o.budgets = parse_double_list(budgets_->text(), "NIAH budgets", 0.001, 1.0);
+    o.settings.budget = o.budgets.front();
     o.mode = parse_mode(mode_->currentText().toStdString());
+    o.doc.needles = parse_needle_protocol(needles_->currentText().toStdString());
     o.doc.seed = static_cast<uint64_t>(seed_->value());
     o.doc.distractors = distractors_->value();
     o.max_new_tokens = max_new_->value();
@@ -216,6 +229,13 @@ void NiahTab::set_samples(int n) {
     samples_->setValue(n);
 }
 
+void NiahTab::set_budgets(const QString& t) {
+    budgets_->setText(t);
+}
+void NiahTab::set_needles(NeedleProtocol p) {
+    needles_->setCurrentText(QString::fromStdString(to_string(p)));
+}
+
 void NiahTab::set_methods(const std::vector<std::string>& methods) {
     for (QCheckBox* c : methods_)
         c->setChecked(std::find(methods.begin(), methods.end(), c->text().toStdString()) != methods.end());
@@ -243,22 +263,36 @@ void NiahTab::set_progress(const QString& cell, qint64 done, qint64 total, const
 
 void NiahTab::show_outcome(const NiahOutcome& o) {
     heatmaps_->set_summary(o.summary);
-    int64_t n = 0, correct = 0;
-    for (const NiahCell& c : o.summary.cells) {
-        n += c.n;
-        correct += c.correct;
-    }
     QString text = QString("%1 records (%2 computed, %3 reused) in %4")
                        .arg(o.stats.total)
                        .arg(o.stats.computed)
                        .arg(o.stats.skipped)
                        .arg(o.out_dir);
     if (!o.complete) text = "Cancelled — finished records kept; run again to resume. " + text;
-    if (n > 0)
-        text += QString(" · overall accuracy %1 %").arg(100.0 * double(correct) / double(n), 0, 'f', 1);
     status_->setText(text);
+    overall_->setText(niah_overall_text(o.summary));
     retention_->setText(niah_retention_text(o.summary));
     if (o.complete) progress_->setValue(1000);
+}
+
+QString niah_overall_text(const NiahSummary& s) {
+    QStringList lines;
+    for (size_t m = 0; m < s.series.size(); ++m) {
+        const NiahCell all = s.overall(m);
+        const QString label = QString::fromStdString(s.series[m].label());
+        if (all.n == 0) {
+            lines << QStringLiteral("%1: no records").arg(label);
+            continue;
+        }
+        const Interval ci = all.interval();
+        lines << QStringLiteral("%1: %2 % (95 % interval %3-%4 %) of %5")
+                     .arg(label)
+                     .arg(100.0 * all.accuracy(), 0, 'f', 1)
+                     .arg(100.0 * ci.low, 0, 'f', 1)
+                     .arg(100.0 * ci.high, 0, 'f', 1)
+                     .arg(all.n);
+    }
+    return lines.join('\n');
 }
 
 QString niah_retention_text(const NiahSummary& s) {
@@ -268,11 +302,11 @@ QString niah_retention_text(const NiahSummary& s) {
         return QStringLiteral("%1 (%2)").arg(layers.back(), 0, 'f', 2).arg(t.n);
     };
     QStringList lines;
-    for (const std::string& m : s.methods) {
-        const auto it = s.retention.find(m);
-        if (m == "full" || it == s.retention.end()) continue;
+    for (const NiahSeries& ser : s.series) {
+        const auto it = s.retention.find(ser.key());
+        if (!niah_method_has_budget(ser.method) || it == s.retention.end()) continue;
         QString line = QStringLiteral("%1: right %2 · wrong %3")
-                           .arg(QString::fromStdString(m), last(it->second.needle_correct),
+                           .arg(QString::fromStdString(ser.label()), last(it->second.needle_correct),
                                 last(it->second.needle_wrong));
         if (it->second.distractors.n > 0)
             line += QStringLiteral(" · distractors %1").arg(last(it->second.distractors));
@@ -288,6 +322,10 @@ QString NiahTab::status_text() const {
 
 QString NiahTab::retention_text() const {
     return retention_->text();
+}
+
+QString NiahTab::overall_text() const {
+    return overall_->text();
 }
 
 }  // namespace varrate::viz

@@ -1,6 +1,7 @@
 #pragma once
-// The NIAH sweep tab: lengths x depths x samples for the chosen methods at one budget and mode, written as
-// resumable records into an output folder, with progress/cancel and the accuracy heatmaps per method.
+// The NIAH sweep tab: lengths x depths x samples for the chosen methods at a list of budgets and one mode and
+// needle protocol, written as resumable records into an output folder, with progress/cancel, the accuracy
+// heatmaps per method and budget, and each one's overall accuracy with its 95 % interval.
 #include <QWidget>
 
 #include <vector>
@@ -10,7 +11,6 @@
 
 class QCheckBox;
 class QComboBox;
-class QDoubleSpinBox;
 class QLabel;
 class QLineEdit;
 class QProgressBar;
@@ -24,8 +24,11 @@ class NiahHeatmapView;
 // "128, 256 512" -> {128, 256, 512}; throws Error naming `what` for anything but positive numbers.
 std::vector<int64_t> parse_int_list(const QString& text, const QString& what);
 std::vector<double> parse_double_list(const QString& text, const QString& what, double lo, double hi);
-// One line per compressing method: the mean share of the asked needle value's K/V kept in the last layer,
-// over right and wrong answers (and the distractors'), from the summary's retention; "" when there is none.
+// One line per method and budget: the accuracy over every cell with its Wilson 95 % interval.
+QString niah_overall_text(const NiahSummary& summary);
+// One line per compressing method and budget: the mean share of the asked needle value's K/V kept in the last
+// layer, over right and wrong answers (and the distractors'), from the summary's retention; "" when there is
+// none.
 QString niah_retention_text(const NiahSummary& summary);
 
 class NiahTab : public QWidget {
@@ -42,6 +45,8 @@ class NiahTab : public QWidget {
     void set_lengths(const QString& text);
     void set_depths(const QString& text);
     void set_samples(int n);
+    void set_budgets(const QString& text);  // "0.1, 0.2"
+    void set_needles(NeedleProtocol p);
     void set_methods(const std::vector<std::string>& methods);
 
     void set_running(bool running);
@@ -51,6 +56,7 @@ class NiahTab : public QWidget {
     NiahHeatmapView* heatmaps() const { return heatmaps_; }
     QString status_text() const;
     QString retention_text() const;
+    QString overall_text() const;
 
   Q_SIGNALS:
     void run_requested();
@@ -58,14 +64,13 @@ class NiahTab : public QWidget {
     void load_requested();  // show the records already in the output folder
 
   private:
-    QLineEdit *lengths_ = nullptr, *depths_ = nullptr, *out_dir_ = nullptr;
+    QLineEdit *lengths_ = nullptr, *depths_ = nullptr, *budgets_ = nullptr, *out_dir_ = nullptr;
     QSpinBox *samples_ = nullptr, *distractors_ = nullptr, *seed_ = nullptr, *max_new_ = nullptr;
-    QDoubleSpinBox* budget_ = nullptr;
-    QComboBox* mode_ = nullptr;
+    QComboBox *mode_ = nullptr, *needles_ = nullptr;
     std::vector<QCheckBox*> methods_;
     QPushButton *run_ = nullptr, *cancel_ = nullptr, *load_ = nullptr;
     QProgressBar* progress_ = nullptr;
-    QLabel *status_ = nullptr, *retention_ = nullptr;
+    QLabel *status_ = nullptr, *overall_ = nullptr, *retention_ = nullptr;
     NiahHeatmapView* heatmaps_ = nullptr;
     bool running_ = false;
 };

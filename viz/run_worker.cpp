@@ -187,6 +187,8 @@ GeneratedDocument generate(const Session& s, const NiahDocRequest& req) {
     o.seed = req.seed;
     o.distractors = req.distractors;
     o.chat = req.chat;
+    // One document, not a grid: keep the needle a (seed, sample) has always had, as `varrate demo` does.
+    o.needles = NeedleProtocol::Fixed;
     NiahGenerator gen(s.tokenizer(), o);
     const int64_t len =
         req.length > 0 ? req.length : default_document_length(s.model().config().max_position_embeddings);

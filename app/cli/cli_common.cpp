@@ -42,17 +42,51 @@ std::unique_ptr<LlamaModel> load_model_for_cli(const std::filesystem::path& dir,
     return model;
 }
 
-CodecFlags add_codec_options(CLI::App& sub, CodecSettings& s, std::vector<double>* budgets) {
+std::vector<double> parse_budget_list(const std::string& text) {
+    std::vector<double> out;
+    std::stringstream ss(text);
+    for (std::string item; std::getline(ss, item, ',');) {
+        const auto b = item.find_first_not_of(" \t");
+        const auto e = item.find_last_not_of(" \t");
+        item = b == std::string::npos ? "" : item.substr(b, e - b + 1);
+        size_t used = 0;
+        double v = 0;
+        try {
+            v = std::stod(item, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        if (item.empty() || used != item.size() || !(v > 0 && v <= 1))
+            throw Error("--budget: '" + item + "' in '" + text +
+                        "' is not a fraction of the cache in (0, 1]");
+        out.push_back(v);
+    }
+    if (out.empty()) throw Error("--budget: no budget given");
+    return out;
+}
+
+CodecFlags add_codec_options(CLI::App& sub, CodecSettings& s, std::vector<double>* budget_list) {
     CodecFlags f;
-    f.budgets = budgets;
-    if (budgets)
-        f.budget = sub.add_option("--budget", *budgets,
-                                  "kappa: fraction of the KV cache kept, in (0, 1]; a comma-separated list "
-                                  "runs every budget from one prefill (e.g. 0.05,0.1,0.2)")
-                       ->delimiter(',');
-    else
+    f.budgets = budget_list;
+    if (budget_list) {
+        // A string option: CLI11 would split a double list itself but not name the bad entry.
+        f.budget = sub.add_option_function<std::string>(
+                          "--budget",
+                          [&s, budget_list](const std::string& text) {
+                              try {
+                                  *budget_list = parse_budget_list(text);
+                              } catch (const Error& e) {
+                                  throw CLI::ValidationError(e.what());  // reported like any bad argument
+                              }
+                              s.budget = budget_list->front();
+                          },
+                          "kappa: fractions of the KV cache kept, in (0, 1], comma-separated (one run per "
+                          "budget)")
+                       ->default_str(fmt::format("{:g}", s.budget));
+    } else {
         f.budget = sub.add_option("--budget", s.budget, "kappa: fraction of the KV cache kept, in (0, 1]")
                        ->capture_default_str();
+    }
     f.r_min = sub.add_option("--rmin", s.r_min, "rank floor of every coded token")->capture_default_str();
     f.rank = sub.add_option("--rank", s.rank, "R: basis rank and per-token rank cap (clamped to D)")
                  ->capture_default_str();

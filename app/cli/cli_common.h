@@ -30,13 +30,16 @@ struct CodecFlags {
                 *window = nullptr, *obs_window = nullptr;
     std::vector<double>* budgets = nullptr;  // where a budget list goes, for commands that take one
 };
-// --budget, --rmin, --rank, --stride, --anchors, --window, --obs-window, --paper-accounting. With `budgets`,
-// --budget takes a comma-separated list into it (settings.budget becomes its first entry).
-CodecFlags add_codec_options(CLI::App& sub, CodecSettings& s, std::vector<double>* budgets = nullptr);
-// Settings the user did not give come from the model's defaults; a budget list is checked (each in (0, 1])
-// and defaults to {the default budget}. Settings the user did not give come from the model's defaults
-// (core/codec_defaults.h: MODEL_DIR/ varrate-codec.json when the model has one, else the width-based ones),
-// as in the desktop app.
+// --budget, --rmin, --rank, --stride, --anchors, --window, --obs-window, --paper-accounting. With
+// budget_list, --budget takes a comma-separated list ("0.05,0.1,0.2") written there in order, and s.budget
+// is its first entry; without it, one number.
+CodecFlags add_codec_options(CLI::App& sub, CodecSettings& s, std::vector<double>* budget_list = nullptr);
+// "0.05, 0.1,0.2" -> {0.05, 0.1, 0.2}; throws Error naming --budget for an entry that is not a number in
+// (0, 1] or an empty list.
+std::vector<double> parse_budget_list(const std::string& text);
+// Settings the user did not give come from the model's defaults (a budget list not given becomes {the default
+// budget}) (core/codec_defaults.h: MODEL_DIR/
+// varrate-codec.json when the model has one, else the width-based ones), as in the desktop app.
 void apply_model_codec_defaults(const CodecFlags& given, const std::filesystem::path& model_dir,
                                 CodecSettings& s);
 // Progress of long jobs on stderr (one line, rewritten in place) when stderr is a terminal.

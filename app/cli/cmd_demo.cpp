@@ -56,6 +56,8 @@ int run_demo(DemoArgs a) {
     NiahDocOptions doc_options;
     doc_options.seed = a.seed;
     doc_options.distractors = a.distractors;
+    // One document, not a grid: keep the needle a (seed, sample) has always had, so --seed reproduces it.
+    doc_options.needles = NeedleProtocol::Fixed;
     NiahGenerator generator(session->tokenizer(), doc_options);
     const NiahDocument doc = generator.generate(a.length, a.depth, 0);
 

@@ -1,5 +1,6 @@
-// varrate niah: a resumable needle-in-a-haystack sweep over methods x context lengths x depths x samples,
-// with one JSON record per cell, an accuracy summary (JSON, CSV) and a heatmap.
+// varrate niah: a resumable needle-in-a-haystack sweep over methods x budgets x context lengths x depths x
+// samples, with one JSON record per cell, an accuracy summary with 95 % intervals (JSON, CSV, the terminal)
+// and a heatmap per method and budget.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -131,8 +132,10 @@ struct NiahArgs {
     std::string methods = join_method_names();  // every registered method
     std::string lengths, depths = "0,25,50,75,100";
     std::string mode = "query-agnostic";
+    std::string needles = "fresh";
     CodecSettings settings;
     CodecFlags codec_flags;
+    std::vector<double> budgets;  // --budget's list; empty: the model's default budget
     int64_t samples = 1, distractors = 0, max_new_tokens = 32;
     uint64_t seed = 42;
     bool chat = false;
@@ -150,9 +153,9 @@ NiahSummary write_outputs(const NiahSweepOptions& o) {
 
 // One line per outcome: the share of the needle value's K/V the method kept, layer by layer, so that "the
 // method dropped the needle" and "the model misread a kept needle" can be told apart.
-void print_retention(const NiahSummary& s, const std::string& method) {
-    const auto it = s.retention.find(method);
-    if (method == "full" || it == s.retention.end()) return;
+void print_retention(const NiahSummary& s, const NiahSeries& series) {
+    const auto it = s.retention.find(series.key());
+    if (!niah_method_has_budget(series.method) || it == s.retention.end()) return;
     auto line = [](const char* what, const RetentionTally& t) {
         if (t.n == 0) return;
         std::string layers;
@@ -168,31 +171,39 @@ void print_retention(const NiahSummary& s, const std::string& method) {
     line("distractor values", it->second.distractors);
 }
 
+// "90% [60-98]": an accuracy and its Wilson 95 % interval, in percent.
+std::string accuracy_text(const NiahCell& c) {
+    const Interval ci = c.interval();
+    return fmt::format("{:.0f}% [{:.0f}-{:.0f}]", 100.0 * c.accuracy(), 100.0 * ci.low, 100.0 * ci.high);
+}
+
 void print_summary(const NiahSummary& s) {
+    std::cout << fmt::format(
+        "needles {} ({}); accuracy [95% Wilson interval] per method and budget, cell and overall\n",
+        s.needles,
+        s.needles == "fixed" ? "a sample's needle at every length and depth"
+                             : "a new needle in every document");
     int64_t infeasible = 0;
-    for (size_t m = 0; m < s.methods.size(); ++m) {
-        int64_t n = 0, correct = 0;
-        for (const NiahCell& c : s.cells)
-            if (c.method == s.methods[m]) {
-                n += c.n;
-                correct += c.correct;
-            }
-        std::cout << fmt::format("{}: {} of {} correct{}\n", s.methods[m], correct, n,
-                                 n > 0 ? fmt::format(" ({:.1f}%)", 100.0 * correct / n) : "");
+    for (size_t m = 0; m < s.series.size(); ++m) {
+        const NiahCell all = s.overall(m);
+        std::cout << fmt::format(
+            "{}: {} of {} correct{}\n", s.series[m].label(), all.correct, all.n,
+            all.n > 0 ? fmt::format(" ({:.1f}%, 95% CI {:.1f}-{:.1f}%)", 100.0 * all.accuracy(),
+                                    100.0 * all.interval().low, 100.0 * all.interval().high)
+                      : "");
         std::string row = fmt::format("  {:>7}", "depth");
-        for (int64_t l : s.lengths) row += fmt::format(" {:>7}", l);
+        for (int64_t l : s.lengths) row += fmt::format(" {:>14}", l);
         std::cout << row << "\n";
         for (size_t d = 0; d < s.depths.size(); ++d) {
             row = fmt::format("  {:>6}%", fmt::format("{:g}", s.depths[d]));
             for (size_t l = 0; l < s.lengths.size(); ++l) {
                 const NiahCell& c = s.cell(m, d, l);
-                row += c.n > 0 ? fmt::format(" {:>6.0f}%", 100.0 * c.accuracy())
-                               : fmt::format(" {:>7}", c.infeasible > 0 ? "n/a" : "-");
+                row += fmt::format(" {:>14}", c.n > 0 ? accuracy_text(c) : c.infeasible > 0 ? "n/a" : "-");
                 infeasible += c.infeasible;
             }
             std::cout << row << "\n";
         }
-        print_retention(s, s.methods[m]);
+        print_retention(s, s.series[m]);
     }
     if (infeasible > 0)
         std::cout << fmt::format(
@@ -212,7 +223,9 @@ int run_niah_cmd(const NiahArgs& a) {
     o.methods = parse_methods(a.methods);
     o.settings = a.settings;
     apply_model_codec_defaults(a.codec_flags, a.model, o.settings);
+    o.budgets = a.budgets;  // empty (no --budget): the model's default, o.settings.budget
     o.mode = parse_mode(a.mode);
+    o.doc.needles = parse_needle_protocol(a.needles);
     o.doc.seed = a.seed;
     o.doc.distractors = a.distractors;
     o.doc.chat = a.chat;
@@ -265,7 +278,9 @@ int run_niah_cmd(const NiahArgs& a) {
 Command add_niah(CLI::App& root) {
     auto a = std::make_shared<NiahArgs>();
     CLI::App* sub = root.add_subcommand(
-        "niah", "Needle-in-a-haystack sweep: methods x context lengths x depths, resumable, with a heatmap");
+        "niah",
+        "Needle-in-a-haystack sweep: methods x budgets x context lengths x depths, resumable, with accuracy "
+        "intervals and heatmaps");
     sub->add_option("--model", a->model, "Hugging Face model directory")
         ->required()
         ->check(CLI::ExistingDirectory);
@@ -281,11 +296,17 @@ Command add_niah(CLI::App& root) {
         ->capture_default_str()
         ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
     sub->add_option("--seed", a->seed, "seed of the needles and the filler")->capture_default_str();
+    sub->add_option("--needles", a->needles,
+                    "fresh: every document draws its own needle and distractors (RULER); fixed: a sample's "
+                    "needles at every length and depth (the paper's protocol, and sweeps made before this "
+                    "option)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"fresh", "fixed"}));
     sub->add_option("--methods", a->methods,
                     "comma-separated methods (" + fmt::format("{}", fmt::join(method_names(), ", ")) + ")")
         ->capture_default_str();
     sub->add_option("--mode", a->mode, "query-aware or query-agnostic")->capture_default_str();
-    a->codec_flags = add_codec_options(*sub, a->settings);
+    a->codec_flags = add_codec_options(*sub, a->settings, &a->budgets);
     sub->add_option("--distractors", a->distractors, "extra needles with other keys")
         ->capture_default_str()
         ->check(CLI::Range(int64_t{0}, int64_t{1000}));
@@ -293,7 +314,9 @@ Command add_niah(CLI::App& root) {
     sub->add_option("--max-new-tokens", a->max_new_tokens, "tokens per answer")
         ->capture_default_str()
         ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
-    sub->add_option("--out", a->out, "output directory (records/, summary.json, summary.csv, heatmap.png)")
+    sub->add_option(
+           "--out", a->out,
+           "output directory (records/<method>[/k<budget>]/, summary.json, summary.csv, heatmap.png)")
         ->required();
     add_runtime_options(*sub, a->runtime);
     return {sub, [a] { return run_niah_cmd(*a); }};

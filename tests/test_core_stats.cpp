@@ -1,0 +1,77 @@
+// Confidence intervals (core/stats.h): Wilson's score interval against values worked out by hand from its
+// formula, its edge cases and its refusals.
+#include "tests/test_support.h"
+
+#include <cmath>
+
+#include "core/base/error.h"
+#include "core/stats.h"
+
+using namespace varrate;
+
+namespace {
+
+// low = (p + z^2/2n - z sqrt(p(1-p)/n + z^2/4n^2)) / (1 + z^2/n), high with + (z = 1.959964), evaluated to 15
+// digits with Python's decimal module.
+struct Case {
+    int64_t successes, n;
+    double low, high;
+};
+const Case kCases[] = {
+    {0, 10, 0.0, 0.277532803026058},
+    {5, 10, 0.236593089011479, 0.763406910988521},
+    {10, 10, 0.722467196973942, 1.0},
+    {1, 3, 0.061491944020931, 0.792340401192176},
+    {7, 20, 0.181191823123983, 0.567145724931556},
+    {1, 1, 0.206549311791803, 1.0},
+};
+
+}  // namespace
+
+class TestStats : public QObject {
+    Q_OBJECT
+  private Q_SLOTS:
+    void wilson_matches_the_formula() {
+        for (const Case& c : kCases) {
+            const Interval ci = wilson_interval(c.successes, c.n);
+            const QString what = QString("%1/%2: [%3, %4]")
+                                     .arg(c.successes)
+                                     .arg(c.n)
+                                     .arg(ci.low, 0, 'g', 17)
+                                     .arg(ci.high, 0, 'g', 17);
+            QVERIFY2(std::abs(ci.low - c.low) < 1e-9, qPrintable(what));
+            QVERIFY2(std::abs(ci.high - c.high) < 1e-9, qPrintable(what));
+        }
+    }
+
+    void wilson_edges() {
+        // The ends are exact where the formula's are: 0 successes start at 0, n of n end at 1.
+        QCOMPARE(wilson_interval(0, 7).low, 0.0);
+        QCOMPARE(wilson_interval(7, 7).high, 1.0);
+        // No trials, no information: the whole range, never NaN.
+        const Interval none = wilson_interval(0, 0);
+        QCOMPARE(none.low, 0.0);
+        QCOMPARE(none.high, 1.0);
+        // Symmetric in successes and failures, inside [0, 1], around the point estimate, narrowing with n.
+        for (int64_t n : {1, 2, 5, 13, 100, 10000})
+            for (int64_t k = 0; k <= n; k += std::max<int64_t>(1, n / 7)) {
+                const Interval a = wilson_interval(k, n), b = wilson_interval(n - k, n);
+                QVERIFY(std::abs(a.low - (1 - b.high)) < 1e-12 && std::abs(a.high - (1 - b.low)) < 1e-12);
+                const double p = static_cast<double>(k) / static_cast<double>(n);
+                QVERIFY(a.low >= 0 && a.low <= p && p <= a.high && a.high <= 1);
+            }
+        QVERIFY(wilson_interval(500, 1000).high - wilson_interval(500, 1000).low <
+                wilson_interval(5, 10).high - wilson_interval(5, 10).low);
+        // A wider z widens the interval.
+        QVERIFY(wilson_interval(3, 10, 2.575829).low < wilson_interval(3, 10).low);
+    }
+
+    void wilson_refuses_non_counts() {
+        EXPECT_ERROR(wilson_interval(11, 10), "11 successes out of 10");
+        EXPECT_ERROR(wilson_interval(-1, 10), "-1 successes");
+        EXPECT_ERROR(wilson_interval(1, 10, 0), "z = 0");
+    }
+};
+
+QTEST_GUILESS_MAIN(TestStats)
+#include "test_core_stats.moc"
