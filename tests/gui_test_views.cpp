@@ -364,6 +364,14 @@ class GuiTestViews : public QObject {
                      qPrintable(QString("%1 ink %2").arg(w->metaObject()->className()).arg(ink_share(img))));
             QVERIFY(distinct_colours(img) > 8);
         }
+        // The summary's error column follows the chosen measure, each one measured by the run.
+        const QImage mean_kv = snapshot(&summary);
+        for (auto m : {LayerErrorMeasure::SalienceWeighted, LayerErrorMeasure::AttentionOutput}) {
+            for (const LayerDiagnostics& d : model_->run("varrate")->layers) QVERIFY(layer_error(d, m) >= 0);
+            summary.set_error_measure(m);
+            QVERIFY2(snapshot(&summary) != mean_kv, qPrintable(error_measure_name(m)));
+        }
+        summary.set_error_measure(LayerErrorMeasure::MeanKV);
         QVERIFY(charts.salience()->has_data());
         QVERIFY(charts.rank()->has_data());
         QCOMPARE(charts.error()->series_count(), 2);  // varrate vs flat

@@ -22,6 +22,28 @@ const LayerDiagnostics* find_layer(const MethodRun* run, int layer) {
 
 }  // namespace
 
+QString error_measure_name(LayerErrorMeasure m) {
+    switch (m) {
+        case LayerErrorMeasure::SalienceWeighted:
+            return QStringLiteral("weighted error");
+        case LayerErrorMeasure::AttentionOutput:
+            return QStringLiteral("attn-output error");
+        default:
+            return QStringLiteral("mean error");
+    }
+}
+
+double layer_error(const LayerDiagnostics& d, LayerErrorMeasure m) {
+    switch (m) {
+        case LayerErrorMeasure::SalienceWeighted:
+            return d.weighted_rel_error;
+        case LayerErrorMeasure::AttentionOutput:
+            return d.attn_output_error;
+        default:
+            return d.mean_rel_error;
+    }
+}
+
 LayerSummary::LayerSummary(RunModel* model, PositionAxis* axis, QWidget* parent)
     : QWidget(parent), model_(model), axis_(axis) {
     setAttribute(Qt::WA_OpaquePaintEvent);
@@ -38,6 +60,11 @@ void LayerSummary::set_method(const QString& method) {
 
 void LayerSummary::set_reference_method(const QString& method) {
     reference_ = method;
+    update();
+}
+
+void LayerSummary::set_error_measure(LayerErrorMeasure m) {
+    measure_ = m;
     update();
 }
 
@@ -96,14 +123,14 @@ void LayerSummary::paintEvent(QPaintEvent*) {
         p.drawText(QRect(x, hy, w, fm.height()), Qt::AlignLeft, fm.elidedText(s, Qt::ElideRight, w));
     };
     header(0, label_w, QStringLiteral(" layer"));
-    header(x_err, col_w, QStringLiteral("mean error"));
+    header(x_err, col_w, error_measure_name(measure_));
     header(x_floor, col_w, QStringLiteral("floor share"));
     header(x_rank, col_w, QStringLiteral("ranks (mean)"));
 
     double max_err = 1e-9;
     for (const MethodRun* r : {run, ref})
         if (r)
-            for (const LayerDiagnostics& d : r->layers) max_err = std::max(max_err, d.mean_rel_error);
+            for (const LayerDiagnostics& d : r->layers) max_err = std::max(max_err, layer_error(d, measure_));
     const QColor c_method = style_colour(StyleColour::Method, pal);
     const QColor c_ref = style_colour(StyleColour::Reference, pal);
     const QColor c_floor = style_colour(StyleColour::Floor, pal);
@@ -121,14 +148,16 @@ void LayerSummary::paintEvent(QPaintEvent*) {
         p.setPen(text);
         p.drawText(QRect(4, y, label_w - 4, rh), Qt::AlignLeft | Qt::AlignVCenter, QString::number(l));
         if (!d) continue;
-        // Error: the method's bar over the reference's, on one scale.
+        // Error: the method's bar over the reference's, on one scale ("n/a": not measured by this run).
         const int half = (rh - 4) / 2;
+        const double e = layer_error(*d, measure_), er = dr ? layer_error(*dr, measure_) : -1;
+        auto number = [](double v) { return v < 0 ? QStringLiteral("n/a") : QString::number(v, 'f', 3); };
         p.fillRect(QRect(x_err, y + 2, bar_w, rh - 4), track);
-        p.fillRect(QRectF(x_err, y + 2, bar_w * d->mean_rel_error / max_err, half), c_method);
-        QString err = QString::number(d->mean_rel_error, 'f', 3);
+        p.fillRect(QRectF(x_err, y + 2, bar_w * std::max(0.0, e) / max_err, half), c_method);
+        QString err = number(e);
         if (dr) {
-            p.fillRect(QRectF(x_err, y + 2 + half, bar_w * dr->mean_rel_error / max_err, half), c_ref);
-            err += QLatin1Char('/') + QString::number(dr->mean_rel_error, 'f', 3);
+            p.fillRect(QRectF(x_err, y + 2 + half, bar_w * std::max(0.0, er) / max_err, half), c_ref);
+            err += QLatin1Char('/') + number(er);
         }
         p.setPen(text);
         p.drawText(QRect(x_err + bar_w + 4, y, col_w - bar_w - 4, rh), Qt::AlignLeft | Qt::AlignVCenter, err);

@@ -1,5 +1,7 @@
 #pragma once
-// Per-layer summary of one method against a reference: mean reconstruction error (both methods), share of
+// Per-layer summary of one method against a reference: an error measure (both methods: mean K/V
+// reconstruction error, the salience-weighted one, or the attention-output error of the observation-window
+// queries, core/capture.h), share of
 // coded tokens at the rank floor, and the rank range (min..max with the mean marked), one row per layer.
 // Clicking a row selects that layer (layer_clicked), e.g. for the document view and the charts.
 #include <QString>
@@ -9,6 +11,11 @@
 
 namespace varrate::viz {
 
+enum class LayerErrorMeasure { MeanKV, SalienceWeighted, AttentionOutput };
+QString error_measure_name(LayerErrorMeasure m);  // column heading
+// The measure of one layer; -1 when the run did not measure it (older session files).
+double layer_error(const LayerDiagnostics& d, LayerErrorMeasure m);
+
 class LayerSummary : public QWidget {
     Q_OBJECT
   public:
@@ -17,6 +24,8 @@ class LayerSummary : public QWidget {
     void set_method(const QString& method);
     void set_reference_method(const QString& method);  // drawn beside the method's error ("flat")
     void set_layer(int layer);                         // highlighted row (-1 = none)
+    void set_error_measure(LayerErrorMeasure m);
+    LayerErrorMeasure error_measure() const { return measure_; }
     int layer() const { return layer_; }
     int row_at(const QPoint& p) const;  // layer of a widget point, or -1
 
@@ -38,6 +47,7 @@ class LayerSummary : public QWidget {
     QString method_ = QStringLiteral("varrate");
     QString reference_ = QStringLiteral("flat");
     int layer_ = -1;
+    LayerErrorMeasure measure_ = LayerErrorMeasure::MeanKV;
 };
 
 }  // namespace varrate::viz

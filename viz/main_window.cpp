@@ -190,6 +190,15 @@ void MainWindow::build_views() {
     metric_box_->addItem("Salience", static_cast<int>(TokenMetric::Salience));
     metric_box_->addItem("Allocated rank", static_cast<int>(TokenMetric::Rank));
     metric_box_->addItem("Reconstruction error", static_cast<int>(TokenMetric::RelError));
+    error_box_ = new QComboBox;
+    error_box_->setObjectName("error_box");
+    for (auto m :
+         {LayerErrorMeasure::MeanKV, LayerErrorMeasure::SalienceWeighted, LayerErrorMeasure::AttentionOutput})
+        error_box_->addItem(error_measure_name(m), static_cast<int>(m));
+    error_box_->setToolTip(
+        "Per-layer error in the summary: mean K/V reconstruction error, the same weighted by VarRate's "
+        "salience, or "
+        "||o - o^|| / ||o|| of the observation-window queries' attention output");
     layer_box_ = new QComboBox;
     layer_box_->setObjectName("layer_box");
     layer_box_->setSizeAdjustPolicy(QComboBox::AdjustToContents);
@@ -203,6 +212,7 @@ void MainWindow::build_views() {
     add_sel("vs", reference_box_);
     add_sel("Shade by", metric_box_);
     add_sel("Layer", layer_box_);
+    add_sel("Layer error", error_box_);
     selectors->addStretch();
     al->addLayout(selectors);
 
@@ -285,6 +295,9 @@ void MainWindow::build_views() {
     });
     connect(metric_box_, &QComboBox::currentIndexChanged, this,
             [this] { doc_view_->set_metric(static_cast<TokenMetric>(metric_box_->currentData().toInt())); });
+    connect(error_box_, &QComboBox::currentIndexChanged, this, [this] {
+        layers_->set_error_measure(static_cast<LayerErrorMeasure>(error_box_->currentData().toInt()));
+    });
     connect(layer_box_, &QComboBox::currentIndexChanged, this, [this] {
         const int layer = layer_box_->currentData().isValid() ? layer_box_->currentData().toInt() : -1;
         doc_view_->set_layer(layer);

@@ -149,7 +149,7 @@ class MainWindow : public QMainWindow {
     QLabel* banner_text_ = nullptr;
     QLabel *model_label_ = nullptr, *doc_label_ = nullptr, *welcome_ = nullptr;
     QComboBox *method_box_ = nullptr, *reference_box_ = nullptr, *metric_box_ = nullptr,
-              *layer_box_ = nullptr;
+              *layer_box_ = nullptr, *error_box_ = nullptr;
     QMenu* recent_menu_ = nullptr;
     QAction *dark_action_ = nullptr, *light_action_ = nullptr, *run_action_ = nullptr,
             *cancel_action_ = nullptr;
