@@ -114,6 +114,14 @@ class CompressionMethod {
     virtual LayerAllocation allocate(const LayerAnalysis& analysis, const CodecSettings& budget) = 0;
     virtual LayerKV materialise(const LayerCapture& capture, const LayerAnalysis& analysis,
                                 const LayerAllocation& allocation) = 0;
+    // This method's analysis of `capture` built from another method's analysis of it when most of the work is
+    // the same (VarRate and flat share anchors, residuals and coefficients); null when it cannot be.
+    virtual std::shared_ptr<const LayerAnalysis> derive(const LayerCapture& capture,
+                                                        const LayerAnalysis& other) {
+        (void)capture;
+        (void)other;
+        return nullptr;
+    }
 
     LayerResult compress(const LayerCapture& capture);
 };

@@ -66,6 +66,8 @@ const at::Tensor& VarRateMethod::basis_on(int64_t layer, int64_t rank, const at:
 namespace {
 
 struct VarRateAnalysis : LayerAnalysis {
+    const Basis* basis = nullptr;  // identity: what the coefficients were projected on
+    CodecSettings settings;        // the structural settings and R of the analysis
     int64_t n_kv_head = 0, head_dim = 0, dim = 0, rank = 0;  // rank: the coefficients held, R
     at::ScalarType dtype = at::kFloat;
     AnchorLayout layout;
@@ -133,6 +135,8 @@ std::shared_ptr<const LayerAnalysis> VarRateMethod::analyse_with_salience(const 
     a->dim = dim;
     a->rank = rank;
     a->dtype = dtype;
+    a->basis = basis_.get();
+    a->settings = settings_;
     a->timing.salience = salience_ms;
     auto t = Clock::now();
 
@@ -173,6 +177,29 @@ std::shared_ptr<const LayerAnalysis> VarRateMethod::analyse_with_salience(const 
     a->z_norm = z.index_select(0, a->coded).norm(2, {1});
     sync_for_timing(a->err_sq, sync);
     a->timing.projection = ms_since(t);
+    return a;
+}
+
+std::shared_ptr<const LayerAnalysis> VarRateMethod::derive(const LayerCapture& capture,
+                                                           const LayerAnalysis& other) {
+    const auto* o = dynamic_cast<const VarRateAnalysis*>(&other);
+    if (!o || o->basis != basis_.get() || !structural_difference(o->settings, settings_).empty() ||
+        o->settings.rank != settings_.rank || o->settings.paper_accounting != settings_.paper_accounting ||
+        o->layer != capture.layer || o->n_tokens != capture.keys.size(1))
+        return nullptr;
+    auto t = Clock::now();
+    auto a = std::make_shared<VarRateAnalysis>(*o);  // tensors shared, not copied
+    a->timing = StageTiming{};
+    if (allocation_ == RankAllocation::Uniform) {
+        a->salience = at::Tensor();
+        a->s_hat = at::ones_like(o->s_hat);  // exactly what analyse() normalises a constant signal to
+    } else {
+        const at::Tensor s = varrate_salience(capture, settings_.obs_window, settings_.pool_kernel);
+        a->s_hat = normalise_salience(s.to(at::kFloat).index_select(0, a->coded));
+        a->salience = s.to(at::kCPU, at::kFloat);
+        sync_for_timing(a->s_hat, settings_.precise_timing);
+        a->timing.salience = ms_since(t);
+    }
     return a;
 }
 

@@ -27,6 +27,10 @@ class VarRateMethod : public CompressionMethod {
     LayerAllocation allocate(const LayerAnalysis& analysis, const CodecSettings& budget) override;
     LayerKV materialise(const LayerCapture& capture, const LayerAnalysis& analysis,
                         const LayerAllocation& allocation) override;
+    // From the other allocation's analysis (VarRate <-> flat) on the same basis and settings: only the
+    // salience differs.
+    std::shared_ptr<const LayerAnalysis> derive(const LayerCapture& capture,
+                                                const LayerAnalysis& other) override;
 
     // analyse() with an explicit raw salience [L] (any device; only its coded entries matter). A constant
     // salience gives exactly the flat codec's ranks and output. salience_ms is reported as the salience time.

@@ -54,7 +54,9 @@ int64_t PrefillCapture::bytes() const {
         total += tensor_bytes(c.keys_pre_rope) + tensor_bytes(c.keys) + tensor_bytes(c.values) +
                  tensor_bytes(c.window_queries);
     if (!layers.empty()) total += tensor_bytes(layers[0].rope_cos) + tensor_bytes(layers[0].rope_sin);
-    return total + tensor_bytes(weights) + tensor_bytes(last_logits);
+    for (const DistortionReference& r : references)
+        total += tensor_bytes(r.weights) + tensor_bytes(r.window_output);
+    return total + tensor_bytes(last_logits);
 }
 
 int64_t capture_bytes_needed(const ModelConfig& c, int64_t n_tokens, int64_t obs_window,
@@ -65,8 +67,8 @@ int64_t capture_bytes_needed(const ModelConfig& c, int64_t n_tokens, int64_t obs
     // The prefill's own cache is freed layer by layer as the capture takes it over; its transient peak is
     // one layer's cache plus the activations, which the model's own prefill needs anyway.
     // Plus the RoPE tables, the distortion weights and the last logits.
-    return c.n_layer * per_layer + 2 * n_tokens * c.head_dim * e + c.n_layer * n_tokens * 4 +
-           c.vocab_size * 4;
+    const int64_t reference = n_tokens * 8 + c.n_head * std::min(obs_window, n_tokens) * c.head_dim * 4;
+    return c.n_layer * (per_layer + reference) + 2 * n_tokens * c.head_dim * e + c.vocab_size * 4;
 }
 
 void check_capture_fits(const ModelConfig& cfg, const RuntimeOptions& ro, int64_t n_tokens,
@@ -90,7 +92,7 @@ PrefillCapture capture_prefill(const LlamaModel& model, const std::vector<int64_
     out.obs_window = settings.obs_window;
     out.pool_kernel = settings.pool_kernel;
     out.layers.resize(static_cast<size_t>(cfg.n_layer));
-    std::vector<at::Tensor> weights(static_cast<size_t>(cfg.n_layer));
+    out.references.resize(static_cast<size_t>(cfg.n_layer));
     ForwardOptions fo;
     fo.cancel = job.cancel;
     fo.progress = job.progress;
@@ -100,9 +102,8 @@ PrefillCapture capture_prefill(const LlamaModel& model, const std::vector<int64_
         kept = cap;  // pre-RoPE keys, window queries and RoPE tables are the capture's own tensors
         kept.keys = cap.keys.clone();
         kept.values = cap.values.clone();
-        weights[static_cast<size_t>(cap.layer)] =
-            n > settings.obs_window ? varrate_salience(kept, settings.obs_window, settings.pool_kernel)
-                                    : at::ones({n}, cap.keys.options().dtype(at::kFloat));
+        out.references.at(static_cast<size_t>(cap.layer)) =
+            distortion_reference(kept, settings.obs_window, settings.pool_kernel);
         // An empty replacement frees the prefill's own copy of this layer.
         return LayerKV{cap.keys.narrow(1, 0, 0), cap.values.narrow(1, 0, 0)};
     };
@@ -111,7 +112,6 @@ PrefillCapture capture_prefill(const LlamaModel& model, const std::vector<int64_
     out.last_logits = model.forward(ids, cache, fo);
     out.prefill_ms = ms_since(t0);
     out.next_position = n;
-    out.weights = at::stack(weights).to(at::kCPU);  // [n_layer, L]
     return out;
 }
 
@@ -126,33 +126,55 @@ KVCache cache_from_layers(const LlamaModel& model, const std::vector<LayerKV>& l
     return cache;
 }
 
+DistortionReference distortion_reference(const LayerCapture& capture, int64_t obs_window,
+                                         int64_t pool_kernel) {
+    DistortionReference r;
+    const int64_t n_tok = capture.keys.size(1);
+    const at::Tensor& q_all = capture.window_queries;  // [H, w_cap, hd]
+    r.obs_window = std::min<int64_t>({obs_window, q_all.defined() ? q_all.size(1) : 0, n_tok});
+    r.weights = (n_tok > obs_window ? varrate_salience(capture, obs_window, pool_kernel)
+                                    : at::ones({n_tok}, capture.keys.options().dtype(at::kFloat)))
+                    .to(at::kCPU, at::kDouble);
+    if (r.obs_window > 0) {
+        const int64_t n_kv = capture.keys.size(0);
+        const at::Tensor all_pos =
+            at::arange(n_tok, capture.keys.options().dtype(at::kLong)).unsqueeze(0).expand({n_kv, n_tok});
+        r.window_output = window_output(q_all.narrow(1, q_all.size(1) - r.obs_window, r.obs_window),
+                                        capture.keys, capture.values, all_pos, n_tok);  // [H, w, hd]
+    }
+    return r;
+}
+
 void add_distortion(LayerDiagnostics& d, const LayerCapture& capture, const LayerKV& compressed,
-                    const at::Tensor& kept, const at::Tensor& weights, int64_t obs_window) {
+                    const at::Tensor& kept, const DistortionReference& ref) {
+    if (compressed.keys.is_same(capture.keys) && compressed.values.is_same(capture.values)) {
+        d.weighted_rel_error = d.attn_output_error = 0.0;  // the capture's own cache
+        return;
+    }
     // Salience-weighted K/V error: where attention looks, how much of z is lost.
-    if (d.rel_error.defined() && weights.defined()) {
-        const at::Tensor wt = weights.to(at::kCPU, at::kDouble);
-        const double total = wt.sum().item<double>();
+    if (d.rel_error.defined() && ref.weights.defined()) {
+        const double total = ref.weights.sum().item<double>();
         d.weighted_rel_error =
-            total > 0 ? (wt * d.rel_error.to(at::kCPU, at::kDouble)).sum().item<double>() / total : 0.0;
+            total > 0 ? (ref.weights * d.rel_error.to(at::kCPU, at::kDouble)).sum().item<double>() / total
+                      : 0.0;
     }
     // Attention-output error of the observation-window queries, full cache vs compressed.
-    const at::Tensor& q_all = capture.window_queries;  // [H, w_cap, hd]
-    const int64_t n_tok = capture.keys.size(1);
-    const int64_t w = std::min<int64_t>({obs_window, q_all.defined() ? q_all.size(1) : 0, n_tok});
-    if (w <= 0) return;
-    const at::Tensor q = q_all.narrow(1, q_all.size(1) - w, w);
-    const int64_t n_kv = capture.keys.size(0);
-    const auto lopts = capture.keys.options().dtype(at::kLong);
-    const at::Tensor all_pos = at::arange(n_tok, lopts).unsqueeze(0).expand({n_kv, n_tok});
-    const at::Tensor o = window_output(q, capture.keys, capture.values, all_pos, n_tok);
-    const at::Tensor o_hat = window_output(q, compressed.keys, compressed.values,
-                                           kept.defined() ? kept.to(lopts.device()) : all_pos, n_tok);
+    const int64_t w = ref.obs_window, n_tok = capture.keys.size(1);
+    if (w <= 0 || !ref.window_output.defined()) return;
+    const at::Tensor& q_all = capture.window_queries;
+    const at::Tensor pos = kept.defined() ? kept.to(capture.keys.device())
+                                          : at::arange(n_tok, capture.keys.options().dtype(at::kLong))
+                                                .unsqueeze(0)
+                                                .expand({compressed.keys.size(0), n_tok});
+    const at::Tensor& o = ref.window_output;
+    const at::Tensor o_hat =
+        window_output(q_all.narrow(1, q_all.size(1) - w, w), compressed.keys, compressed.values, pos, n_tok);
     const at::Tensor rel = (o - o_hat).norm(2, {2}) / o.norm(2, {2}).clamp_min(1e-30);  // [H, w]
     d.attn_output_error = rel.to(at::kDouble).mean().item<double>();
 }
 
 MethodAnalysis::MethodAnalysis(CompressionMethod& method, const PrefillCapture& capture,
-                               const JobControl& job)
+                               const JobControl& job, const std::vector<const MethodAnalysis*>& others)
     : method_(method), capture_(capture) {
     const auto t0 = Clock::now();
     if (capture.obs_window < method.settings().obs_window)
@@ -162,7 +184,12 @@ MethodAnalysis::MethodAnalysis(CompressionMethod& method, const PrefillCapture& 
     const int64_t n_layer = static_cast<int64_t>(capture.layers.size());
     for (int64_t l = 0; l < n_layer; ++l) {
         check_cancel(job);
-        layers_.push_back(method.analyse(capture.layers[static_cast<size_t>(l)]));
+        const LayerCapture& cap = capture.layers[static_cast<size_t>(l)];
+        std::shared_ptr<const LayerAnalysis> a;
+        for (const MethodAnalysis* other : others)
+            if (!a && other && &other->capture_ == &capture)
+                a = method.derive(cap, *other->layers_[static_cast<size_t>(l)]);
+        layers_.push_back(a ? a : method.analyse(cap));
         job.report("analyse " + method.name(), l + 1, n_layer);
     }
     analyse_ms_ = ms_since(t0);
@@ -184,8 +211,7 @@ std::vector<LayerKV> MethodAnalysis::materialise(std::vector<LayerAllocation>& a
         out.push_back(method_.materialise(cap, *layers_[l], allocations[l]));
         LayerDiagnostics& d = allocations[l].diagnostics;
         d.timing.reconstruction = ms_since(t0);
-        add_distortion(d, cap, out.back(), allocations[l].kept, capture_.weights[static_cast<int64_t>(l)],
-                       method_.settings().obs_window);
+        add_distortion(d, cap, out.back(), allocations[l].kept, capture_.references[l]);
     }
     return out;
 }
@@ -198,7 +224,6 @@ InPrefillResult compress_in_prefill(const LlamaModel& model, CompressionMethod& 
     fo.cancel = job.cancel;
     fo.progress = job.progress;
     fo.observer_window = s.obs_window;
-    const int64_t n = static_cast<int64_t>(ids.size());
     fo.observer = [&](const LayerCapture& cap) -> std::optional<LayerKV> {
         const auto t0 = Clock::now();
         const std::shared_ptr<const LayerAnalysis> analysis = method.analyse(cap);
@@ -206,9 +231,8 @@ InPrefillResult compress_in_prefill(const LlamaModel& model, CompressionMethod& 
         const auto t1 = Clock::now();
         LayerKV kv = method.materialise(cap, *analysis, allocation);
         allocation.diagnostics.timing.reconstruction = ms_since(t1);
-        const at::Tensor weights = n > s.obs_window ? varrate_salience(cap, s.obs_window, s.pool_kernel)
-                                                    : at::ones({n}, cap.keys.options().dtype(at::kFloat));
-        add_distortion(allocation.diagnostics, cap, kv, allocation.kept, weights.to(at::kCPU), s.obs_window);
+        add_distortion(allocation.diagnostics, cap, kv, allocation.kept,
+                       distortion_reference(cap, s.obs_window, s.pool_kernel));
         out.compress_ms += ms_since(t0);
         out.layers.push_back(std::move(allocation.diagnostics));
         return kv;

@@ -21,14 +21,23 @@
 
 namespace varrate {
 
+// What a layer's compressed cache is measured against (add_distortion): computed once per layer and capture.
+struct DistortionReference {
+    at::Tensor weights;        // [L] fp64 CPU: VarRate's salience (where the observation window looks)
+    at::Tensor window_output;  // [H, w, hd] fp32: the window queries' attention output over the full cache
+    int64_t obs_window = 0;    // w
+};
+DistortionReference distortion_reference(const LayerCapture& capture, int64_t obs_window,
+                                         int64_t pool_kernel);
+
 struct PrefillCapture {
     std::vector<int64_t> ids;
     std::vector<LayerCapture> layers;
-    at::Tensor last_logits;     // [1, vocab] fp32 CPU: the prediction after the last id
-    at::Tensor weights;         // [n_layer, L] fp32 CPU: VarRate's salience per layer (distortion weights)
-    int64_t next_position = 0;  // where decoding continues
-    int64_t obs_window = 0;     // window queries kept: methods may use this many or fewer
-    int64_t pool_kernel = 0;    // of the distortion weights
+    at::Tensor last_logits;                       // [1, vocab] fp32 CPU: the prediction after the last id
+    std::vector<DistortionReference> references;  // per layer
+    int64_t next_position = 0;                    // where decoding continues
+    int64_t obs_window = 0;                       // window queries kept: methods may use this many or fewer
+    int64_t pool_kernel = 0;                      // of the distortion weights
     double prefill_ms = 0;
     int64_t bytes() const;  // tensors held
 };
@@ -52,17 +61,20 @@ PrefillCapture capture_prefill(const LlamaModel& model, const std::vector<int64_
 KVCache cache_from_layers(const LlamaModel& model, const std::vector<LayerKV>& layers, int64_t next_position);
 
 // The distortion measures of a layer's compressed cache, written into `d`: the salience-weighted K/V error
-// (weights: the capture's VarRate salience) and the attention-output error of the observation-window
-// queries, ||o - o^|| / ||o|| averaged over heads and queries. `kept` [G, n] holds the positions of an
-// evicting method's entries (undefined: the compressed cache has every position).
+// and the attention-output error of the observation-window queries, ||o - o^|| / ||o|| averaged over heads
+// and queries. `kept` [G, n] holds the positions of an evicting method's entries (undefined: the compressed
+// cache has every position). A cache that is the capture's own (full) is exact: 0 without computing.
 void add_distortion(LayerDiagnostics& d, const LayerCapture& capture, const LayerKV& compressed,
-                    const at::Tensor& kept, const at::Tensor& weights, int64_t obs_window);
+                    const at::Tensor& kept, const DistortionReference& reference);
 
 // One method's analysis of every layer of a capture; allocate() and materialise() for any number of budgets.
 class MethodAnalysis {
   public:
-    // Analyses every layer (the budget-independent stages); throws what analyse() throws.
-    MethodAnalysis(CompressionMethod& method, const PrefillCapture& capture, const JobControl& job = {});
+    // Analyses every layer (the budget-independent stages); throws what analyse() throws. A layer whose
+    // analysis the method can derive from one in `others` (same capture: VarRate and flat share all but the
+    // salience) is derived instead.
+    MethodAnalysis(CompressionMethod& method, const PrefillCapture& capture, const JobControl& job = {},
+                   const std::vector<const MethodAnalysis*>& others = {});
     // Every layer's allocation for `budget`; throws InfeasibleBudget when this capture cannot meet it.
     std::vector<LayerAllocation> allocate(const CodecSettings& budget) const;
     // The compressed layers of an allocation; fills each allocation's distortion measures and

@@ -9,6 +9,7 @@
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
 #include "codec/codec_json.h"
@@ -255,6 +256,10 @@ CompareResult run_compare(const Session& s, const CompareRequest& req, const Job
         const int64_t only_q = req.mode == CompressionMode::QueryAware ? static_cast<int64_t>(ci) : -1;
         if (req.shared_capture) {
             const PrefillCapture capture = capture_prefill(s.model(), ids, req.settings, job);
+            spdlog::debug("capture of {} tokens: prefill {:.1f} ms, {:.1f} MiB", ids.size(),
+                          capture.prefill_ms, static_cast<double>(capture.bytes()) / (1024.0 * 1024.0));
+            std::vector<std::unique_ptr<CompressionMethod>> methods;  // alive as long as their analyses
+            std::vector<std::unique_ptr<MethodAnalysis>> analyses;    // earlier methods' (shared work)
             size_t first = 0;
             while (first < slots.size()) {
                 // The slots of one method share its analysis.
@@ -266,10 +271,14 @@ CompareResult run_compare(const Session& s, const CompareRequest& req, const Job
                     first = last;
                     continue;
                 }
-                auto method = make(slots[first]);
-                std::unique_ptr<MethodAnalysis> analysis;
+                methods.push_back(make(slots[first]));
+                CompressionMethod* method = methods.back().get();
+                MethodAnalysis* analysis = nullptr;
                 try {
-                    analysis = std::make_unique<MethodAnalysis>(*method, capture, job);
+                    std::vector<const MethodAnalysis*> others;
+                    for (const auto& a : analyses) others.push_back(a.get());
+                    analyses.push_back(std::make_unique<MethodAnalysis>(*method, capture, job, others));
+                    analysis = analyses.back().get();
                 } catch (const InfeasibleBudget& e) {
                     for (size_t k = first; k < last; ++k) infeasible(slots[k], e);
                     first = last;
@@ -282,6 +291,7 @@ CompareResult run_compare(const Session& s, const CompareRequest& req, const Job
                     try {
                         const auto t0 = Clock::now();
                         std::vector<LayerAllocation> alloc = analysis->allocate(slot.settings);
+                        const double allocate_ms = ms_since(t0);
                         const std::vector<LayerKV> layers = analysis->materialise(alloc);
                         slot.run.compress_ms += analysis->analyse_ms() + ms_since(t0);
                         slot.run.analyse_ms += analysis->analyse_ms();
@@ -291,10 +301,16 @@ CompareResult run_compare(const Session& s, const CompareRequest& req, const Job
                             for (LayerAllocation& a : alloc)
                                 slot.run.layers.push_back(std::move(a.diagnostics));
                         }
+                        const auto t1 = Clock::now();
                         if (!req.questions.empty()) {
                             KVCache cache = cache_from_layers(s.model(), layers, capture.next_position);
                             answer_from(s, cache, capture.last_logits, parts, req, only_q, slot.run, job);
                         }
+                        spdlog::debug(
+                            "{} kappa {}: analyse {:.1f} ms (shared), allocate {:.1f} ms, materialise "
+                            "{:.1f} ms, decode {:.1f} ms",
+                            slot.run.method, slot.budget, analysis->analyse_ms(), allocate_ms,
+                            ms_since(t0) - allocate_ms - ms_since(t1), ms_since(t1));
                     } catch (const InfeasibleBudget& e) {
                         infeasible(slot, e);
                     }
@@ -463,14 +479,19 @@ std::vector<PplRun> run_perplexity(const Session& s, const PplRequest& req, cons
     // One capture of the prefix; each (method, budget) materialises its cache and scores the rest over it.
     const PrefillCapture capture = capture_prefill(s.model(), prefix, req.settings, job);
     std::vector<PplRun> runs;
+    std::vector<std::unique_ptr<CompressionMethod>> methods;  // alive as long as their analyses
+    std::vector<std::unique_ptr<MethodAnalysis>> analyses;
     const int64_t n_methods = static_cast<int64_t>(req.methods.size());
     for (int64_t mi = 0; mi < n_methods; ++mi) {
         const std::string& name = req.methods[mi];
         check_cancel(job);
         job.report("ppl " + name, mi, n_methods);
         CodecSettings settings = req.settings;
-        auto method = make_method(name, settings, method_needs_basis(name) ? basis : nullptr);
-        const MethodAnalysis analysis(*method, capture, job);
+        methods.push_back(make_method(name, settings, method_needs_basis(name) ? basis : nullptr));
+        std::vector<const MethodAnalysis*> others;
+        for (const auto& a : analyses) others.push_back(a.get());
+        analyses.push_back(std::make_unique<MethodAnalysis>(*methods.back(), capture, job, others));
+        const MethodAnalysis& analysis = *analyses.back();
         for (double b : budgets) {
             check_cancel(job);
             settings.budget = b;
