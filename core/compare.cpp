@@ -154,9 +154,8 @@ void answer_from(const Session& s, KVCache& cache, const at::Tensor& last_logits
         if (only_q >= 0 && static_cast<size_t>(only_q) != qi) continue;
         if (req.mode == CompressionMode::QueryAgnostic && parts[qi].question_ids.empty())
             throw Error("question " + std::to_string(qi + 1) + " is empty");
-        const std::vector<int64_t> ids = decode_inputs(parts[qi], req.mode);
-        const at::Tensor logits = ids.empty() ? last_logits : s.model().forward(ids, cache);
-        run.answer_ids.push_back(greedy_from(s, cache, logits, req.max_new_tokens, job));
+        run.answer_ids.push_back(
+            decode_answer(s, cache, last_logits, parts[qi], req.mode, req.max_new_tokens, job));
         cache.restore(compressed);
     }
 }
@@ -172,6 +171,14 @@ void mark_infeasible(RunSlot& slot, const std::string& why) {
 }
 
 }  // namespace
+
+std::vector<int64_t> decode_answer(const Session& s, KVCache& cache, const at::Tensor& last_logits,
+                                   const PromptParts& parts, CompressionMode mode, int64_t max_new_tokens,
+                                   const JobControl& job) {
+    const std::vector<int64_t> ids = decode_inputs(parts, mode);
+    const at::Tensor logits = ids.empty() ? last_logits : s.model().forward(ids, cache);
+    return greedy_from(s, cache, logits, max_new_tokens, job);
+}
 
 CompareResult run_compare(const Session& s, const CompareRequest& req, const JobControl& job) {
     if (req.methods.empty()) throw Error("no methods to compare");

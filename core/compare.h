@@ -9,6 +9,7 @@
 
 #include "codec/method.h"
 #include "codec/registry.h"
+#include "core/prompt.h"
 #include "core/session.h"
 
 namespace varrate {
@@ -78,6 +79,14 @@ std::string basis_accounting(const std::string& method, bool self_calibrated, co
 std::vector<double> request_budgets(const std::vector<double>& budgets, const CodecSettings& settings);
 
 CompareResult run_compare(const Session& session, const CompareRequest& req, const JobControl& job = {});
+
+// The greedy answer ids to one question from a compressed cache whose prefill ended with `last_logits`:
+// query-agnostic, the question part and the answer prefix are forwarded first (positions after the
+// context); query-aware, only the answer prefix (the question is inside the compressed part). The cache is
+// left extended: restore a snapshot to reuse it. The one answer path of compare, NIAH and rd.
+std::vector<int64_t> decode_answer(const Session& session, KVCache& cache, const at::Tensor& last_logits,
+                                   const PromptParts& parts, CompressionMode mode, int64_t max_new_tokens,
+                                   const JobControl& job = {});
 
 // The one JSON form of a method's run: the fields of `varrate compare --json`'s methods[]; per_token adds the
 // context ids and every layer's per-token diagnostics (session files).

@@ -24,5 +24,6 @@ Command add_ppl(CLI::App& root);
 Command add_calibrate(CLI::App& root);
 Command add_niah(CLI::App& root);
 Command add_demo(CLI::App& root);
+Command add_rd(CLI::App& root);
 
 }  // namespace varrate::cli
