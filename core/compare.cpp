@@ -263,6 +263,7 @@ CompareResult run_compare(const Session& s, const CompareRequest& req, const Job
         const int64_t only_q = req.mode == CompressionMode::QueryAware ? static_cast<int64_t>(ci) : -1;
         if (req.shared_capture) {
             const PrefillCapture capture = capture_prefill(s.model(), ids, req.settings, job);
+            result.capture_bytes = std::max(result.capture_bytes, capture.bytes());
             spdlog::debug("capture of {} tokens: prefill {:.1f} ms, {:.1f} MiB", ids.size(),
                           capture.prefill_ms, static_cast<double>(capture.bytes()) / (1024.0 * 1024.0));
             std::vector<std::unique_ptr<CompressionMethod>> methods;  // alive as long as their analyses
@@ -427,6 +428,7 @@ nlohmann::json to_json(const CompareResult& r, const CompareRequest& req) {
     if (!req.answer_prefixes.empty()) j["answer_prefixes"] = req.answer_prefixes;
     j["settings"] = to_json(req.settings);
     j["basis"] = r.basis_source;
+    j["capture_bytes"] = r.capture_bytes;
     j["footprint"] = "accounted";  // stored bytes a compressed store would hold; the cache still holds L x D
     j["warnings"] = r.warnings;
     j["methods"] = std::move(methods);

@@ -67,6 +67,7 @@ struct MethodRun {
 struct CompareResult {
     std::vector<MethodRun> runs;        // per (method, budget), method-major in request order; `full` once
     std::string basis_source;           // file, or "self-calibrated"
+    int64_t capture_bytes = 0;          // the largest prefill capture held (0 without a shared capture)
     std::vector<std::string> warnings;  // e.g. positions beyond the model's (positions_warning)
 };
 

@@ -77,9 +77,12 @@ int run_compare_cmd(const CompareArgs& a) {
     if (!a.json_out.empty()) write_file_atomic(a.json_out, j.dump(2) + "\n");
     if (!a.rank_log.empty()) write_file_atomic(a.rank_log, rank_log_csv(r, session->tokenizer()));
     for (const std::string& w : r.warnings) spdlog::warn("{}", w);
-    std::cout << fmt::format("{} tokens of context, {}, basis: {}\n",
-                             r.runs.empty() ? 0 : r.runs[0].context_ids.size(), to_string(req.mode),
-                             r.basis_source.empty() ? "none needed" : r.basis_source);
+    std::cout << fmt::format(
+        "{} tokens of context, {}, basis: {}; one prefill capture ({:.1f} MiB) for every "
+        "method and budget\n",
+        r.runs.empty() ? 0 : r.runs[0].context_ids.size(), to_string(req.mode),
+        r.basis_source.empty() ? "none needed" : r.basis_source,
+        static_cast<double>(r.capture_bytes) / (1024.0 * 1024.0));
     std::cout << (req.settings.paper_accounting
                       ? "footprints are accounted under the paper's convention (anchor indices and a "
                         "self-calibrated basis not charged; the cache itself still holds L x D)\n"
