@@ -80,11 +80,18 @@ struct VarRateAnalysis : LayerAnalysis {
     at::Tensor z_norm;    // [n_coded] fp32 ||z||
 };
 
-// allocate() projects a token on, and materialise() reconstructs it from, the leading rows of the basis in
-// multiples of this many (at most R): one GEMM per multiple in use, each padding a token by less than this.
-// A basis of up to 64 rows is therefore applied in one GEMM over all of its rows and all coded tokens in
-// position order, exactly as the masked full-rank product would be.
-constexpr int64_t kGemmRankUnit = 64;
+// The leading basis rows that allocate() projects a token of rank r on and materialise() reconstructs it
+// from, one GEMM per width in use: r rounded up to a multiple of 16 (r <= 64), 32 (r <= 256) or 64, at most
+// R, so that padding costs at most about a quarter of a token's own work while a layer needs at most a few
+// dozen GEMMs. A basis of at most 64 rows is applied whole, in one GEMM over all coded tokens in position
+// order: exactly the masked full-rank product.
+at::Tensor gemm_widths(const at::Tensor& ranks, int64_t rank_cap) {  // [n] int64 -> [n] int64
+    if (rank_cap <= 64) return at::full_like(ranks, rank_cap);
+    const at::Tensor unit =
+        at::where(ranks <= 64, at::full_like(ranks, 16),
+                  at::where(ranks <= 256, at::full_like(ranks, 32), at::full_like(ranks, 64)));
+    return ((ranks + unit - 1).div(unit, "floor") * unit).clamp_max(rank_cap);
+}
 
 // Runs of equal widths in widths sorted in decreasing order (host; a loop over the runs, not the tokens).
 std::vector<RankGroup> plan_rank_groups(const int64_t* sorted, int64_t n) {
@@ -195,12 +202,9 @@ LayerAllocation VarRateMethod::allocate(const LayerAnalysis& analysis, const Cod
     out.coded_ranks = water_fill(a.s_hat, plan.budget_B, budget.r_min, rank);  // [n_coded] int64
     const at::Tensor& ranks = out.coded_ranks;
     const int64_t n_coded = ranks.size(0);
-    // Each token is projected on, and reconstructed from, the leading rows of the basis in multiples of
-    // kGemmRankUnit: tokens by decreasing width (equal widths in position order), one GEMM per width. The
-    // GEMM shapes are the one host copy this needs.
-    const at::Tensor width =
-        ((ranks + (kGemmRankUnit - 1)).div(kGemmRankUnit, "floor") * kGemmRankUnit).clamp_max(a.rank);
-    auto by_width = at::sort(width, /*stable=*/true, 0, /*descending=*/true);
+    // Tokens by decreasing GEMM width (equal widths in position order), one GEMM per width. The GEMM shapes
+    // are the one host copy this needs.
+    auto by_width = at::sort(gemm_widths(ranks, a.rank), /*stable=*/true, 0, /*descending=*/true);
     out.rank_order = std::get<1>(by_width);  // [n_coded]
     const at::Tensor widths = std::get<0>(by_width).to(at::kCPU);
     out.rank_groups = plan_rank_groups(widths.data_ptr<int64_t>(), n_coded);

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "codec/salience.h"
+#include "codec/varrate_method.h"
 #include "core/base/error.h"
 
 namespace varrate {
@@ -29,21 +30,25 @@ std::string gib(int64_t bytes) {
 
 // Attention of the window queries [H, w, hd] over keys/values [G, n, hd] whose positions are `pos` [G, n]
 // (query i sits at position L - w + i and sees positions up to its own). Returns [H, w, hd] fp32.
-at::Tensor window_output(const at::Tensor& queries, const at::Tensor& keys, const at::Tensor& values,
+at::Tensor attend_window(const at::Tensor& queries, const at::Tensor& keys, const at::Tensor& values,
                          const at::Tensor& pos, int64_t n_tokens) {
     const int64_t n_head = queries.size(0), w = queries.size(1), hd = queries.size(2);
     const int64_t n_kv = keys.size(0), n = keys.size(1), n_rep = n_head / n_kv;
-    const at::Tensor q_pos = at::arange(n_tokens - w, n_tokens, pos.options());  // [w]
-    const at::Tensor future = pos.unsqueeze(1) > q_pos.view({1, w, 1});          // [G, w, n]
-    const at::Tensor bias = at::zeros({n_kv, w, n}, queries.options().dtype(at::kFloat))
-                                .masked_fill_(future, -std::numeric_limits<float>::infinity())
-                                .unsqueeze(1)
-                                .expand({n_kv, n_rep, w, n})
-                                .reshape({n_kv, n_rep * w, n});
-    const at::Tensor q = queries.to(at::kFloat).reshape({n_kv, n_rep * w, hd});
-    const at::Tensor logits = at::baddbmm(bias, q, keys.to(at::kFloat).transpose(1, 2), 1.0,
-                                          1.0 / std::sqrt(static_cast<double>(hd)));  // [G, n_rep w, n]
-    return at::bmm(at::softmax(logits, -1), values.to(at::kFloat)).view({n_head, w, hd});
+    const at::Tensor q = queries.to(at::kFloat) * (1.0 / std::sqrt(static_cast<double>(hd)));  // [H, w, hd]
+    const at::Tensor q_pos = at::arange(n_tokens - w, n_tokens, pos.options());                // [w]
+    at::Tensor out = at::empty({n_head, w, hd}, q.options());
+    // One KV head at a time: its n_rep query heads as n_rep * w rows, logits of a few MiB reused per head.
+    for (int64_t g = 0; g < n_kv; ++g) {
+        at::Tensor logits =
+            q.narrow(0, g * n_rep, n_rep).reshape({n_rep * w, hd}).mm(keys[g].to(at::kFloat).t());
+        const at::Tensor future = pos[g].unsqueeze(0) > q_pos.unsqueeze(1);  // [w, n]
+        logits.view({n_rep, w, n}).masked_fill_(future, -std::numeric_limits<float>::infinity());
+        logits.sub_(at::amax(logits, {1}, /*keepdim=*/true)).exp_();  // softmax in place
+        logits.div_(logits.sum(1, /*keepdim=*/true));
+        at::Tensor rows = out.narrow(0, g * n_rep, n_rep).view({n_rep * w, hd});
+        at::mm_out(rows, logits, values[g].to(at::kFloat));  // [n_rep w, hd]
+    }
+    return out;
 }
 
 }  // namespace
@@ -68,7 +73,7 @@ int64_t capture_bytes_needed(const ModelConfig& c, int64_t n_tokens, int64_t obs
 }
 
 PrefillCapture capture_prefill(const LlamaModel& model, const std::vector<int64_t>& ids,
-                               const CodecSettings& settings, const JobControl& job) {
+                               const CodecSettings& settings, const JobControl& job, int64_t chunk_size) {
     const ModelConfig& cfg = model.config();
     const RuntimeOptions& ro = model.options();
     const int64_t n = static_cast<int64_t>(ids.size());
@@ -84,8 +89,10 @@ PrefillCapture capture_prefill(const LlamaModel& model, const std::vector<int64_
     out.obs_window = settings.obs_window;
     out.pool_kernel = settings.pool_kernel;
     out.layers.resize(static_cast<size_t>(cfg.n_layer));
+    out.window_outputs.resize(static_cast<size_t>(cfg.n_layer));
     std::vector<at::Tensor> weights(static_cast<size_t>(cfg.n_layer));
     ForwardOptions fo;
+    fo.chunk_size = chunk_size;
     fo.cancel = job.cancel;
     fo.progress = job.progress;
     fo.observer_window = settings.obs_window;
@@ -97,6 +104,8 @@ PrefillCapture capture_prefill(const LlamaModel& model, const std::vector<int64_
         weights[static_cast<size_t>(cap.layer)] =
             n > settings.obs_window ? varrate_salience(kept, settings.obs_window, settings.pool_kernel)
                                     : at::ones({n}, cap.keys.options().dtype(at::kFloat));
+        // What every method's attention-output error compares against, once.
+        out.window_outputs[static_cast<size_t>(cap.layer)] = window_output(kept, settings.obs_window);
         // An empty replacement frees the prefill's own copy of this layer.
         return LayerKV{cap.keys.narrow(1, 0, 0), cap.values.narrow(1, 0, 0)};
     };
@@ -120,8 +129,19 @@ KVCache cache_from_layers(const LlamaModel& model, const std::vector<LayerKV>& l
     return cache;
 }
 
+at::Tensor window_output(const LayerCapture& capture, int64_t obs_window) {
+    const at::Tensor& q_all = capture.window_queries;  // [H, w_cap, hd]
+    const int64_t n_tok = capture.keys.size(1);
+    const int64_t w = std::min<int64_t>({obs_window, q_all.defined() ? q_all.size(1) : 0, n_tok});
+    if (w <= 0) return {};
+    const auto lopts = capture.keys.options().dtype(at::kLong);
+    const at::Tensor all_pos = at::arange(n_tok, lopts).unsqueeze(0).expand({capture.keys.size(0), n_tok});
+    return attend_window(q_all.narrow(1, q_all.size(1) - w, w), capture.keys, capture.values, all_pos, n_tok);
+}
+
 void add_distortion(LayerDiagnostics& d, const LayerCapture& capture, const LayerKV& compressed,
-                    const at::Tensor& kept, const at::Tensor& weights, int64_t obs_window) {
+                    const at::Tensor& kept, const at::Tensor& weights, int64_t obs_window,
+                    const at::Tensor& full_output) {
     // Salience-weighted K/V error: where attention looks, how much of z is lost.
     if (d.rel_error.defined() && weights.defined()) {
         const at::Tensor wt = weights.to(at::kCPU, at::kDouble);
@@ -134,13 +154,18 @@ void add_distortion(LayerDiagnostics& d, const LayerCapture& capture, const Laye
     const int64_t n_tok = capture.keys.size(1);
     const int64_t w = std::min<int64_t>({obs_window, q_all.defined() ? q_all.size(1) : 0, n_tok});
     if (w <= 0) return;
-    const at::Tensor q = q_all.narrow(1, q_all.size(1) - w, w);
-    const int64_t n_kv = capture.keys.size(0);
-    const auto lopts = capture.keys.options().dtype(at::kLong);
-    const at::Tensor all_pos = at::arange(n_tok, lopts).unsqueeze(0).expand({n_kv, n_tok});
-    const at::Tensor o = window_output(q, capture.keys, capture.values, all_pos, n_tok);
-    const at::Tensor o_hat = window_output(q, compressed.keys, compressed.values,
-                                           kept.defined() ? kept.to(lopts.device()) : all_pos, n_tok);
+    if (compressed.keys.is_same(capture.keys) && compressed.values.is_same(capture.values)) {
+        d.attn_output_error = 0.0;  // the full cache itself
+        return;
+    }
+    const at::Tensor o =
+        full_output.defined() && full_output.size(1) == w ? full_output : window_output(capture, obs_window);
+    const at::Tensor pos = kept.defined() ? kept.to(capture.keys.device())
+                                          : at::arange(n_tok, capture.keys.options().dtype(at::kLong))
+                                                .unsqueeze(0)
+                                                .expand({capture.keys.size(0), n_tok});
+    const at::Tensor o_hat =
+        attend_window(q_all.narrow(1, q_all.size(1) - w, w), compressed.keys, compressed.values, pos, n_tok);
     const at::Tensor rel = (o - o_hat).norm(2, {2}) / o.norm(2, {2}).clamp_min(1e-30);  // [H, w]
     d.attn_output_error = rel.to(at::kDouble).mean().item<double>();
 }
@@ -154,9 +179,18 @@ MethodAnalysis::MethodAnalysis(CompressionMethod& method, const PrefillCapture& 
             fmt::format("{}: the capture kept {} window queries, the method's observation window is {}",
                         method.name(), capture.obs_window, method.settings().obs_window));
     const int64_t n_layer = static_cast<int64_t>(capture.layers.size());
+    // VarRate's salience is the capture's distortion weight when their windows agree: computed once.
+    auto* varrate = dynamic_cast<VarRateMethod*>(&method);
+    const CodecSettings& s = method.settings();
+    const bool reuse_salience = varrate != nullptr && method.name() == "varrate" &&
+                                s.obs_window == capture.obs_window && s.pool_kernel == capture.pool_kernel &&
+                                capture.weights.defined() &&
+                                static_cast<int64_t>(capture.ids.size()) > s.obs_window;
     for (int64_t l = 0; l < n_layer; ++l) {
         check_cancel(job);
-        layers_.push_back(method.analyse(capture.layers[static_cast<size_t>(l)]));
+        const LayerCapture& cap = capture.layers[static_cast<size_t>(l)];
+        layers_.push_back(reuse_salience ? varrate->analyse_with_salience(cap, capture.weights[l])
+                                         : method.analyse(cap));
         job.report("analyse " + method.name(), l + 1, n_layer);
     }
     analyse_ms_ = ms_since(t0);
@@ -179,33 +213,44 @@ std::vector<LayerKV> MethodAnalysis::materialise(std::vector<LayerAllocation>& a
         LayerDiagnostics& d = allocations[l].diagnostics;
         d.timing.reconstruction = ms_since(t0);
         add_distortion(d, cap, out.back(), allocations[l].kept, capture_.weights[static_cast<int64_t>(l)],
-                       method_.settings().obs_window);
+                       method_.settings().obs_window,
+                       l < capture_.window_outputs.size() ? capture_.window_outputs[l] : at::Tensor());
     }
+    return out;
+}
+
+InPrefillLayer compress_layer_in_prefill(CompressionMethod& method, const LayerCapture& cap) {
+    const CodecSettings& s = method.settings();
+    const std::shared_ptr<const LayerAnalysis> analysis = method.analyse(cap);
+    LayerAllocation allocation = method.allocate(*analysis, s);
+    const auto t0 = Clock::now();
+    InPrefillLayer out;
+    out.kv = method.materialise(cap, *analysis, allocation);
+    allocation.diagnostics.timing.reconstruction = ms_since(t0);
+    // The distortion weights are VarRate's salience: VarRate's own when it is the method (the same call).
+    const int64_t n = cap.keys.size(1);
+    const at::Tensor& own = allocation.diagnostics.salience;
+    const at::Tensor weights = method.name() == "varrate" && own.defined() ? own
+                               : n > s.obs_window ? varrate_salience(cap, s.obs_window, s.pool_kernel)
+                                                  : at::ones({n}, cap.keys.options().dtype(at::kFloat));
+    add_distortion(allocation.diagnostics, cap, out.kv, allocation.kept, weights.to(at::kCPU), s.obs_window);
+    out.diagnostics = std::move(allocation.diagnostics);
     return out;
 }
 
 InPrefillResult compress_in_prefill(const LlamaModel& model, CompressionMethod& method,
                                     const std::vector<int64_t>& ids, KVCache& cache, const JobControl& job) {
-    const CodecSettings& s = method.settings();
     InPrefillResult out;
     ForwardOptions fo;
     fo.cancel = job.cancel;
     fo.progress = job.progress;
-    fo.observer_window = s.obs_window;
-    const int64_t n = static_cast<int64_t>(ids.size());
+    fo.observer_window = method.settings().obs_window;
     fo.observer = [&](const LayerCapture& cap) -> std::optional<LayerKV> {
         const auto t0 = Clock::now();
-        const std::shared_ptr<const LayerAnalysis> analysis = method.analyse(cap);
-        LayerAllocation allocation = method.allocate(*analysis, s);
-        const auto t1 = Clock::now();
-        LayerKV kv = method.materialise(cap, *analysis, allocation);
-        allocation.diagnostics.timing.reconstruction = ms_since(t1);
-        const at::Tensor weights = n > s.obs_window ? varrate_salience(cap, s.obs_window, s.pool_kernel)
-                                                    : at::ones({n}, cap.keys.options().dtype(at::kFloat));
-        add_distortion(allocation.diagnostics, cap, kv, allocation.kept, weights.to(at::kCPU), s.obs_window);
+        InPrefillLayer layer = compress_layer_in_prefill(method, cap);
         out.compress_ms += ms_since(t0);
-        out.layers.push_back(std::move(allocation.diagnostics));
-        return kv;
+        out.layers.push_back(std::move(layer.diagnostics));
+        return std::move(layer.kv);
     };
     const auto t0 = Clock::now();
     out.logits = model.forward(ids, cache, fo);

@@ -24,8 +24,10 @@ namespace varrate {
 struct PrefillCapture {
     std::vector<int64_t> ids;
     std::vector<LayerCapture> layers;
-    at::Tensor last_logits;     // [1, vocab] fp32 CPU: the prediction after the last id
-    at::Tensor weights;         // [n_layer, L] fp32 CPU: VarRate's salience per layer (distortion weights)
+    at::Tensor last_logits;  // [1, vocab] fp32 CPU: the prediction after the last id
+    at::Tensor weights;      // [n_layer, L] fp32 CPU: VarRate's salience per layer (distortion weights)
+    std::vector<at::Tensor>
+        window_outputs;         // per layer [H, w_obs, hd] fp32: attention output of the full cache
     int64_t next_position = 0;  // where decoding continues
     int64_t obs_window = 0;     // window queries kept: methods may use this many or fewer
     int64_t pool_kernel = 0;    // of the distortion weights
@@ -37,11 +39,13 @@ struct PrefillCapture {
 int64_t capture_bytes_needed(const ModelConfig& config, int64_t n_tokens, int64_t obs_window,
                              at::ScalarType dtype);
 
-// Prefills `ids` from an empty cache, keeping settings.obs_window window queries and weighting distortion by
-// VarRate's salience with settings.pool_kernel. Refuses with an Error naming the bytes needed and available
-// when the capture cannot fit on the model's device. Progress and cancel are the prefill's.
+// Prefills `ids` from an empty cache (in chunks of chunk_size), keeping settings.obs_window window queries
+// and weighting distortion by VarRate's salience with settings.pool_kernel. Refuses with an Error naming the
+// bytes needed and available when the capture cannot fit on the model's device. Progress and cancel are the
+// prefill's.
 PrefillCapture capture_prefill(const LlamaModel& model, const std::vector<int64_t>& ids,
-                               const CodecSettings& settings, const JobControl& job = {});
+                               const CodecSettings& settings, const JobControl& job = {},
+                               int64_t chunk_size = ForwardOptions().chunk_size);
 
 // A cache holding `layers` (one per model layer) that decodes from `next_position`.
 KVCache cache_from_layers(const LlamaModel& model, const std::vector<LayerKV>& layers, int64_t next_position);
@@ -49,9 +53,14 @@ KVCache cache_from_layers(const LlamaModel& model, const std::vector<LayerKV>& l
 // The distortion measures of a layer's compressed cache, written into `d`: the salience-weighted K/V error
 // (weights: the capture's VarRate salience) and the attention-output error of the observation-window
 // queries, ||o - o^|| / ||o|| averaged over heads and queries. `kept` [G, n] holds the positions of an
-// evicting method's entries (undefined: the compressed cache has every position).
+// evicting method's entries (undefined: the compressed cache has every position). `full_output` is o when
+// known (window_output() of the capture), else computed here.
 void add_distortion(LayerDiagnostics& d, const LayerCapture& capture, const LayerKV& compressed,
-                    const at::Tensor& kept, const at::Tensor& weights, int64_t obs_window);
+                    const at::Tensor& kept, const at::Tensor& weights, int64_t obs_window,
+                    const at::Tensor& full_output = {});
+// Attention output of the capture's last w_obs window queries over its full cache: [H, w, hd] fp32
+// (undefined when the capture holds no window queries).
+at::Tensor window_output(const LayerCapture& capture, int64_t obs_window);
 
 // One method's analysis of every layer of a capture; allocate() and materialise() for any number of budgets.
 class MethodAnalysis {
@@ -72,9 +81,17 @@ class MethodAnalysis {
     double analyse_ms_ = 0;
 };
 
+// What the separate path does at each layer's end of prefill: analyse, allocate and materialise at the
+// method's own settings, then the distortion measures. `kv` replaces the layer's cache.
+struct InPrefillLayer {
+    LayerKV kv;
+    LayerDiagnostics diagnostics;
+};
+InPrefillLayer compress_layer_in_prefill(CompressionMethod& method, const LayerCapture& capture);
+
 // The separate path: one prefill of `ids` into `cache` with the method as its end-of-prefill observer
-// (analyse, allocate and materialise inside the prefill, layer by layer, at the method's own settings).
-// Returns the last logits; `layers` gets the diagnostics, distortion included.
+// (compress_layer_in_prefill, layer by layer). Returns the last logits; `layers` gets the diagnostics,
+// distortion included.
 struct InPrefillResult {
     at::Tensor logits;
     std::vector<LayerDiagnostics> layers;
