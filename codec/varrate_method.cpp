@@ -173,7 +173,7 @@ std::shared_ptr<const LayerAnalysis> VarRateMethod::analyse_with_salience(const 
     AnchorResiduals res = anchor_residuals(z, a->layout, settings_.anchors);
     a->mean = std::move(res.mean);
     a->residual = std::move(res.residual);
-    a->energy = a->residual.square().sum({1}, /*keepdim=*/false, at::kDouble);
+    a->energy = std::move(res.energy);
     a->z_norm = z.norm(2, {1}).index_select(0, a->coded);
     // Salience over the coded set, normalised once: every budget water-fills the same signal.
     a->s_hat = normalise_salience(salience.to(dev, at::kFloat).index_select(0, a->coded));
