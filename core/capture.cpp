@@ -28,21 +28,26 @@ std::string gib(int64_t bytes) {
     return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
 }
 
-// Attention of the window queries [H, w, hd] over keys/values [G, n, hd] whose positions are `pos` [G, n]
-// (query i sits at position L - w + i and sees positions up to its own). Returns [H, w, hd] fp32.
+// Attention of the window queries [H, w, hd] over keys/values [G, n, hd] whose positions are `pos` [G, n],
+// ascending in each row (query i sits at position L - w + i and sees positions up to its own, so only a row's
+// last w entries can lie in its future). Returns [H, w, hd] fp32.
 at::Tensor attend_window(const at::Tensor& queries, const at::Tensor& keys, const at::Tensor& values,
                          const at::Tensor& pos, int64_t n_tokens) {
     const int64_t n_head = queries.size(0), w = queries.size(1), hd = queries.size(2);
-    const int64_t n_kv = keys.size(0), n = keys.size(1), n_rep = n_head / n_kv;
+    const int64_t n_kv = keys.size(0), n = keys.size(1), n_rep = n_head / n_kv, tail = std::min(w, n);
     const at::Tensor q = queries.to(at::kFloat) * (1.0 / std::sqrt(static_cast<double>(hd)));  // [H, w, hd]
     const at::Tensor q_pos = at::arange(n_tokens - w, n_tokens, pos.options());                // [w]
+    const at::Tensor future =
+        pos.narrow(1, n - tail, tail).unsqueeze(1) > q_pos.view({1, w, 1});  // [G, w, tail]
     at::Tensor out = at::empty({n_head, w, hd}, q.options());
     // One KV head at a time: its n_rep query heads as n_rep * w rows, logits of a few MiB reused per head.
     for (int64_t g = 0; g < n_kv; ++g) {
-        at::Tensor logits =
-            q.narrow(0, g * n_rep, n_rep).reshape({n_rep * w, hd}).mm(keys[g].to(at::kFloat).t());
-        const at::Tensor future = pos[g].unsqueeze(0) > q_pos.unsqueeze(1);  // [w, n]
-        logits.view({n_rep, w, n}).masked_fill_(future, -std::numeric_limits<float>::infinity());
+        at::Tensor logits = q.narrow(0, g * n_rep, n_rep)
+                                .reshape({n_rep * w, hd})
+                                .mm(keys[g].to(at::kFloat).t());  // [n_rep w, n]
+        logits.narrow(1, n - tail, tail)
+            .view({n_rep, w, tail})
+            .masked_fill_(future[g], -std::numeric_limits<float>::infinity());
         logits.sub_(at::amax(logits, {1}, /*keepdim=*/true)).exp_();  // softmax in place
         logits.div_(logits.sum(1, /*keepdim=*/true));
         at::Tensor rows = out.narrow(0, g * n_rep, n_rep).view({n_rep * w, hd});

@@ -53,8 +53,8 @@ KVCache cache_from_layers(const LlamaModel& model, const std::vector<LayerKV>& l
 // The distortion measures of a layer's compressed cache, written into `d`: the salience-weighted K/V error
 // (weights: the capture's VarRate salience) and the attention-output error of the observation-window
 // queries, ||o - o^|| / ||o|| averaged over heads and queries. `kept` [G, n] holds the positions of an
-// evicting method's entries (undefined: the compressed cache has every position). `full_output` is o when
-// known (window_output() of the capture), else computed here.
+// evicting method's entries, ascending per head (undefined: the compressed cache has every position).
+// `full_output` is o when known (window_output() of the capture), else computed here.
 void add_distortion(LayerDiagnostics& d, const LayerCapture& capture, const LayerKV& compressed,
                     const at::Tensor& kept, const at::Tensor& weights, int64_t obs_window,
                     const at::Tensor& full_output = {});
