@@ -97,8 +97,7 @@ AnchorResiduals anchor_residuals(const at::Tensor& z, const AnchorLayout& layout
         at::Tensor mean_rows = r.mean.narrow(0, begin, n), res_rows = r.residual.narrow(0, begin, n);
         at::add_out(mean_rows, m, centre);
         at::sub_out(res_rows, zc, m);
-        at::Tensor energy_rows = r.energy.narrow(0, begin, n);
-        at::sum_out(energy_rows, res_rows.square(), {1}, /*keepdim=*/false, at::kDouble);
+        r.energy.narrow(0, begin, n).copy_(res_rows.norm(2, {1})).square_();
     }
     return r;
 }

@@ -216,7 +216,8 @@ LayerAllocation VarRateMethod::allocate(const LayerAnalysis& analysis, const Cod
     // its error is what the kept coefficients lost to rounding, what the dropped ones held, and what lies
     // past the width:
     //   ||z - z^||^2 = sum_{i<r} (c_i - c^_i)^2 + sum_{r<=i<width} c_i^2 + (||e||^2 - sum_{i<width} c_i^2),
-    // the last term zero when the width is D (every row of a complete basis), else formed in fp64.
+    // the last term zero when the width is D (every row of a complete basis), else a difference formed in
+    // fp64 (of norms accurate to fp32 rounding).
     const at::Tensor& V = basis_on(a.layer, a.rank, a.coded.device(), a.dtype);       // [R, D]
     const at::Tensor sorted_ranks = ranks.index_select(0, order);                     // [n_coded]
     at::Tensor err_sq = at::empty({n_coded}, a.z_norm.options().dtype(at::kDouble));  // rank order
@@ -228,11 +229,10 @@ LayerAllocation VarRateMethod::allocate(const LayerAnalysis& analysis, const Cod
         const at::Tensor kept = at::arange(g.width, ranks.options()).unsqueeze(0) <  // [n, width]
                                 sorted_ranks.narrow(0, begin, g.tokens).unsqueeze(1);
         at::Tensor stored = a.dtype != at::kFloat ? c.to(a.dtype).to(at::kFloat) : c.clone();
-        const at::Tensor lost = at::where(kept, c - stored, c);  // [n, width]
-        at::Tensor e2 = lost.square().sum({1}, /*keepdim=*/false, at::kDouble);
+        at::Tensor e2 = err_sq.narrow(0, begin, g.tokens);
+        e2.copy_(at::where(kept, c - stored, c).norm(2, {1})).square_();  // what the stored row lost
         if (g.width < a.dim)
-            e2.add_((a.energy.index_select(0, rows) - c.square().sum({1}, false, at::kDouble)).clamp_min(0));
-        err_sq.narrow(0, begin, g.tokens).copy_(e2);
+            e2.add_((a.energy.index_select(0, rows) - c.norm(2, {1}).to(at::kDouble).square()).clamp_min(0));
         g.coefficients = stored.masked_fill_(kept.logical_not(), 0.0);
         begin += g.tokens;
     }
