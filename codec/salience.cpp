@@ -1,5 +1,6 @@
 #include "codec/salience.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -36,21 +37,25 @@ at::Tensor window_attention(const LayerCapture& capture, int64_t obs_window) {
     const at::Tensor future =
         at::arange(w, lopts).unsqueeze(0) > at::arange(w, lopts).unsqueeze(1);  // [w, w]
     at::Tensor out = at::empty({n_head, n_tok - w}, q.options());
-    // One KV head at a time: its n_rep query heads stacked as n_rep * w rows of one GEMM, whose [n_rep w, L]
-    // logits (a few MiB) are reused from one head to the next rather than allocated for all heads at once.
-    for (int64_t g = 0; g < n_kv; ++g) {
-        const at::Tensor k = keys[g].to(at::kFloat);                                           // [L, hd]
-        at::Tensor logits = q.narrow(0, g * n_rep, n_rep).reshape({n_rep * w, hd}).mm(k.t());  // [n_rep w, L]
-        logits.narrow(1, n_tok - w, w)
-            .view({n_rep, w, w})
-            .masked_fill_(future, -std::numeric_limits<float>::infinity());
+    // A few KV heads at a time (about 8 MiB of logits), each one's n_rep query heads stacked as n_rep * w
+    // rows of one batched GEMM: the logits are reused from one step to the next rather than allocated for
+    // all heads at once.
+    const int64_t step = std::clamp<int64_t>((int64_t{8} << 20) / (n_rep * w * n_tok * 4), 1, n_kv);
+    for (int64_t g = 0; g < n_kv; g += step) {
+        const int64_t gs = std::min(step, n_kv - g);
+        const at::Tensor k = keys.narrow(0, g, gs).to(at::kFloat);  // [gs, L, hd]
+        at::Tensor logits =
+            at::bmm(q.narrow(0, g * n_rep, gs * n_rep).reshape({gs, n_rep * w, hd}), k.transpose(1, 2));
+        logits.narrow(2, n_tok - w, w)
+            .view({gs, n_rep, w, w})
+            .masked_fill_(future, -std::numeric_limits<float>::infinity());  // [gs, n_rep w, L]
         // Softmax in place, exp(x - row max), its normalisation folded into the mean over the window
         // queries: one weight 1 / (w * row sum) per row, applied by a batched product over each head's rows.
-        logits.sub_(at::amax(logits, {1}, /*keepdim=*/true)).exp_();
-        const at::Tensor weight = logits.sum(1).mul_(static_cast<double>(w)).reciprocal_();  // [n_rep w]
-        const at::Tensor e = logits.view({n_rep, w, n_tok}).narrow(2, 0, n_tok - w);  // [n_rep, w, L - w]
-        at::Tensor rows = out.narrow(0, g * n_rep, n_rep).unsqueeze(1);               // [n_rep, 1, L - w]
-        at::bmm_out(rows, weight.view({n_rep, 1, w}), e);
+        logits.sub_(at::amax(logits, {2}, /*keepdim=*/true)).exp_();
+        const at::Tensor weight = logits.sum(2).mul_(static_cast<double>(w)).reciprocal_();  // [gs, n_rep w]
+        const at::Tensor e = logits.view({gs * n_rep, w, n_tok}).narrow(2, 0, n_tok - w);    // [., w, L - w]
+        at::Tensor rows = out.narrow(0, g * n_rep, gs * n_rep).unsqueeze(1);                 // [., 1, L - w]
+        at::bmm_out(rows, weight.view({gs * n_rep, 1, w}), e);
     }
     return out;  // [H, L - w]
 }

@@ -303,20 +303,30 @@ LayerKV VarRateMethod::materialise(const LayerCapture& capture, const LayerAnaly
         z_rows.addmm_(g.coefficients, V.narrow(0, 0, g.width));
         begin += g.tokens;
     }
-    // Split into keys and values, keys re-rotated to post-RoPE at their positions; exact tokens copied
-    // untouched into the fresh cache.
-    const int64_t n_kv = a.n_kv_head, hd = a.head_dim;
+    // Split into keys and values, keys re-rotated to post-RoPE at their positions (apply_rope's
+    // x cos + rotate_half(x) sin, half by half into one buffer); exact tokens copied untouched.
+    const int64_t n_kv = a.n_kv_head, hd = a.head_dim, half = hd / 2;
     const at::Tensor pos = a.coded.index_select(0, order);                              // [n_coded]
     const at::Tensor parts = z_hat.view({n_coded, 2, n_kv, hd}).permute({1, 2, 0, 3});  // [2, G, n_coded, hd]
     const at::Tensor cos = capture.rope_cos.index_select(0, pos).to(at::kFloat);        // [n_coded, hd]
     const at::Tensor sin = capture.rope_sin.index_select(0, pos).to(at::kFloat);
-    const at::Tensor k_post = apply_rope(parts[0], cos, sin);  // [G, n_coded, hd]
-    LayerKV kv{at::empty(capture.keys.sizes(), capture.keys.options()),
-               at::empty(capture.values.sizes(), capture.values.options())};
+    const at::Tensor x1 = parts[0].narrow(2, 0, half), x2 = parts[0].narrow(2, half, half);
+    at::Tensor k_post = at::empty({n_kv, n_coded, hd}, z_hat.options());  // [G, n_coded, hd]
+    at::Tensor k1 = k_post.narrow(2, 0, half), k2 = k_post.narrow(2, half, half);
+    at::Tensor term = at::empty({n_kv, n_coded, half}, z_hat.options());
+    at::mul_out(k1, x1, cos.narrow(1, 0, half));
+    k1.sub_(at::mul_out(term, x2, sin.narrow(1, 0, half)));  // x1 cos - x2 sin
+    at::mul_out(k2, x2, cos.narrow(1, half, half));
+    k2.add_(at::mul_out(term, x1, sin.narrow(1, half, half)));  // x2 cos + x1 sin
+    // Keys and values of the layer in one buffer, each filled by one copy of its exact and of its coded rows.
+    at::Tensor both = at::empty({2, n_kv, a.n_tokens, hd}, capture.keys.options());  // [2, G, L, hd]
+    LayerKV kv{both[0], both[1]};
     kv.keys.index_copy_(1, a.exact, capture.keys.index_select(1, a.exact));
     kv.values.index_copy_(1, a.exact, capture.values.index_select(1, a.exact));
-    kv.keys.index_copy_(1, pos, k_post.to(a.dtype));
-    kv.values.index_copy_(1, pos, parts[1].to(a.dtype));
+    at::Tensor coded_rows = at::empty({2, n_kv, n_coded, hd}, capture.keys.options());
+    coded_rows[0].copy_(k_post);
+    coded_rows[1].copy_(parts[1]);
+    both.index_copy_(2, pos, coded_rows);
     sync_for_timing(kv.values, settings_.precise_timing);
     return kv;
 }
