@@ -72,41 +72,32 @@ AnchorResiduals anchor_residuals(const at::Tensor& z, const AnchorLayout& layout
     const auto long_opts = coded.options();
 
     AnchorResiduals r;
-    if (n_coded == 0) {
-        r.nearest = at::empty({0, c}, long_opts);
-        r.mean = at::empty({0, dim}, zf.options());
-        r.residual = at::empty({0, dim}, zf.options());
-        return r;
-    }
-    const bool one_chunk = n_coded <= chunk;
-    if (!one_chunk) {
-        r.nearest = at::empty({n_coded, c}, long_opts);
-        r.mean = at::empty({n_coded, dim}, zf.options());
-        r.residual = at::empty({n_coded, dim}, zf.options());
-    }
+    r.nearest = at::empty({n_coded, c}, long_opts);
+    r.mean = at::empty({n_coded, dim}, zf.options());
+    r.residual = at::empty({n_coded, dim}, zf.options());
+    r.energy = at::empty({n_coded}, zf.options().dtype(at::kDouble));
+    // Everything below works on centred vectors, which removes most of the cancellation: the chunk's rows
+    // are centred as they are gathered, the anchors' mean is taken of centred anchors, and the residual is
+    // the difference of the two; z-bar gets the centre back.
     for (int64_t begin = 0; begin < n_coded; begin += chunk) {
         const int64_t n = std::min(chunk, n_coded - begin);
-        const at::Tensor zt = zf.index_select(0, coded.narrow(0, begin, n));  // [n, D]
-        // |a|^2 - 2 z.a on centred vectors, in fp32 and one GEMM; |z|^2 is the same for every anchor of
-        // a row, so leaving it out changes no ranking and avoids adding a large term before comparing.
-        const at::Tensor dist = at::addmm(a_sq.unsqueeze(0), zt - centre, a_c_t, /*beta=*/1.0,
-                                          /*alpha=*/-2.0);  // [n, n_a]
+        const at::Tensor zc = zf.index_select(0, coded.narrow(0, begin, n)).sub_(centre);  // [n, D]
+        // |a|^2 - 2 z.a in fp32 and one GEMM; |z|^2 is the same for every anchor of a row, so leaving it out
+        // changes no ranking and avoids adding a large term before comparing.
+        const at::Tensor dist =
+            at::addmm(a_sq.unsqueeze(0), zc, a_c_t, /*beta=*/1.0, /*alpha=*/-2.0);  // [n, n_a]
         const at::Tensor best = std::get<1>(
             at::topk(packed_distance_keys(dist), c, 1, /*largest=*/false, /*sorted=*/true));  // [n, c]
+        r.nearest.narrow(0, begin, n).copy_(best);
         // Mean of the c anchors in one fused gather-and-average (mean-mode embedding bag).
         const at::Tensor offsets = at::arange(0, n * c, c, long_opts);
-        const at::Tensor m = std::get<0>(at::embedding_bag(anchors, best.reshape({-1}), offsets,
-                                                           /*scale_grad_by_freq=*/false, /*mode=*/1));
-        if (one_chunk) {
-            r.nearest = best;
-            r.mean = m;
-            r.residual = zt - m;
-            break;
-        }
-        r.nearest.narrow(0, begin, n).copy_(best);
-        r.mean.narrow(0, begin, n).copy_(m);
-        at::Tensor res_rows = r.residual.narrow(0, begin, n);
-        at::sub_out(res_rows, zt, m);
+        const at::Tensor m =
+            std::get<0>(at::embedding_bag(a_c, best.reshape({-1}), offsets,
+                                          /*scale_grad_by_freq=*/false, /*mode=*/1));  // [n, D]
+        at::Tensor mean_rows = r.mean.narrow(0, begin, n), res_rows = r.residual.narrow(0, begin, n);
+        at::add_out(mean_rows, m, centre);
+        at::sub_out(res_rows, zc, m);
+        r.energy.narrow(0, begin, n).copy_(res_rows.norm(2, {1})).square_();
     }
     return r;
 }

@@ -29,6 +29,7 @@ struct AnchorResiduals {
     at::Tensor nearest;   // [n_coded, c] int64 anchor ordinals (into anchor_pos), nearest first
     at::Tensor mean;      // [n_coded, D] fp32 mean of those anchors (z-bar)
     at::Tensor residual;  // [n_coded, D] fp32 z - z-bar
+    at::Tensor energy;    // [n_coded] fp64 ||z - z-bar||^2 (of the fp32 norm)
 };
 // Nearest anchors by Euclidean distance over all anchors, in fp32 on z's device. Distances use the
 // |a|^2 - 2ab part of the expansion (|b|^2 is the same for every anchor of a token) after centring on the

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 
@@ -29,13 +30,13 @@ struct CodecSettings {
     bool precise_timing = true;  // wait for the device at stage boundaries so stage times are real
 };
 
-// Milliseconds spent in each stage of one layer's compression.
+// Milliseconds spent in each stage of one layer's compression, by the step that runs it.
 struct StageTiming {
-    double anchor_search = 0;
-    double salience = 0;
-    double water_filling = 0;
-    double projection = 0;
-    double reconstruction = 0;
+    double anchor_search = 0;   // analyse(): joint vectors, nearest anchors, residuals and their norms
+    double salience = 0;        // analyse(): window-attention salience (SnapKV: its scores and order)
+    double water_filling = 0;   // allocate(): ranks or kept positions, diagnostics
+    double projection = 0;      // allocate(): coefficients of each coded token up to its rank, its error
+    double reconstruction = 0;  // materialise(): the layer's new cache
     double total() const { return anchor_search + salience + water_filling + projection + reconstruction; }
 };
 
@@ -88,12 +89,24 @@ struct LayerAnalysis {
     StageTiming timing;    // the budget-independent stages
 };
 
+// A run of coded tokens (consecutive in LayerAllocation::rank_order) that VarRate/flat project on, and
+// reconstruct from, the leading `width` basis rows with one GEMM each: every token of the run has a rank
+// <= width.
+struct RankGroup {
+    int64_t tokens = 0;
+    int64_t width = 0;
+    at::Tensor coefficients;  // [tokens, width] fp32 as stored (cache precision), zero past each token's rank
+};
+
 // One budget's choice on an analysed layer: diagnostics (counts, accounted footprint, per-token rank and
 // error) plus what materialise() needs.
 struct LayerAllocation {
     LayerDiagnostics diagnostics;
     at::Tensor coded_ranks;  // [n_coded] int64 on the compute device (VarRate/flat)
-    at::Tensor kept;         // [n_kv_head, kept] int64 ascending positions on the compute device (SnapKV)
+    at::Tensor
+        rank_order;  // [n_coded] int64 on the device: coded ordinals by decreasing width (VarRate/flat)
+    std::vector<RankGroup> rank_groups;  // consecutive runs of rank_order, widths decreasing (VarRate/flat)
+    at::Tensor kept;  // [n_kv_head, kept] int64 ascending positions on the compute device (SnapKV)
 };
 
 // Every method in three steps, so that one prefill capture serves every method and budget:

@@ -1,5 +1,6 @@
 #include "codec/salience.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -28,24 +29,35 @@ at::Tensor window_attention(const LayerCapture& capture, int64_t obs_window) {
     if (n_head % n_kv != 0)
         throw Error(fmt::format("salience: {} query heads are not a multiple of {} KV heads", n_head, n_kv));
     const int64_t n_rep = n_head / n_kv, w = obs_window;
-    const at::Tensor q = q_all.narrow(1, q_all.size(1) - w, w).to(at::kFloat);  // [H, w, hd]
-    const at::Tensor k = keys.to(at::kFloat);
-    // Query i of the window sits at position L - w + i and sees keys 0 .. L - w + i: an additive bias of
-    // -inf on later keys, [w, L], repeated for the n_rep query heads that share a KV head.
-    auto fopts = q.options();
-    const at::Tensor future = at::arange(n_tok, fopts.dtype(at::kLong)).unsqueeze(0) >
-                              (at::arange(w, fopts.dtype(at::kLong)) + (n_tok - w)).unsqueeze(1);
-    const at::Tensor bias = at::zeros({w, n_tok}, fopts)
-                                .masked_fill_(future, -std::numeric_limits<float>::infinity())
-                                .repeat({n_rep, 1});  // [n_rep w, L]
     const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-    // All heads in one batched GEMM, scale and mask folded in: each KV head's n_rep query heads stacked
-    // as n_rep * w rows.
-    const at::Tensor logits =
-        at::baddbmm(bias.unsqueeze(0), q.reshape({n_kv, n_rep * w, hd}), k.transpose(1, 2), /*beta=*/1.0,
-                    /*alpha=*/scale);                                         // [G, n_rep w, L]
-    const at::Tensor att = at::softmax(logits, -1).view({n_head, w, n_tok});  // [H, w, L]
-    return att.narrow(2, 0, n_tok - w).mean(1);                               // [H, L - w]
+    const at::Tensor q = q_all.narrow(1, q_all.size(1) - w, w).to(at::kFloat) * scale;  // [H, w, hd]
+    // Query i of the window sits at position L - w + i and sees keys 0 .. L - w + i: only the window's own
+    // [w, w] corner of each head's rows holds future keys.
+    auto lopts = q.options().dtype(at::kLong);
+    const at::Tensor future =
+        at::arange(w, lopts).unsqueeze(0) > at::arange(w, lopts).unsqueeze(1);  // [w, w]
+    at::Tensor out = at::empty({n_head, n_tok - w}, q.options());
+    // A few KV heads at a time (about 8 MiB of logits), each one's n_rep query heads stacked as n_rep * w
+    // rows of one batched GEMM: the logits are reused from one step to the next rather than allocated for
+    // all heads at once.
+    const int64_t step = std::clamp<int64_t>((int64_t{8} << 20) / (n_rep * w * n_tok * 4), 1, n_kv);
+    for (int64_t g = 0; g < n_kv; g += step) {
+        const int64_t gs = std::min(step, n_kv - g);
+        const at::Tensor k = keys.narrow(0, g, gs).to(at::kFloat);  // [gs, L, hd]
+        at::Tensor logits =
+            at::bmm(q.narrow(0, g * n_rep, gs * n_rep).reshape({gs, n_rep * w, hd}), k.transpose(1, 2));
+        logits.narrow(2, n_tok - w, w)
+            .view({gs, n_rep, w, w})
+            .masked_fill_(future, -std::numeric_limits<float>::infinity());  // [gs, n_rep w, L]
+        // Softmax in place, exp(x - row max), its normalisation folded into the mean over the window
+        // queries: one weight 1 / (w * row sum) per row, applied by a batched product over each head's rows.
+        logits.sub_(at::amax(logits, {2}, /*keepdim=*/true)).exp_();
+        const at::Tensor weight = logits.sum(2).mul_(static_cast<double>(w)).reciprocal_();  // [gs, n_rep w]
+        const at::Tensor e = logits.view({gs * n_rep, w, n_tok}).narrow(2, 0, n_tok - w);    // [., w, L - w]
+        at::Tensor rows = out.narrow(0, g * n_rep, gs * n_rep).unsqueeze(1);                 // [., 1, L - w]
+        at::bmm_out(rows, weight.view({gs * n_rep, 1, w}), e);
+    }
+    return out;  // [H, L - w]
 }
 
 at::Tensor pool_scores(const at::Tensor& scores, int64_t kernel) {

@@ -1,5 +1,6 @@
 #include "codec/varrate_method.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include <ATen/ATen.h>
@@ -66,19 +67,46 @@ const at::Tensor& VarRateMethod::basis_on(int64_t layer, int64_t rank, const at:
 namespace {
 
 struct VarRateAnalysis : LayerAnalysis {
-    const Basis* basis = nullptr;  // identity: what the coefficients were projected on
-    CodecSettings settings;        // the structural settings and R of the analysis
-    int64_t n_kv_head = 0, head_dim = 0, dim = 0, rank = 0;  // rank: the coefficients held, R
+    const Basis* basis = nullptr;                            // identity: what the residuals are projected on
+    CodecSettings settings;                                  // the structural settings and R of the analysis
+    int64_t n_kv_head = 0, head_dim = 0, dim = 0, rank = 0;  // rank: the basis rows a budget may use, R
     at::ScalarType dtype = at::kFloat;
     AnchorLayout layout;
     at::Tensor coded;     // [n_coded] int64 positions on the device
+    at::Tensor exact;     // [n_exact] int64 positions on the device
     at::Tensor salience;  // [L] CPU fp32 raw salience (VarRate only)
     at::Tensor s_hat;     // [n_coded] fp32, normalised over the coded set (flat: ones)
     at::Tensor mean;      // [n_coded, D] fp32 z-bar
-    at::Tensor coeff;     // [n_coded, R] fp32 coefficients as stored (rounded to the cache dtype)
-    at::Tensor err_sq;    // [n_coded, R + 1] fp32 ||z - z^||^2 when the token keeps r coefficients
+    at::Tensor residual;  // [n_coded, D] fp32 z - z-bar
+    at::Tensor energy;    // [n_coded] fp64 ||z - z-bar||^2
     at::Tensor z_norm;    // [n_coded] fp32 ||z||
 };
+
+// The leading basis rows that allocate() projects a token of rank r on and materialise() reconstructs it
+// from, one GEMM per width in use: r rounded up to a multiple of 16 (r <= 64), 32 (r <= 256) or 64, at most
+// R, so that padding costs at most about a quarter of a token's own work while a layer needs at most a few
+// dozen GEMMs. A basis of at most 64 rows is applied whole, in one GEMM over all coded tokens in position
+// order: exactly the masked full-rank product.
+at::Tensor gemm_widths(const at::Tensor& ranks, int64_t rank_cap) {  // [n] int64 -> [n] int64
+    if (rank_cap <= 64) return at::full_like(ranks, rank_cap);
+    const at::Tensor unit =
+        at::where(ranks <= 64, at::full_like(ranks, 16),
+                  at::where(ranks <= 256, at::full_like(ranks, 32), at::full_like(ranks, 64)));
+    return ((ranks + unit - 1).div(unit, "floor") * unit).clamp_max(rank_cap);
+}
+
+// Runs of equal widths in widths sorted in decreasing order (host; a loop over the runs, not the tokens).
+std::vector<RankGroup> plan_rank_groups(const int64_t* sorted, int64_t n) {
+    std::vector<RankGroup> groups;
+    for (int64_t begin = 0; begin < n;) {
+        const int64_t width = sorted[begin];
+        const int64_t end =
+            std::partition_point(sorted + begin, sorted + n, [&](int64_t w) { return w == width; }) - sorted;
+        groups.push_back({end - begin, width, at::Tensor()});
+        begin = end;
+    }
+    return groups;
+}
 
 }  // namespace
 
@@ -140,43 +168,22 @@ std::shared_ptr<const LayerAnalysis> VarRateMethod::analyse_with_salience(const 
     a->timing.salience = salience_ms;
     auto t = Clock::now();
 
-    // 1-3: joint vectors, exact/coded split, residuals to the nearest anchors' mean.
+    // 1-3: joint vectors, exact/coded split, residuals to the nearest anchors' mean, and the norms that
+    // every budget's errors are measured against.
     a->layout = make_anchor_layout(n_tok, settings_.stride, settings_.window);
     a->coded = a->layout.coded_pos.to(dev);
+    a->exact = a->layout.exact_pos.to(dev);
     const at::Tensor z = joint_vectors(capture.keys_pre_rope, capture.values);  // [L, D] fp32
     AnchorResiduals res = anchor_residuals(z, a->layout, settings_.anchors);
     a->mean = std::move(res.mean);
-    sync_for_timing(res.residual, sync);
-    a->timing.anchor_search = ms_since(t);
-
+    a->residual = std::move(res.residual);
+    a->energy = std::move(res.energy);
+    a->z_norm = z.norm(2, {1}).index_select(0, a->coded);
     // Salience over the coded set, normalised once: every budget water-fills the same signal.
     a->s_hat = normalise_salience(salience.to(dev, at::kFloat).index_select(0, a->coded));
     if (allocation_ == RankAllocation::Salience) a->salience = salience.to(at::kCPU, at::kFloat);
-
-    // 12: one projection at full rank R. Coefficients are stored (and charged) at cache precision: round
-    // them, so that the reconstruction is what would be decoded.
-    const at::Tensor& V = basis_on(capture.layer, rank, dev, dtype);  // [R, D]
-    const at::Tensor exact = res.residual.mm(V.t());                  // [n_coded, R] fp32
-    a->coeff = dtype != at::kFloat ? exact.to(dtype).to(at::kFloat) : exact;
-    // The error at every rank r, from coefficient energies (the basis rows are orthonormal):
-    //   ||z - z^(r)||^2 = ||res_perp||^2 + sum_{i<r} (c_i - c^_i)^2 + sum_{i>=r} c_i^2,
-    // res_perp the residual's part outside the R rows (zero when R = D). Suffix sums of positive terms keep
-    // fp32 accurate where the error is small; the perpendicular part is formed in fp64.
-    const int64_t n_coded = exact.size(0);
-    const at::Tensor sq = exact.square();
-    at::Tensor table = at::zeros({n_coded, rank + 1}, exact.options());
-    table.narrow(1, 0, rank).copy_(sq.flip({1}).cumsum(1).flip({1}));
-    if (dtype != at::kFloat) table.narrow(1, 1, rank).add_((exact - a->coeff).square().cumsum(1));
-    if (rank < dim) {
-        const at::Tensor perp = (res.residual.to(at::kDouble).square().sum(1) - sq.to(at::kDouble).sum(1))
-                                    .clamp_min(0)
-                                    .to(at::kFloat);
-        table.add_(perp.unsqueeze(1));
-    }
-    a->err_sq = std::move(table);
-    a->z_norm = z.index_select(0, a->coded).norm(2, {1});
-    sync_for_timing(a->err_sq, sync);
-    a->timing.projection = ms_since(t);
+    sync_for_timing(a->s_hat, sync);
+    a->timing.anchor_search = ms_since(t);
     return a;
 }
 
@@ -221,21 +228,58 @@ LayerAllocation VarRateMethod::allocate(const LayerAnalysis& analysis, const Cod
     LayerAllocation out;
     out.coded_ranks = water_fill(a.s_hat, plan.budget_B, budget.r_min, rank);  // [n_coded] int64
     const at::Tensor& ranks = out.coded_ranks;
-    const at::Tensor err = a.err_sq.gather(1, ranks.unsqueeze(1)).squeeze(1).clamp_min(0).sqrt() /
-                           a.z_norm.clamp_min(1e-30);  // [n_coded]
+    const int64_t n_coded = ranks.size(0);
+    // Tokens by decreasing GEMM width (equal widths in position order), one GEMM per width. The GEMM shapes
+    // are the one host copy this needs.
+    auto by_width = at::sort(gemm_widths(ranks, a.rank), /*stable=*/true, 0, /*descending=*/true);
+    out.rank_order = std::get<1>(by_width);  // [n_coded]
+    const at::Tensor widths = std::get<0>(by_width).to(at::kCPU);
+    out.rank_groups = plan_rank_groups(widths.data_ptr<int64_t>(), n_coded);
+    const at::Tensor& order = out.rank_order;
+    double fill_ms = ms_since(t);
 
-    // Diagnostics: built on the device, copied to the host once.
-    const at::Tensor& coded = a.coded;
-    auto fopts = a.z_norm.options();
-    at::Tensor rank_all = at::full({n_tok}, dim, ranks.options()).index_copy_(0, coded, ranks);
-    at::Tensor err_all = at::zeros({n_tok}, fopts).index_copy_(0, coded, err);
-    at::Tensor norm_all = at::zeros({n_tok}, fopts).index_copy_(0, coded, a.s_hat);
+    // 12: coefficients c = V e of each token up to its width, stored at cache precision (c^: the
+    // reconstruction is what would be decoded) and zero past its rank r. With the basis rows orthonormal,
+    // its error is what the kept coefficients lost to rounding, what the dropped ones held, and what lies
+    // past the width:
+    //   ||z - z^||^2 = sum_{i<r} (c_i - c^_i)^2 + sum_{r<=i<width} c_i^2 + (||e||^2 - sum_{i<width} c_i^2),
+    // the last term zero when the width is D (every row of a complete basis), else a difference formed in
+    // fp64 (of norms accurate to fp32 rounding).
+    const at::Tensor& V = basis_on(a.layer, a.rank, a.coded.device(), a.dtype);       // [R, D]
+    const at::Tensor sorted_ranks = ranks.index_select(0, order);                     // [n_coded]
+    at::Tensor err_sq = at::empty({n_coded}, a.z_norm.options().dtype(at::kDouble));  // rank order
+    int64_t begin = 0;
+    for (RankGroup& g : out.rank_groups) {
+        const at::Tensor rows = order.narrow(0, begin, g.tokens);
+        const at::Tensor e = a.residual.index_select(0, rows);                       // [n, D]
+        const at::Tensor c = e.mm(V.narrow(0, 0, g.width).t());                      // [n, width] fp32
+        const at::Tensor kept = at::arange(g.width, ranks.options()).unsqueeze(0) <  // [n, width]
+                                sorted_ranks.narrow(0, begin, g.tokens).unsqueeze(1);
+        at::Tensor stored = a.dtype != at::kFloat ? c.to(a.dtype).to(at::kFloat) : c.clone();
+        at::Tensor e2 = err_sq.narrow(0, begin, g.tokens);
+        e2.copy_(at::where(kept, c - stored, c).norm(2, {1})).square_();  // what the stored row lost
+        if (g.width < a.dim)
+            e2.add_((a.energy.index_select(0, rows) - c.norm(2, {1}).to(at::kDouble).square()).clamp_min(0));
+        g.coefficients = stored.masked_fill_(kept.logical_not(), 0.0);
+        begin += g.tokens;
+    }
+    const at::Tensor pos = a.coded.index_select(0, order);  // [n_coded] positions in rank order
+    const at::Tensor err = err_sq.sqrt() / a.z_norm.index_select(0, order).clamp_min(1e-30);
+    sync_for_timing(err, settings_.precise_timing);
+    const double projection_ms = ms_since(t);
+
+    // Diagnostics: built on the device, copied to the host in one piece (fp64 holds the ranks exactly).
+    const auto dopts = err.options();
     const at::Tensor rf = ranks.to(at::kDouble);
-    const at::Tensor stats =
-        at::stack({rf.sum(), rf.min(), rf.max(), rf.mean(), (ranks == budget.r_min).to(at::kDouble).mean(),
-                   err_all.to(at::kDouble).mean()})
-            .to(at::kCPU);
-    const double* st = stats.data_ptr<double>();
+    at::Tensor rank_all =
+        at::full({n_tok}, static_cast<double>(dim), dopts).index_copy_(0, a.coded, rf);  // [L]
+    at::Tensor err_all = at::zeros({n_tok}, dopts).index_copy_(0, pos, err);
+    at::Tensor norm_all = at::zeros({n_tok}, dopts).index_copy_(0, a.coded, a.s_hat.to(at::kDouble));
+    const at::Tensor stats = at::stack({rf.sum(), rf.min(), rf.max(), rf.mean(),
+                                        (ranks == budget.r_min).to(at::kDouble).mean(), err_all.mean()});
+    const at::Tensor host = at::cat({stats, rank_all, err_all, norm_all}).to(at::kCPU);  // [6 + 3 L]
+    const double* st = host.data_ptr<double>();
+
     LayerDiagnostics& d = out.diagnostics;
     d.method = name();
     d.layer = a.layer;
@@ -256,34 +300,60 @@ LayerAllocation VarRateMethod::allocate(const LayerAnalysis& analysis, const Cod
     d.full_bytes = plan.full_bytes();
     d.footprint = static_cast<double>(d.stored_bytes) / static_cast<double>(d.full_bytes);
     d.salience = a.salience;
-    d.salience_norm = norm_all.to(at::kCPU);
-    d.rank = rank_all.to(at::kCPU);
+    d.rank = host.narrow(0, 6, n_tok).to(at::kLong);
+    d.rel_error = host.narrow(0, 6 + n_tok, n_tok).to(at::kFloat);
+    d.salience_norm = host.narrow(0, 6 + 2 * n_tok, n_tok).to(at::kFloat);
     d.exact = a.layout.exact_mask;
-    d.rel_error = err_all.to(at::kCPU);
     d.timing = a.timing;
-    d.timing.water_filling = ms_since(t);
+    d.timing.projection = projection_ms;
+    d.timing.water_filling = fill_ms + ms_since(t);
     return out;
 }
 
 LayerKV VarRateMethod::materialise(const LayerCapture& capture, const LayerAnalysis& analysis,
                                    const LayerAllocation& allocation) {
     const auto& a = dynamic_cast<const VarRateAnalysis&>(analysis);
-    const at::Tensor& ranks = allocation.coded_ranks;  // [n_coded]
-    if (!ranks.defined() || ranks.size(0) != a.coded.size(0))
+    const at::Tensor& order = allocation.rank_order;  // [n_coded]
+    const int64_t n_coded = a.coded.size(0);
+    int64_t grouped = 0;
+    for (const RankGroup& g : allocation.rank_groups) grouped += g.tokens;
+    if (!order.defined() || order.size(0) != n_coded || grouped != n_coded)
         throw Error(fmt::format("{}: layer {} allocation does not match its analysis", name(), a.layer));
-    // z^ = z-bar + V^T (m . c), each token truncated to its leading r_t coefficients; exact tokens are
-    // copied untouched; keys re-rotated to post-RoPE.
+    // z^ = z-bar + V^T c^, one GEMM per run of allocation.rank_groups over only the basis rows its tokens
+    // use (a GEMM over the masked full-rank coefficients would spend most of its work on zeros).
     const at::Tensor& V = basis_on(a.layer, a.rank, a.coded.device(), a.dtype);  // [R, D]
-    const at::Tensor keep = at::arange(a.rank, ranks.options()).unsqueeze(0) < ranks.unsqueeze(1);
-    const at::Tensor z_hat = at::addmm(a.mean, a.coeff * keep, V);  // [n_coded, D] fp32
-    const int64_t n_kv = a.n_kv_head, hd = a.head_dim, n_coded = z_hat.size(0);
+    at::Tensor z_hat = at::empty({n_coded, a.dim}, a.mean.options());            // [n_coded, D] fp32
+    int64_t begin = 0;
+    for (const RankGroup& g : allocation.rank_groups) {
+        at::Tensor z_rows = z_hat.narrow(0, begin, g.tokens);  // [n, D]
+        at::index_select_out(z_rows, a.mean, 0, order.narrow(0, begin, g.tokens));
+        z_rows.addmm_(g.coefficients, V.narrow(0, 0, g.width));
+        begin += g.tokens;
+    }
+    // Split into keys and values, keys re-rotated to post-RoPE at their positions (apply_rope's
+    // x cos + rotate_half(x) sin, half by half into one buffer); exact tokens copied untouched.
+    const int64_t n_kv = a.n_kv_head, hd = a.head_dim, half = hd / 2;
+    const at::Tensor pos = a.coded.index_select(0, order);                              // [n_coded]
     const at::Tensor parts = z_hat.view({n_coded, 2, n_kv, hd}).permute({1, 2, 0, 3});  // [2, G, n_coded, hd]
-    const at::Tensor cos = capture.rope_cos.index_select(0, a.coded).to(at::kFloat);    // [n_coded, hd]
-    const at::Tensor sin = capture.rope_sin.index_select(0, a.coded).to(at::kFloat);
-    const at::Tensor k_post = apply_rope(parts[0], cos, sin);  // [G, n_coded, hd]
-    LayerKV kv{capture.keys.clone(), capture.values.clone()};
-    kv.keys.index_copy_(1, a.coded, k_post.to(a.dtype));
-    kv.values.index_copy_(1, a.coded, parts[1].to(a.dtype));
+    const at::Tensor cos = capture.rope_cos.index_select(0, pos).to(at::kFloat);        // [n_coded, hd]
+    const at::Tensor sin = capture.rope_sin.index_select(0, pos).to(at::kFloat);
+    const at::Tensor x1 = parts[0].narrow(2, 0, half), x2 = parts[0].narrow(2, half, half);
+    at::Tensor k_post = at::empty({n_kv, n_coded, hd}, z_hat.options());  // [G, n_coded, hd]
+    at::Tensor k1 = k_post.narrow(2, 0, half), k2 = k_post.narrow(2, half, half);
+    at::Tensor term = at::empty({n_kv, n_coded, half}, z_hat.options());
+    at::mul_out(k1, x1, cos.narrow(1, 0, half));
+    k1.sub_(at::mul_out(term, x2, sin.narrow(1, 0, half)));  // x1 cos - x2 sin
+    at::mul_out(k2, x2, cos.narrow(1, half, half));
+    k2.add_(at::mul_out(term, x1, sin.narrow(1, half, half)));  // x2 cos + x1 sin
+    // Keys and values of the layer in one buffer, each filled by one copy of its exact and of its coded rows.
+    at::Tensor both = at::empty({2, n_kv, a.n_tokens, hd}, capture.keys.options());  // [2, G, L, hd]
+    LayerKV kv{both[0], both[1]};
+    kv.keys.index_copy_(1, a.exact, capture.keys.index_select(1, a.exact));
+    kv.values.index_copy_(1, a.exact, capture.values.index_select(1, a.exact));
+    at::Tensor coded_rows = at::empty({2, n_kv, n_coded, hd}, capture.keys.options());
+    coded_rows[0].copy_(k_post);
+    coded_rows[1].copy_(parts[1]);
+    both.index_copy_(2, pos, coded_rows);
     sync_for_timing(kv.values, settings_.precise_timing);
     return kv;
 }

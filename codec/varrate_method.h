@@ -1,7 +1,8 @@
 #pragma once
 // VarRate (paper Algorithm 1) and its uniform-rank ablation "flat", one implementation: anchors + window
-// exact, every other token coded as its residual to the mean of its c nearest anchors, projected once on
-// the layer's basis and truncated per token to its rank r_t; keys re-rotated to post-RoPE.
+// exact, every other token coded as its residual to the mean of its c nearest anchors, projected on the
+// leading r_t rows of the layer's basis (the coefficients of the paper's full-rank projection that its
+// truncation keeps, without computing the others); keys re-rotated to post-RoPE.
 #include <memory>
 #include <vector>
 
@@ -21,8 +22,9 @@ class VarRateMethod : public CompressionMethod {
                   RankAllocation allocation);
     std::string name() const override { return allocation_ == RankAllocation::Salience ? "varrate" : "flat"; }
     const CodecSettings& settings() const override { return settings_; }
-    // Salience, anchors, residuals, their coefficients at the full rank R and, per token, the error at every
-    // rank (so that allocate() never reconstructs).
+    // Salience, anchors, residuals and their energies. allocate() projects each coded token on the basis
+    // up to its rank (its error follows from the coefficients; nothing is reconstructed) and materialise()
+    // reconstructs from those coefficients.
     std::shared_ptr<const LayerAnalysis> analyse(const LayerCapture& capture) override;
     LayerAllocation allocate(const LayerAnalysis& analysis, const CodecSettings& budget) override;
     LayerKV materialise(const LayerCapture& capture, const LayerAnalysis& analysis,

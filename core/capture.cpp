@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "codec/salience.h"
+#include "codec/varrate_method.h"
 #include "core/base/error.h"
 
 namespace varrate {
@@ -27,23 +28,32 @@ std::string gib(int64_t bytes) {
     return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
 }
 
-// Attention of the window queries [H, w, hd] over keys/values [G, n, hd] whose positions are `pos` [G, n]
-// (query i sits at position L - w + i and sees positions up to its own). Returns [H, w, hd] fp32.
-at::Tensor window_output(const at::Tensor& queries, const at::Tensor& keys, const at::Tensor& values,
+// Attention of the window queries [H, w, hd] over keys/values [G, n, hd] whose positions are `pos` [G, n],
+// ascending in each row (query i sits at position L - w + i and sees positions up to its own, so only a row's
+// last w entries can lie in its future). Returns [H, w, hd] fp32.
+at::Tensor attend_window(const at::Tensor& queries, const at::Tensor& keys, const at::Tensor& values,
                          const at::Tensor& pos, int64_t n_tokens) {
     const int64_t n_head = queries.size(0), w = queries.size(1), hd = queries.size(2);
-    const int64_t n_kv = keys.size(0), n = keys.size(1), n_rep = n_head / n_kv;
-    const at::Tensor q_pos = at::arange(n_tokens - w, n_tokens, pos.options());  // [w]
-    const at::Tensor future = pos.unsqueeze(1) > q_pos.view({1, w, 1});          // [G, w, n]
-    const at::Tensor bias = at::zeros({n_kv, w, n}, queries.options().dtype(at::kFloat))
-                                .masked_fill_(future, -std::numeric_limits<float>::infinity())
-                                .unsqueeze(1)
-                                .expand({n_kv, n_rep, w, n})
-                                .reshape({n_kv, n_rep * w, n});
-    const at::Tensor q = queries.to(at::kFloat).reshape({n_kv, n_rep * w, hd});
-    const at::Tensor logits = at::baddbmm(bias, q, keys.to(at::kFloat).transpose(1, 2), 1.0,
-                                          1.0 / std::sqrt(static_cast<double>(hd)));  // [G, n_rep w, n]
-    return at::bmm(at::softmax(logits, -1), values.to(at::kFloat)).view({n_head, w, hd});
+    const int64_t n_kv = keys.size(0), n = keys.size(1), n_rep = n_head / n_kv, tail = std::min(w, n);
+    const at::Tensor q = queries.to(at::kFloat) * (1.0 / std::sqrt(static_cast<double>(hd)));  // [H, w, hd]
+    const at::Tensor q_pos = at::arange(n_tokens - w, n_tokens, pos.options());                // [w]
+    const at::Tensor future =
+        pos.narrow(1, n - tail, tail).unsqueeze(1) > q_pos.view({1, w, 1});  // [G, w, tail]
+    at::Tensor out = at::empty({n_head, w, hd}, q.options());
+    // One KV head at a time: its n_rep query heads as n_rep * w rows, logits of a few MiB reused per head.
+    for (int64_t g = 0; g < n_kv; ++g) {
+        at::Tensor logits = q.narrow(0, g * n_rep, n_rep)
+                                .reshape({n_rep * w, hd})
+                                .mm(keys[g].to(at::kFloat).t());  // [n_rep w, n]
+        logits.narrow(1, n - tail, tail)
+            .view({n_rep, w, tail})
+            .masked_fill_(future[g], -std::numeric_limits<float>::infinity());
+        logits.sub_(at::amax(logits, {1}, /*keepdim=*/true)).exp_();  // softmax in place
+        logits.div_(logits.sum(1, /*keepdim=*/true));
+        at::Tensor rows = out.narrow(0, g * n_rep, n_rep).view({n_rep * w, hd});
+        at::mm_out(rows, logits, values[g].to(at::kFloat));  // [n_rep w, hd]
+    }
+    return out;
 }
 
 }  // namespace
@@ -82,7 +92,7 @@ void check_capture_fits(const ModelConfig& cfg, const RuntimeOptions& ro, int64_
 }
 
 PrefillCapture capture_prefill(const LlamaModel& model, const std::vector<int64_t>& ids,
-                               const CodecSettings& settings, const JobControl& job) {
+                               const CodecSettings& settings, const JobControl& job, int64_t chunk_size) {
     const ModelConfig& cfg = model.config();
     const RuntimeOptions& ro = model.options();
     const int64_t n = static_cast<int64_t>(ids.size());
@@ -94,6 +104,7 @@ PrefillCapture capture_prefill(const LlamaModel& model, const std::vector<int64_
     out.layers.resize(static_cast<size_t>(cfg.n_layer));
     out.references.resize(static_cast<size_t>(cfg.n_layer));
     ForwardOptions fo;
+    fo.chunk_size = chunk_size;
     fo.cancel = job.cancel;
     fo.progress = job.progress;
     fo.observer_window = settings.obs_window;
@@ -126,20 +137,21 @@ KVCache cache_from_layers(const LlamaModel& model, const std::vector<LayerKV>& l
     return cache;
 }
 
-DistortionReference distortion_reference(const LayerCapture& capture, int64_t obs_window,
-                                         int64_t pool_kernel) {
+DistortionReference distortion_reference(const LayerCapture& capture, int64_t obs_window, int64_t pool_kernel,
+                                         const at::Tensor& salience) {
     DistortionReference r;
     const int64_t n_tok = capture.keys.size(1);
     const at::Tensor& q_all = capture.window_queries;  // [H, w_cap, hd]
     r.obs_window = std::min<int64_t>({obs_window, q_all.defined() ? q_all.size(1) : 0, n_tok});
-    r.weights = (n_tok > obs_window ? varrate_salience(capture, obs_window, pool_kernel)
-                                    : at::ones({n_tok}, capture.keys.options().dtype(at::kFloat)))
-                    .to(at::kCPU, at::kDouble);
+    const at::Tensor s = salience.defined()   ? salience
+                         : n_tok > obs_window ? varrate_salience(capture, obs_window, pool_kernel)
+                                              : at::ones({n_tok}, capture.keys.options().dtype(at::kFloat));
+    r.weights = s.to(at::kCPU, at::kDouble);
     if (r.obs_window > 0) {
         const int64_t n_kv = capture.keys.size(0);
         const at::Tensor all_pos =
             at::arange(n_tok, capture.keys.options().dtype(at::kLong)).unsqueeze(0).expand({n_kv, n_tok});
-        r.window_output = window_output(q_all.narrow(1, q_all.size(1) - r.obs_window, r.obs_window),
+        r.window_output = attend_window(q_all.narrow(1, q_all.size(1) - r.obs_window, r.obs_window),
                                         capture.keys, capture.values, all_pos, n_tok);  // [H, w, hd]
     }
     return r;
@@ -168,7 +180,7 @@ void add_distortion(LayerDiagnostics& d, const LayerCapture& capture, const Laye
                                                 .expand({compressed.keys.size(0), n_tok});
     const at::Tensor& o = ref.window_output;
     const at::Tensor o_hat =
-        window_output(q_all.narrow(1, q_all.size(1) - w, w), compressed.keys, compressed.values, pos, n_tok);
+        attend_window(q_all.narrow(1, q_all.size(1) - w, w), compressed.keys, compressed.values, pos, n_tok);
     const at::Tensor rel = (o - o_hat).norm(2, {2}) / o.norm(2, {2}).clamp_min(1e-30);  // [H, w]
     d.attn_output_error = rel.to(at::kDouble).mean().item<double>();
 }
@@ -177,11 +189,17 @@ MethodAnalysis::MethodAnalysis(CompressionMethod& method, const PrefillCapture& 
                                const JobControl& job, const std::vector<const MethodAnalysis*>& others)
     : method_(method), capture_(capture) {
     const auto t0 = Clock::now();
-    if (capture.obs_window < method.settings().obs_window)
+    const CodecSettings& s = method.settings();
+    if (capture.obs_window < s.obs_window)
         throw Error(
             fmt::format("{}: the capture kept {} window queries, the method's observation window is {}",
-                        method.name(), capture.obs_window, method.settings().obs_window));
+                        method.name(), capture.obs_window, s.obs_window));
     const int64_t n_layer = static_cast<int64_t>(capture.layers.size());
+    // VarRate's salience is the capture's distortion weight when their windows agree: computed once.
+    auto* varrate = dynamic_cast<VarRateMethod*>(&method);
+    const bool reuse_salience = varrate != nullptr && method.name() == "varrate" &&
+                                s.obs_window == capture.obs_window && s.pool_kernel == capture.pool_kernel &&
+                                static_cast<int64_t>(capture.ids.size()) > s.obs_window;
     for (int64_t l = 0; l < n_layer; ++l) {
         check_cancel(job);
         const LayerCapture& cap = capture.layers[static_cast<size_t>(l)];
@@ -189,6 +207,8 @@ MethodAnalysis::MethodAnalysis(CompressionMethod& method, const PrefillCapture& 
         for (const MethodAnalysis* other : others)
             if (!a && other && &other->capture_ == &capture)
                 a = method.derive(cap, *other->layers_[static_cast<size_t>(l)]);
+        if (!a && reuse_salience)
+            a = varrate->analyse_with_salience(cap, capture.references[static_cast<size_t>(l)].weights);
         layers_.push_back(a ? a : method.analyse(cap));
         job.report("analyse " + method.name(), l + 1, n_layer);
     }
@@ -216,26 +236,37 @@ std::vector<LayerKV> MethodAnalysis::materialise(std::vector<LayerAllocation>& a
     return out;
 }
 
+InPrefillLayer compress_layer_in_prefill(CompressionMethod& method, const LayerCapture& cap) {
+    const CodecSettings& s = method.settings();
+    const std::shared_ptr<const LayerAnalysis> analysis = method.analyse(cap);
+    LayerAllocation allocation = method.allocate(*analysis, s);
+    const auto t0 = Clock::now();
+    InPrefillLayer out;
+    out.kv = method.materialise(cap, *analysis, allocation);
+    allocation.diagnostics.timing.reconstruction = ms_since(t0);
+    // The distortion weights are VarRate's salience: VarRate's own when it is the method (the same call).
+    const at::Tensor& own = allocation.diagnostics.salience;
+    const bool own_is_weight = method.name() == "varrate" && own.defined();
+    add_distortion(
+        allocation.diagnostics, cap, out.kv, allocation.kept,
+        distortion_reference(cap, s.obs_window, s.pool_kernel, own_is_weight ? own : at::Tensor()));
+    out.diagnostics = std::move(allocation.diagnostics);
+    return out;
+}
+
 InPrefillResult compress_in_prefill(const LlamaModel& model, CompressionMethod& method,
                                     const std::vector<int64_t>& ids, KVCache& cache, const JobControl& job) {
-    const CodecSettings& s = method.settings();
     InPrefillResult out;
     ForwardOptions fo;
     fo.cancel = job.cancel;
     fo.progress = job.progress;
-    fo.observer_window = s.obs_window;
+    fo.observer_window = method.settings().obs_window;
     fo.observer = [&](const LayerCapture& cap) -> std::optional<LayerKV> {
         const auto t0 = Clock::now();
-        const std::shared_ptr<const LayerAnalysis> analysis = method.analyse(cap);
-        LayerAllocation allocation = method.allocate(*analysis, s);
-        const auto t1 = Clock::now();
-        LayerKV kv = method.materialise(cap, *analysis, allocation);
-        allocation.diagnostics.timing.reconstruction = ms_since(t1);
-        add_distortion(allocation.diagnostics, cap, kv, allocation.kept,
-                       distortion_reference(cap, s.obs_window, s.pool_kernel));
+        InPrefillLayer layer = compress_layer_in_prefill(method, cap);
         out.compress_ms += ms_since(t0);
-        out.layers.push_back(std::move(allocation.diagnostics));
-        return kv;
+        out.layers.push_back(std::move(layer.diagnostics));
+        return std::move(layer.kv);
     };
     const auto t0 = Clock::now();
     out.logits = model.forward(ids, cache, fo);

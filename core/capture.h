@@ -27,8 +27,9 @@ struct DistortionReference {
     at::Tensor window_output;  // [H, w, hd] fp32: the window queries' attention output over the full cache
     int64_t obs_window = 0;    // w
 };
-DistortionReference distortion_reference(const LayerCapture& capture, int64_t obs_window,
-                                         int64_t pool_kernel);
+// `salience`: VarRate's salience of this capture when already computed (else computed here).
+DistortionReference distortion_reference(const LayerCapture& capture, int64_t obs_window, int64_t pool_kernel,
+                                         const at::Tensor& salience = {});
 
 struct PrefillCapture {
     std::vector<int64_t> ids;
@@ -55,7 +56,8 @@ void check_capture_fits(const ModelConfig& config, const RuntimeOptions& runtime
 // VarRate's salience with settings.pool_kernel. Refuses with an Error naming the bytes needed and available
 // when the capture cannot fit on the model's device. Progress and cancel are the prefill's.
 PrefillCapture capture_prefill(const LlamaModel& model, const std::vector<int64_t>& ids,
-                               const CodecSettings& settings, const JobControl& job = {});
+                               const CodecSettings& settings, const JobControl& job = {},
+                               int64_t chunk_size = ForwardOptions().chunk_size);
 
 // A cache holding `layers` (one per model layer) that decodes from `next_position`.
 KVCache cache_from_layers(const LlamaModel& model, const std::vector<LayerKV>& layers, int64_t next_position);
@@ -89,9 +91,17 @@ class MethodAnalysis {
     double analyse_ms_ = 0;
 };
 
+// What the separate path does at each layer's end of prefill: analyse, allocate and materialise at the
+// method's own settings, then the distortion measures. `kv` replaces the layer's cache.
+struct InPrefillLayer {
+    LayerKV kv;
+    LayerDiagnostics diagnostics;
+};
+InPrefillLayer compress_layer_in_prefill(CompressionMethod& method, const LayerCapture& capture);
+
 // The separate path: one prefill of `ids` into `cache` with the method as its end-of-prefill observer
-// (analyse, allocate and materialise inside the prefill, layer by layer, at the method's own settings).
-// Returns the last logits; `layers` gets the diagnostics, distortion included.
+// (compress_layer_in_prefill, layer by layer). Returns the last logits; `layers` gets the diagnostics,
+// distortion included.
 struct InPrefillResult {
     at::Tensor logits;
     std::vector<LayerDiagnostics> layers;

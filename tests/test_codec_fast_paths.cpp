@@ -1,5 +1,6 @@
 // The codec's vectorised kernels against plain references: the top-k anchor search with its tie rule
-// (exact ties, chunking) and the batched GQA window attention.
+// (exact ties, chunking), the batched GQA window attention, and VarRate's projection and reconstruction by
+// rank width against the masked full-rank product.
 #include "tests/test_support.h"
 
 #include <algorithm>
@@ -13,6 +14,8 @@
 #include "codec/anchors.h"
 #include "codec/salience.h"
 #include "codec/synthetic.h"
+#include "codec/varrate_method.h"
+#include "models/rope.h"
 
 using namespace varrate;
 
@@ -103,6 +106,73 @@ class TestCodecFastPaths : public QObject {
                 }
                 QVERIFY2(at::allclose(got[h].to(at::kDouble), acc, 1e-5, 1e-8),
                          qPrintable(QString("head %1").arg(h)));
+            }
+        }
+    }
+    // Ranks spread over several 64-row widths (D = 256), with R = D and R < D, fp32 and bf16 caches: the
+    // cache and the per-token errors that allocate() reports against the paper's single projection at rank
+    // R, truncated per token and reconstructed with one GEMM (Algorithm 1, line 12).
+    void rankGroupedCodeMatchesFullRankProduct() {
+        SyntheticShape shape;
+        shape.n_kv_head = 4;
+        shape.n_head = 8;
+        shape.head_dim = 32;  // D = 256
+        shape.n_tokens = 640;
+        const int64_t D = 256;
+        for (const int64_t R : {int64_t{256}, int64_t{200}}) {
+            for (auto dtype : {at::kFloat, at::kBFloat16}) {
+                const QString where = QString("R=%1 %2").arg(R).arg(dtype == at::kFloat ? "fp32" : "bf16");
+                const LayerCapture cap = synthetic_capture(shape, 23, 0, dtype);
+                auto basis = random_basis(1, D, R, 16, 4, 29);
+                CodecSettings s;
+                s.budget = 0.35;
+                s.rank = R;
+                s.r_min = 8;
+                s.paper_accounting = true;
+                s.precise_timing = false;
+                VarRateMethod m(s, basis, RankAllocation::Salience);
+                // A salience with a long tail: ranks from the floor to R.
+                at::Generator gen = at::detail::createCPUGenerator(31);
+                const at::Tensor sal = at::rand({640}, gen, at::TensorOptions().dtype(at::kFloat)).pow(6);
+                const auto analysis = m.analyse_with_salience(cap, sal);
+                const LayerAllocation alloc = m.allocate(*analysis, s);
+                const LayerKV kv = m.materialise(cap, *analysis, alloc);
+                const LayerDiagnostics& d = alloc.diagnostics;
+                QVERIFY2(alloc.rank_groups.size() >= 3, qPrintable(where));
+                QVERIFY2(d.min_rank == 8 && d.max_rank == R, qPrintable(where));
+
+                const AnchorLayout layout = make_anchor_layout(640, 16, 64);
+                const at::Tensor coded = layout.coded_pos;
+                const at::Tensor z = joint_vectors(cap.keys_pre_rope, cap.values);
+                const AnchorResiduals res = anchor_residuals(z, layout, 4);
+                const at::Tensor V = basis->layer(0).to(at::kDouble);  // [R, D]
+                const at::Tensor ranks = d.rank.index_select(0, coded);
+                const at::Tensor mask = at::arange(R, ranks.options()).unsqueeze(0) < ranks.unsqueeze(1);
+                at::Tensor coeff = res.residual.mm(basis->layer(0).t());  // [n_coded, R] fp32
+                if (dtype != at::kFloat) coeff = coeff.to(dtype).to(at::kFloat);
+                const at::Tensor z_hat = res.mean.to(at::kDouble) + (coeff.to(at::kDouble) * mask).mm(V);
+                const at::Tensor z_coded = z.index_select(0, coded).to(at::kDouble);
+                const at::Tensor want_err = (z_coded - z_hat).norm(2, {1}) / z_coded.norm(2, {1});
+                const at::Tensor got_err = d.rel_error.index_select(0, coded).to(at::kDouble);
+                const double worst_err = (got_err - want_err).abs().max().item<double>();
+                QVERIFY2(worst_err < 1e-5, qPrintable(where + QString(": error off by %1").arg(worst_err)));
+                QVERIFY2(
+                    std::abs(d.mean_rel_error - d.rel_error.to(at::kDouble).mean().item<double>()) < 1e-6,
+                    qPrintable(where));
+
+                const at::Tensor parts = z_hat.view({-1, 2, 4, 32}).permute({1, 2, 0, 3});  // [2, G, n, hd]
+                const at::Tensor k_want =
+                    apply_rope(parts[0], cap.rope_cos.index_select(0, coded).to(at::kDouble),
+                               cap.rope_sin.index_select(0, coded).to(at::kDouble));
+                // fp32: rounding only; bf16: at most one step of the cache's rounding.
+                const double tol = dtype == at::kFloat ? 1e-4 : 2e-2;
+                const at::Tensor k_got = kv.keys.index_select(1, coded).to(at::kDouble);
+                const at::Tensor v_got = kv.values.index_select(1, coded).to(at::kDouble);
+                QVERIFY2(at::allclose(k_got, k_want, tol, tol), qPrintable(where + ": keys"));
+                QVERIFY2(at::allclose(v_got, parts[1], tol, tol), qPrintable(where + ": values"));
+                const at::Tensor exact = layout.exact_pos;
+                QVERIFY(at::equal(kv.keys.index_select(1, exact), cap.keys.index_select(1, exact)));
+                QVERIFY(at::equal(kv.values.index_select(1, exact), cap.values.index_select(1, exact)));
             }
         }
     }

@@ -1,13 +1,18 @@
 // The comparison pipeline on real weights (stories260k): query-aware and query-agnostic runs, reuse of one
 // compression for several questions, JSON/rank-log consistency, answer checking, perplexity (VarRate against
-// flat on the committed eval text) and basis files.
+// flat on the committed eval text) and basis files; the distortion measures against plain references.
 #include "tests/test_support.h"
 
 #include <algorithm>
 #include <cmath>
 
+#include <ATen/ATen.h>
+
+#include "codec/registry.h"
+#include "codec/synthetic.h"
 #include "core/base/error.h"
 #include "core/base/file_io.h"
+#include "core/capture.h"
 #include "core/compare.h"
 #include "core/prompt.h"
 #include "core/session.h"
@@ -31,6 +36,31 @@ std::shared_ptr<const Basis> calibration_texts_basis(const Session& session) {
 // The uncompressed model's greedy reply to "What did Sara find?" about the two stories is "Dad, what is that
 // your": this expected answer matches it once trimmed and compared case-insensitively.
 const char* const kSaraFound = "  What is THAT ";
+
+// ||o - o^|| / ||o|| of the last w window queries, averaged over heads and queries, written out in double:
+// query i sits at position L - w + i and attends to the entries of its head's KV group at positions up to
+// its own (`pos` [G, n], the positions of the entries of `keys`/`values`).
+double reference_attn_error(const LayerCapture& cap, const LayerKV& kv, const at::Tensor& pos, int64_t w) {
+    const int64_t H = cap.window_queries.size(0), G = cap.keys.size(0), L = cap.keys.size(1);
+    const int64_t hd = cap.keys.size(2), w_cap = cap.window_queries.size(1);
+    const at::Tensor all = at::arange(L, at::TensorOptions().dtype(at::kLong)).unsqueeze(0).expand({G, L});
+    auto attend = [&](const at::Tensor& k, const at::Tensor& v, const at::Tensor& p, int64_t h, int64_t i) {
+        const int64_t g = h / (H / G);
+        const at::Tensor q = cap.window_queries[h][w_cap - w + i].to(at::kDouble);
+        const at::Tensor logits = k[g].to(at::kDouble).mv(q) / std::sqrt(static_cast<double>(hd));
+        const at::Tensor visible = p[g] <= L - w + i;
+        const at::Tensor a = at::softmax(logits.masked_fill(visible.logical_not(), -INFINITY), 0);
+        return a.unsqueeze(0).mm(v[g].to(at::kDouble)).squeeze(0);  // [hd]
+    };
+    double sum = 0;
+    for (int64_t h = 0; h < H; ++h)
+        for (int64_t i = 0; i < w; ++i) {
+            const at::Tensor o = attend(cap.keys, cap.values, all, h, i);
+            const at::Tensor o_hat = attend(kv.keys, kv.values, pos, h, i);
+            sum += ((o - o_hat).norm() / o.norm()).item<double>();
+        }
+    return sum / static_cast<double>(H * w);
+}
 
 }  // namespace
 
@@ -80,6 +110,39 @@ class TestPipeline : public QObject {
     }
 
   private Q_SLOTS:
+    // The attention-output error of an evicting and of a reconstructing method against the loops above, with
+    // the full cache's output computed here or handed in (as the shared capture does); the full cache itself
+    // has none.
+    void attentionOutputErrorMatchesReference() {
+        SyntheticShape shape;
+        shape.n_kv_head = 2;
+        shape.n_head = 6;
+        shape.head_dim = 16;
+        shape.n_tokens = 300;
+        const LayerCapture cap = synthetic_capture(shape, 19);
+        CodecSettings s = test::small_codec_settings(0.4);
+        s.window = 64;
+        s.obs_window = 48;  // fewer than the 64 captured window queries
+        auto basis = random_basis(1, 64, 64, s.stride, s.anchors, 4);
+        const at::Tensor all =
+            at::arange(300, at::TensorOptions().dtype(at::kLong)).unsqueeze(0).expand({2, 300});
+        for (const char* name : {"full", "snapkv", "varrate"}) {
+            auto method = make_method(name, s, std::string(name) == "varrate" ? basis : nullptr);
+            const auto analysis = method->analyse(cap);
+            LayerAllocation alloc = method->allocate(*analysis, s);
+            const LayerKV kv = method->materialise(cap, *analysis, alloc);
+            const double want = reference_attn_error(cap, kv, alloc.kept.defined() ? alloc.kept : all, 48);
+            LayerDiagnostics d = alloc.diagnostics;
+            add_distortion(d, cap, kv, alloc.kept, distortion_reference(cap, 48, s.pool_kernel));
+            QVERIFY2(std::abs(d.attn_output_error - want) < 1e-5,
+                     qPrintable(QString("%1: %2 vs %3").arg(name).arg(d.attn_output_error).arg(want)));
+            if (std::string(name) == "full")
+                QCOMPARE(want, 0.0);
+            else
+                QVERIFY(want > 1e-3);
+        }
+    }
+
     void full_equals_plain_generation() {
         VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
         need_session();

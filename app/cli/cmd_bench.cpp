@@ -18,6 +18,7 @@
 #include "codec/registry.h"
 #include "codec/synthetic.h"
 #include "core/base/error.h"
+#include "core/capture.h"
 #include "models/flops.h"
 
 namespace varrate::cli {
@@ -37,7 +38,10 @@ struct BenchCodecArgs {
     std::string model;
     int64_t tokens = 2048;
     std::string methods = "varrate,flat,snapkv";
+    bool shared = false;
+    std::string shared_methods = "full,varrate,flat,snapkv";
     CodecSettings settings;
+    CodecFlags flags;
     std::string basis;  // basis file; empty = random orthonormal rows
     int repeats = 3;
     int64_t chunk_size = 512;
@@ -156,24 +160,80 @@ int run_bench_prefill(const BenchPrefillArgs& a) {
     return 0;
 }
 
-// Per-repeat sums over layers of one method's compress() calls.
-struct CodecRun {
-    StageTiming stages;      // the method's own stage timings, summed over layers
-    double compress_ms = 0;  // wall time inside compress(), diagnostics included
-    double compress_cpu_ms = 0;
-    double prefill_ms = 0;  // wall time of the whole prefill with the method's observer
-    double prefill_cpu_ms = 0;
+// The codec's stages, by the step that runs them (codec/method.h's StageTiming).
+const std::vector<std::pair<const char*, double StageTiming::*>>& stage_fields() {
+    static const std::vector<std::pair<const char*, double StageTiming::*>> fields = {
+        {"anchor_search", &StageTiming::anchor_search},
+        {"salience", &StageTiming::salience},
+        {"water_filling", &StageTiming::water_filling},
+        {"projection", &StageTiming::projection},
+        {"reconstruction", &StageTiming::reconstruction}};
+    return fields;
+}
+const char* stage_step(const std::string& stage) {
+    if (stage == "anchor_search" || stage == "salience") return "analyse";
+    if (stage == "reconstruction") return "materialise";
+    return "allocate";
+}
+
+void add_stages(StageTiming& sum, const StageTiming& t) {
+    for (const auto& [key, field] : stage_fields()) sum.*field += t.*field;
+}
+
+double median_of(const std::vector<double>& runs) {
+    return runs.empty() ? 0.0 : median(runs);
+}
+
+// Per-repeat sums over layers of one method's prefill with compress_layer_in_prefill as its observer.
+struct SeparateRun {
+    StageTiming stages;
+    double mean_rank = 0, floor_share = 0;        // over the layers' coded tokens (VarRate/flat)
+    double observer_ms = 0, observer_cpu_ms = 0;  // the observer calls, distortion measures included
+    double prefill_ms = 0, prefill_cpu_ms = 0;    // the whole prefill with the observer
 };
 
-struct CodecSummary {
-    std::string method;
-    StageTiming stages;  // medians over repeats, per stage
-    double stage_total_ms = 0, compress_ms = 0, prefill_ms = 0, compress_cpu_ms = 0, prefill_cpu_ms = 0;
+// Per-repeat times of one method on a shared capture.
+struct SharedRun {
+    StageTiming stages;
+    double analyse_ms = 0, allocate_ms = 0, materialise_ms = 0;  // materialise: distortion measures included
+    double cpu_ms = 0;
+    double total() const { return analyse_ms + allocate_ms + materialise_ms; }
 };
 
-int run_bench_codec(const BenchCodecArgs& a) {
+// Medians over repeats, field by field.
+template <typename Run, typename F>
+double med(const std::vector<Run>& runs, F field) {
+    std::vector<double> v;
+    for (const Run& r : runs) v.push_back(field(r));
+    return median_of(v);
+}
+template <typename Run>
+StageTiming median_stages(const std::vector<Run>& runs) {
+    StageTiming m;
+    for (const auto& [key, field] : stage_fields()) {
+        auto f = field;
+        m.*field = med(runs, [f](const Run& r) { return r.stages.*f; });
+    }
+    return m;
+}
+
+nlohmann::json stage_json(const StageTiming& st, double prefill) {
+    nlohmann::json j;
+    for (const auto& [key, field] : stage_fields()) {
+        j["stage_ms"][key] = st.*field;
+        j["stage_over_prefill"][key] = st.*field / prefill;
+    }
+    j["codec_ms"] = st.total();
+    j["codec_over_prefill"] = st.total() / prefill;
+    return j;
+}
+
+int run_bench_codec(BenchCodecArgs a) {
     if (a.tokens < 1) throw Error("bench codec: --tokens must be positive");
+    apply_model_codec_defaults(a.flags, a.model, a.settings);
     const std::vector<std::string> names = parse_methods(a.methods);
+    const std::vector<std::string> shared_names =
+        a.shared ? parse_methods(a.shared_methods) : std::vector<std::string>{};
     CodecSettings settings = a.settings;
     settings.precise_timing = true;  // stage times must be real on CUDA too
     if (settings.rank <= 0)
@@ -186,7 +246,9 @@ int run_bench_codec(const BenchCodecArgs& a) {
 
     // Settings errors before any prefill: they would otherwise surface minutes later, inside the first layer.
     bool needs_basis = false;
-    for (const std::string& name : names) {
+    std::vector<std::string> all = names;
+    all.insert(all.end(), shared_names.begin(), shared_names.end());
+    for (const std::string& name : all) {
         needs_basis = needs_basis || method_needs_basis(name);  // also rejects unknown names
         if (name == "snapkv")
             snapkv_kept_tokens(settings, a.tokens);
@@ -194,8 +256,8 @@ int run_bench_codec(const BenchCodecArgs& a) {
             plan_codec_budget(settings, a.tokens, dim, element_size(o.dtype), name);
     }
 
-    // The basis only sets the values of the projection, never its cost (ranks come from salience, the
-    // projection runs at full rank R and is masked), so a random orthonormal basis times the codec exactly.
+    // The basis only sets the values of the projection, never its cost (ranks come from salience, each token
+    // is projected on as many rows as its rank), so a random orthonormal basis times the codec exactly.
     std::shared_ptr<const Basis> basis;
     std::string basis_source = "none needed";
     if (needs_basis) {
@@ -212,18 +274,23 @@ int run_bench_codec(const BenchCodecArgs& a) {
             basis_source = fmt::format("random orthonormal rows (seed 1), R={} D={}", rank, dim);
         }
     }
-    std::vector<std::unique_ptr<CompressionMethod>> methods;
-    for (const std::string& name : names) methods.push_back(make_method(name, settings, basis));
+    auto make = [&](const std::string& name) {
+        return make_method(name, settings, method_needs_basis(name) ? basis : nullptr);
+    };
+    std::vector<std::unique_ptr<CompressionMethod>> methods, shared_methods;
+    for (const std::string& name : names) methods.push_back(make(name));
+    for (const std::string& name : shared_names) shared_methods.push_back(make(name));
 
     const std::vector<int64_t> ids = synthetic_ids(a.tokens, cfg.vocab_size);
     ForwardOptions plain;
     plain.chunk_size = a.chunk_size;
     warm_up(*model, ids, plain);
 
-    // Each repeat runs the plain prefill and then every method's prefill back to back, so a change in the
-    // machine's load hits all of them alike; medians over repeats are reported.
-    std::vector<double> plain_ms, plain_cpu_ms;
-    std::vector<std::vector<CodecRun>> runs(methods.size());
+    // Each repeat runs the plain prefill, every method's prefill and then the shared capture back to back, so
+    // a change in the machine's load hits all of them alike; medians over repeats are reported.
+    std::vector<double> plain_ms, plain_cpu_ms, capture_ms, capture_cpu_ms;
+    std::vector<std::vector<SeparateRun>> runs(methods.size());
+    std::vector<std::vector<SharedRun>> shared_runs(shared_methods.size());
     for (int r = 0; r < a.repeats; ++r) {
         {
             KVCache cache = model->new_cache();
@@ -235,25 +302,23 @@ int run_bench_codec(const BenchCodecArgs& a) {
             plain_cpu_ms.push_back(process_cpu_ms() - c0);
             spdlog::info("run {}: plain prefill {:.1f} ms", r + 1, plain_ms.back());
         }
+        // The separate path, as compare runs it (compress_in_prefill), with each observer call timed.
         for (size_t mi = 0; mi < methods.size(); ++mi) {
             CompressionMethod& method = *methods[mi];
-            CodecRun run;
+            SeparateRun run;
             ForwardOptions fo = plain;
             fo.observer_window = settings.obs_window;
             fo.observer = [&](const LayerCapture& cap) -> std::optional<LayerKV> {
                 const auto t0 = Clock::now();
                 const double c0 = process_cpu_ms();
-                LayerResult res = method.compress(cap);
+                InPrefillLayer layer = compress_layer_in_prefill(method, cap);
                 synchronize(o.device);
-                run.compress_ms += ms_between(t0, Clock::now());
-                run.compress_cpu_ms += process_cpu_ms() - c0;
-                const StageTiming& st = res.diagnostics.timing;
-                run.stages.anchor_search += st.anchor_search;
-                run.stages.salience += st.salience;
-                run.stages.water_filling += st.water_filling;
-                run.stages.projection += st.projection;
-                run.stages.reconstruction += st.reconstruction;
-                return std::move(res.kv);
+                run.observer_ms += ms_between(t0, Clock::now());
+                run.observer_cpu_ms += process_cpu_ms() - c0;
+                add_stages(run.stages, layer.diagnostics.timing);
+                run.mean_rank += layer.diagnostics.mean_rank / cfg.n_layer;
+                run.floor_share += layer.diagnostics.floor_share / cfg.n_layer;
+                return std::move(layer.kv);
             };
             KVCache cache = model->new_cache();
             const auto t0 = Clock::now();
@@ -266,37 +331,44 @@ int run_bench_codec(const BenchCodecArgs& a) {
                          run.prefill_ms, run.stages.total());
             runs[mi].push_back(run);
         }
+        // The shared path: one capture, then each method's analysis, one allocation and its materialisation.
+        if (shared_methods.empty()) continue;
+        const auto t0 = Clock::now();
+        const double c0 = process_cpu_ms();
+        const PrefillCapture capture = capture_prefill(*model, ids, settings, {}, a.chunk_size);
+        synchronize(o.device);
+        capture_ms.push_back(ms_between(t0, Clock::now()));
+        capture_cpu_ms.push_back(process_cpu_ms() - c0);
+        for (size_t mi = 0; mi < shared_methods.size(); ++mi) {
+            SharedRun run;
+            const double m0 = process_cpu_ms();
+            auto t = Clock::now();
+            const MethodAnalysis analysis(*shared_methods[mi], capture);
+            synchronize(o.device);
+            run.analyse_ms = ms_between(t, Clock::now());
+            t = Clock::now();
+            std::vector<LayerAllocation> allocations = analysis.allocate(settings);
+            synchronize(o.device);
+            run.allocate_ms = ms_between(t, Clock::now());
+            t = Clock::now();
+            const std::vector<LayerKV> layers = analysis.materialise(allocations);
+            synchronize(o.device);
+            run.materialise_ms = ms_between(t, Clock::now());
+            run.cpu_ms = process_cpu_ms() - m0;
+            for (const LayerAllocation& al : allocations) add_stages(run.stages, al.diagnostics.timing);
+            spdlog::info("run {}: shared {} {:.1f} ms", r + 1, shared_names[mi], run.total());
+            shared_runs[mi].push_back(run);
+        }
     }
 
     const double prefill = median(plain_ms), prefill_cpu = median(plain_cpu_ms);
-    std::vector<CodecSummary> summaries;
-    for (size_t mi = 0; mi < methods.size(); ++mi) {
-        auto med = [&](auto field) {
-            std::vector<double> v;
-            for (const CodecRun& run : runs[mi]) v.push_back(field(run));
-            return median(v);
-        };
-        CodecSummary s;
-        s.method = names[mi];
-        s.stages.anchor_search = med([](const CodecRun& x) { return x.stages.anchor_search; });
-        s.stages.salience = med([](const CodecRun& x) { return x.stages.salience; });
-        s.stages.water_filling = med([](const CodecRun& x) { return x.stages.water_filling; });
-        s.stages.projection = med([](const CodecRun& x) { return x.stages.projection; });
-        s.stages.reconstruction = med([](const CodecRun& x) { return x.stages.reconstruction; });
-        s.stage_total_ms = med([](const CodecRun& x) { return x.stages.total(); });
-        s.compress_ms = med([](const CodecRun& x) { return x.compress_ms; });
-        s.prefill_ms = med([](const CodecRun& x) { return x.prefill_ms; });
-        s.compress_cpu_ms = med([](const CodecRun& x) { return x.compress_cpu_ms; });
-        s.prefill_cpu_ms = med([](const CodecRun& x) { return x.prefill_cpu_ms; });
-        summaries.push_back(s);
-    }
+    const double capture = median_of(capture_ms), capture_cpu = median_of(capture_cpu_ms);
+    const double capture_overhead = capture - prefill;
+    std::vector<double> shared_totals(static_cast<size_t>(a.repeats), 0.0);
+    for (const auto& mr : shared_runs)
+        for (size_t r = 0; r < mr.size(); ++r) shared_totals[r] += mr[r].total();
+    const double shared_codec = shared_methods.empty() ? 0.0 : median(shared_totals);
 
-    const std::vector<std::pair<const char*, double StageTiming::*>> stage_fields = {
-        {"anchor_search", &StageTiming::anchor_search},
-        {"salience", &StageTiming::salience},
-        {"water_filling", &StageTiming::water_filling},
-        {"projection", &StageTiming::projection},
-        {"reconstruction", &StageTiming::reconstruction}};
     if (a.json) {
         nlohmann::json j;
         j["model"] = a.model;
@@ -313,50 +385,98 @@ int run_bench_codec(const BenchCodecArgs& a) {
         j["prefill_ms_runs"] = plain_ms;
         j["prefill_cpu_ms_median"] = prefill_cpu;
         nlohmann::json jm = nlohmann::json::array();
-        for (const CodecSummary& s : summaries) {
-            nlohmann::json m = {{"method", s.method}};
-            for (const auto& [key, field] : stage_fields) {
-                m["stage_ms"][key] = s.stages.*field;
-                m["stage_over_prefill"][key] = s.stages.*field / prefill;
-            }
-            m["codec_ms"] = s.stage_total_ms;
-            m["codec_over_prefill"] = s.stage_total_ms / prefill;
-            m["compress_call_ms"] = s.compress_ms;
-            m["prefill_with_codec_ms"] = s.prefill_ms;
-            m["wall_overhead_over_prefill"] = (s.prefill_ms - prefill) / prefill;
-            m["compress_call_cpu_ms"] = s.compress_cpu_ms;
-            m["compress_cpu_over_prefill_cpu"] = s.compress_cpu_ms / prefill_cpu;
-            m["prefill_with_codec_cpu_ms"] = s.prefill_cpu_ms;
+        for (size_t mi = 0; mi < methods.size(); ++mi) {
+            const auto& rs = runs[mi];
+            nlohmann::json m = stage_json(median_stages(rs), prefill);
+            m["method"] = names[mi];
+            const double obs = med(rs, [](const SeparateRun& x) { return x.observer_ms; });
+            const double obs_cpu = med(rs, [](const SeparateRun& x) { return x.observer_cpu_ms; });
+            const double with = med(rs, [](const SeparateRun& x) { return x.prefill_ms; });
+            m["observer_ms"] = obs;
+            m["observer_over_prefill"] = obs / prefill;
+            m["observer_cpu_ms"] = obs_cpu;
+            m["observer_cpu_over_prefill_cpu"] = obs_cpu / prefill_cpu;
+            m["prefill_with_codec_ms"] = with;
+            m["wall_overhead_over_prefill"] = (with - prefill) / prefill;
+            m["prefill_with_codec_cpu_ms"] = med(rs, [](const SeparateRun& x) { return x.prefill_cpu_ms; });
+            m["mean_rank"] = med(rs, [](const SeparateRun& x) { return x.mean_rank; });
+            m["floor_share"] = med(rs, [](const SeparateRun& x) { return x.floor_share; });
             jm.push_back(m);
         }
         j["methods"] = jm;
+        if (!shared_methods.empty()) {
+            nlohmann::json sh;
+            sh["budget"] = settings.budget;
+            sh["capture_prefill_ms"] = capture;
+            sh["capture_prefill_ms_runs"] = capture_ms;
+            sh["capture_prefill_cpu_ms"] = capture_cpu;
+            sh["capture_overhead_over_prefill"] = capture_overhead / prefill;
+            nlohmann::json ms = nlohmann::json::array();
+            for (size_t mi = 0; mi < shared_methods.size(); ++mi) {
+                const auto& rs = shared_runs[mi];
+                nlohmann::json m = stage_json(median_stages(rs), prefill);
+                m["method"] = shared_names[mi];
+                m["analyse_ms"] = med(rs, [](const SharedRun& x) { return x.analyse_ms; });
+                m["allocate_ms"] = med(rs, [](const SharedRun& x) { return x.allocate_ms; });
+                m["materialise_ms"] = med(rs, [](const SharedRun& x) { return x.materialise_ms; });
+                m["total_ms"] = med(rs, [](const SharedRun& x) { return x.total(); });
+                m["total_over_prefill"] = m["total_ms"].get<double>() / prefill;
+                m["cpu_ms"] = med(rs, [](const SharedRun& x) { return x.cpu_ms; });
+                ms.push_back(m);
+            }
+            sh["methods"] = ms;
+            sh["codec_ms"] = shared_codec;
+            sh["codec_over_prefill"] = shared_codec / prefill;
+            sh["total_over_prefill"] = (capture_overhead + shared_codec) / prefill;
+            j["shared"] = sh;
+        }
         std::cout << j.dump(2) << std::endl;
         return 0;
     }
     std::cout << fmt::format(
         "codec cost, {} tokens, {} layers, {} on {}, {} threads, median of {} runs\n"
         "basis: {}\n"
-        "plain prefill: {:.1f} ms (process CPU time {:.1f} ms)\n",
+        "plain prefill: {:.1f} ms (process CPU time {:.1f} ms)\n\n"
+        "separate path: a prefill per method, the method its end-of-prefill observer (compress_in_prefill)\n",
         a.tokens, cfg.n_layer, dtype_name(o.dtype), o.device.str(), o.threads, a.repeats, basis_source,
         prefill, prefill_cpu);
-    std::cout << fmt::format("{:<9} {:<28} {:>10} {:>11}\n", "method", "stage (summed over layers)", "ms",
+    auto row = [&](const std::string& method, const std::string& what, double ms, const char* note = "") {
+        std::cout << fmt::format("{:<9} {:<36} {:>10.1f} {:>10.2f}%{}\n", method, what, ms,
+                                 100.0 * ms / prefill, note);
+    };
+    std::cout << fmt::format("{:<9} {:<36} {:>10} {:>11}\n", "method", "stage (summed over layers)", "ms",
                              "/ prefill");
-    for (const CodecSummary& s : summaries) {
-        for (const auto& [key, field] : stage_fields)
-            std::cout << fmt::format("{:<9} {:<28} {:>10.1f} {:>10.2f}%\n", s.method, key, s.stages.*field,
-                                     100.0 * s.stages.*field / prefill);
-        std::cout << fmt::format("{:<9} {:<28} {:>10.1f} {:>10.2f}%\n", s.method, "codec total",
-                                 s.stage_total_ms, 100.0 * s.stage_total_ms / prefill);
-        std::cout << fmt::format("{:<9} {:<28} {:>10.1f} {:>10.2f}%\n", s.method,
-                                 "compress() incl. diagnostics", s.compress_ms,
-                                 100.0 * s.compress_ms / prefill);
-        std::cout << fmt::format("{:<9} {:<28} {:>10.1f} {:>10.2f}%  (of prefill CPU time)\n", s.method,
-                                 "compress() CPU time", s.compress_cpu_ms,
-                                 100.0 * s.compress_cpu_ms / prefill_cpu);
-        std::cout << fmt::format("{:<9} {:<28} {:>10.1f} {:>+10.2f}%\n", s.method,
-                                 "prefill+codec (wall delta)", s.prefill_ms,
-                                 100.0 * (s.prefill_ms - prefill) / prefill);
+    for (size_t mi = 0; mi < methods.size(); ++mi) {
+        const auto& rs = runs[mi];
+        const StageTiming st = median_stages(rs);
+        for (const auto& [key, field] : stage_fields())
+            row(names[mi], fmt::format("{} ({})", key, stage_step(key)), st.*field);
+        row(names[mi], "codec total", st.total());
+        row(names[mi], "observer incl. distortion measures",
+            med(rs, [](const SeparateRun& x) { return x.observer_ms; }));
+        const double obs_cpu = med(rs, [](const SeparateRun& x) { return x.observer_cpu_ms; });
+        std::cout << fmt::format("{:<9} {:<36} {:>10.1f} {:>10.2f}%  (of prefill CPU time)\n", names[mi],
+                                 "observer CPU time", obs_cpu, 100.0 * obs_cpu / prefill_cpu);
+        const double with = med(rs, [](const SeparateRun& x) { return x.prefill_ms; });
+        std::cout << fmt::format("{:<9} {:<36} {:>10.1f} {:>+10.2f}%\n", names[mi],
+                                 "prefill+codec (wall delta)", with, 100.0 * (with - prefill) / prefill);
     }
+    if (shared_methods.empty()) return 0;
+    std::cout << fmt::format(
+        "\nshared capture: one prefill keeps every layer, then each method analyses it, allocates kappa={} "
+        "and materialises (distortion measures included)\n",
+        settings.budget);
+    std::cout << fmt::format("{:<9} {:<36} {:>10.1f} {:>+10.2f}%  (capture prefill, wall delta)\n", "capture",
+                             "prefill keeping every layer", capture, 100.0 * capture_overhead / prefill);
+    for (size_t mi = 0; mi < shared_methods.size(); ++mi) {
+        const auto& rs = shared_runs[mi];
+        row(shared_names[mi], "analyse", med(rs, [](const SharedRun& x) { return x.analyse_ms; }));
+        row(shared_names[mi], "allocate", med(rs, [](const SharedRun& x) { return x.allocate_ms; }));
+        row(shared_names[mi], "materialise", med(rs, [](const SharedRun& x) { return x.materialise_ms; }));
+        row(shared_names[mi], "  of which codec stages", median_stages(rs).total());
+    }
+    row("shared", "analyse+allocate+materialise", shared_codec);
+    row("shared", "capture overhead + the above", capture_overhead + shared_codec);
     return 0;
 }
 
@@ -393,13 +513,19 @@ Command add_bench(CLI::App& root) {
     codec->add_option("--tokens", c->tokens, "Context length")
         ->capture_default_str()
         ->check(CLI::Range(int64_t{1}, int64_t{1} << 22));
-    codec->add_option("--methods", c->methods, "Comma-separated methods to time")->capture_default_str();
+    codec->add_option("--methods", c->methods, "Comma-separated methods to time, a prefill each")
+        ->capture_default_str();
+    codec->add_flag("--shared", c->shared,
+                    "Also time the shared-capture path: one prefill keeping every layer, then analysis, "
+                    "allocation and materialisation of each of --shared-methods at --budget");
+    codec->add_option("--shared-methods", c->shared_methods, "Comma-separated methods of the shared path")
+        ->capture_default_str();
     codec
         ->add_option("--basis", c->basis,
                      "Basis file for varrate/flat (default: random orthonormal rows; the cost does not "
                      "depend on the basis values)")
         ->check(CLI::ExistingFile);
-    add_codec_options(*codec, c->settings);
+    c->flags = add_codec_options(*codec, c->settings);
     codec->add_option("--repeats", c->repeats, "Timed runs (medians are reported)")
         ->capture_default_str()
         ->check(CLI::Range(1, 100));

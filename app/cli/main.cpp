@@ -11,11 +11,11 @@
 #include "core/base/error.h"
 #include "core/base/job.h"
 #include "core/base/logging.h"
-#include "core/base/openmp_env.h"
+#include "core/base/process_env.h"
 
 int main(int argc, char** argv) {
     using namespace varrate;
-    ensure_passive_openmp_wait(argc, argv);
+    prepare_process_environment(argc, argv);
     CLI::App app{"VarRate Studio command line: run Llama-family models and KV-cache codecs", "varrate"};
     app.require_subcommand(1);
     std::string log_level = "warn";

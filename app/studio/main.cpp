@@ -15,7 +15,7 @@
 
 #include "app/studio/interaction_bench.h"
 #include "core/base/error.h"
-#include "core/base/openmp_env.h"
+#include "core/base/process_env.h"
 #include "viz/main_window.h"
 
 namespace {
@@ -40,7 +40,7 @@ bool have_display() {
 }  // namespace
 
 int main(int argc, char** argv) {
-    varrate::ensure_passive_openmp_wait(argc, argv);
+    varrate::prepare_process_environment(argc, argv);
     const bool offscreen_ok =
         has_arg(argc, argv, "--screenshot") || has_arg(argc, argv, "--bench-interaction");
     const bool help = has_arg(argc, argv, "--help") || has_arg(argc, argv, "-h");
