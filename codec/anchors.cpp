@@ -45,12 +45,13 @@ namespace {
 // Exact (distance, ordinal) keys in one int64 each, so a plain top-k picks the c smallest distances with
 // ties to the lower ordinal on every device, as a stable sort would, without sorting whole rows. The fp32
 // bits become an int32 ordered like the float (negative values, possible after cancellation, flip their
-// magnitude bits), in the high half; the ordinal fills the low half.
+// magnitude bits: xor with the sign smeared over them), in the high half; the ordinal fills the low half.
+// Shifts and bitwise ops only: they vectorise where int64 multiplies and selects do not.
 at::Tensor packed_distance_keys(const at::Tensor& dist) {  // [n, n_a] fp32 -> [n, n_a] int64
     const at::Tensor bits = (dist + 0.0).view(at::kInt);   // + 0.0 turns -0.0 into +0.0
-    const at::Tensor ordered = at::where(bits < 0, bits.bitwise_xor(0x7FFFFFFF), bits).to(at::kLong);
-    const at::Tensor ordinal = at::arange(dist.size(1), ordered.options());
-    return ordered.mul(int64_t{1} << 32).add_(ordinal.unsqueeze(0));
+    const at::Tensor ordered = bits.bitwise_xor(at::bitwise_right_shift(bits, 31).bitwise_and_(0x7FFFFFFF));
+    const at::Tensor ordinal = at::arange(dist.size(1), bits.options().dtype(at::kLong));
+    return at::bitwise_left_shift(ordered.to(at::kLong), 32).bitwise_or_(ordinal.unsqueeze(0));
 }
 
 }  // namespace

@@ -224,16 +224,17 @@ LayerAllocation VarRateMethod::allocate(const LayerAnalysis& analysis, const Cod
     int64_t begin = 0;
     for (RankGroup& g : out.rank_groups) {
         const at::Tensor rows = order.narrow(0, begin, g.tokens);
-        const at::Tensor e = a.residual.index_select(0, rows);                       // [n, D]
-        const at::Tensor c = e.mm(V.narrow(0, 0, g.width).t());                      // [n, width] fp32
-        const at::Tensor kept = at::arange(g.width, ranks.options()).unsqueeze(0) <  // [n, width]
-                                sorted_ranks.narrow(0, begin, g.tokens).unsqueeze(1);
+        const at::Tensor e = a.residual.index_select(0, rows);                           // [n, D]
+        const at::Tensor c = e.mm(V.narrow(0, 0, g.width).t());                          // [n, width] fp32
+        const at::Tensor dropped = at::arange(g.width, ranks.options()).unsqueeze(0) >=  // [n, width]
+                                   sorted_ranks.narrow(0, begin, g.tokens).unsqueeze(1);
         at::Tensor stored = a.dtype != at::kFloat ? c.to(a.dtype).to(at::kFloat) : c.clone();
+        stored.masked_fill_(dropped, 0.0);
         at::Tensor e2 = err_sq.narrow(0, begin, g.tokens);
-        e2.copy_(at::where(kept, c - stored, c).norm(2, {1})).square_();  // what the stored row lost
+        e2.copy_((c - stored).norm(2, {1})).square_();  // what the stored row lost: rounding, dropped rows
         if (g.width < a.dim)
             e2.add_((a.energy.index_select(0, rows) - c.norm(2, {1}).to(at::kDouble).square()).clamp_min(0));
-        g.coefficients = stored.masked_fill_(kept.logical_not(), 0.0);
+        g.coefficients = std::move(stored);
         begin += g.tokens;
     }
     const at::Tensor pos = a.coded.index_select(0, order);  // [n_coded] positions in rank order
