@@ -45,15 +45,28 @@ namespace {
 // Exact (distance, ordinal) keys in one int64 each, so a plain top-k picks the c smallest distances with
 // ties to the lower ordinal on every device, as a stable sort would, without sorting whole rows. The fp32
 // bits become an int32 ordered like the float (negative values, possible after cancellation, flip their
-// magnitude bits), in the high half; the ordinal fills the low half.
+// magnitude bits: xor with the sign smeared over them), in the high half; the ordinal fills the low half.
+// Shifts and bitwise ops only: they vectorise where int64 multiplies and selects do not.
 at::Tensor packed_distance_keys(const at::Tensor& dist) {  // [n, n_a] fp32 -> [n, n_a] int64
     const at::Tensor bits = (dist + 0.0).view(at::kInt);   // + 0.0 turns -0.0 into +0.0
-    const at::Tensor ordered = at::where(bits < 0, bits.bitwise_xor(0x7FFFFFFF), bits).to(at::kLong);
-    const at::Tensor ordinal = at::arange(dist.size(1), ordered.options());
-    return ordered.mul(int64_t{1} << 32).add_(ordinal.unsqueeze(0));
+    const at::Tensor ordered = bits.bitwise_xor(at::bitwise_right_shift(bits, 31).bitwise_and_(0x7FFFFFFF));
+    const at::Tensor ordinal = at::arange(dist.size(1), bits.options().dtype(at::kLong));
+    return at::bitwise_left_shift(ordered.to(at::kLong), 32).bitwise_or_(ordinal.unsqueeze(0));
 }
 
 }  // namespace
+
+at::Tensor centred_anchor_means(const at::Tensor& centred_anchors, const at::Tensor& nearest) {
+    // One fused gather-and-average (mean-mode embedding bag).
+    const int64_t n = nearest.size(0), c = nearest.size(1);
+    const at::Tensor offsets = at::arange(0, n * c, c, nearest.options());
+    return std::get<0>(at::embedding_bag(centred_anchors, nearest.reshape({-1}), offsets,
+                                         /*scale_grad_by_freq=*/false, /*mode=*/1));  // [n, D]
+}
+
+void anchor_means_out(at::Tensor& out, const AnchorResiduals& r, const at::Tensor& nearest) {
+    at::add_out(out, centred_anchor_means(r.centred_anchors, nearest), r.centre);
+}
 
 AnchorResiduals anchor_residuals(const at::Tensor& z, const AnchorLayout& layout, int64_t c, int64_t chunk) {
     if (c <= 0) throw Error(fmt::format("anchor search: number of anchors c must be positive, got {}", c));
@@ -72,6 +85,8 @@ AnchorResiduals anchor_residuals(const at::Tensor& z, const AnchorLayout& layout
     const auto long_opts = coded.options();
 
     AnchorResiduals r;
+    r.centre = centre;
+    r.centred_anchors = a_c;
     r.nearest = at::empty({n_coded, c}, long_opts);
     r.mean = at::empty({n_coded, dim}, zf.options());
     r.residual = at::empty({n_coded, dim}, zf.options());
@@ -89,11 +104,7 @@ AnchorResiduals anchor_residuals(const at::Tensor& z, const AnchorLayout& layout
         const at::Tensor best = std::get<1>(
             at::topk(packed_distance_keys(dist), c, 1, /*largest=*/false, /*sorted=*/true));  // [n, c]
         r.nearest.narrow(0, begin, n).copy_(best);
-        // Mean of the c anchors in one fused gather-and-average (mean-mode embedding bag).
-        const at::Tensor offsets = at::arange(0, n * c, c, long_opts);
-        const at::Tensor m =
-            std::get<0>(at::embedding_bag(a_c, best.reshape({-1}), offsets,
-                                          /*scale_grad_by_freq=*/false, /*mode=*/1));  // [n, D]
+        const at::Tensor m = centred_anchor_means(a_c, best);  // [n, D]
         at::Tensor mean_rows = r.mean.narrow(0, begin, n), res_rows = r.residual.narrow(0, begin, n);
         at::add_out(mean_rows, m, centre);
         at::sub_out(res_rows, zc, m);

@@ -26,10 +26,12 @@ at::Tensor joint_vectors(const at::Tensor& keys_pre_rope, const at::Tensor& valu
 std::pair<at::Tensor, at::Tensor> split_joint(const at::Tensor& z, int64_t n_kv_head, int64_t head_dim);
 
 struct AnchorResiduals {
-    at::Tensor nearest;   // [n_coded, c] int64 anchor ordinals (into anchor_pos), nearest first
-    at::Tensor mean;      // [n_coded, D] fp32 mean of those anchors (z-bar)
-    at::Tensor residual;  // [n_coded, D] fp32 z - z-bar
-    at::Tensor energy;    // [n_coded] fp64 ||z - z-bar||^2 (of the fp32 norm)
+    at::Tensor nearest;          // [n_coded, c] int64 anchor ordinals (into anchor_pos), nearest first
+    at::Tensor mean;             // [n_coded, D] fp32 mean of those anchors (z-bar)
+    at::Tensor residual;         // [n_coded, D] fp32 z - z-bar
+    at::Tensor energy;           // [n_coded] fp64 ||z - z-bar||^2 (of the fp32 norm)
+    at::Tensor centre;           // [1, D] fp32 mean of all anchors
+    at::Tensor centred_anchors;  // [n_anchor, D] fp32 anchors - centre
 };
 // Nearest anchors by Euclidean distance over all anchors, in fp32 on z's device. Distances use the
 // |a|^2 - 2ab part of the expansion (|b|^2 is the same for every anchor of a token) after centring on the
@@ -38,5 +40,10 @@ struct AnchorResiduals {
 // in chunks of `chunk` coded tokens to bound memory.
 AnchorResiduals anchor_residuals(const at::Tensor& z, const AnchorLayout& layout, int64_t c,
                                  int64_t chunk = 2048);
+// z-bar of the rows whose nearest anchors are `nearest` [n, c] into `out` [n, D], bit for bit as
+// anchor_residuals forms `mean` (so a caller may keep the indices rather than the means).
+void anchor_means_out(at::Tensor& out, const AnchorResiduals& r, const at::Tensor& nearest);
+// Mean of each row's centred anchors: [n_anchor, D], [n, c] -> [n, D].
+at::Tensor centred_anchor_means(const at::Tensor& centred_anchors, const at::Tensor& nearest);
 
 }  // namespace varrate

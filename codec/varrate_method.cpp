@@ -76,10 +76,10 @@ struct VarRateAnalysis : LayerAnalysis {
     at::Tensor exact;     // [n_exact] int64 positions on the device
     at::Tensor salience;  // [L] CPU fp32 raw salience (VarRate only)
     at::Tensor s_hat;     // [n_coded] fp32, normalised over the coded set (flat: ones)
-    at::Tensor mean;      // [n_coded, D] fp32 z-bar
-    at::Tensor residual;  // [n_coded, D] fp32 z - z-bar
-    at::Tensor energy;    // [n_coded] fp64 ||z - z-bar||^2
-    at::Tensor z_norm;    // [n_coded] fp32 ||z||
+    // Residuals, their energies and nearest anchors; z-bar is formed again from the anchors when
+    // materialised, rather than held as another [n_coded, D].
+    AnchorResiduals res;
+    at::Tensor z_norm;  // [n_coded] fp32 ||z||
 };
 
 // The leading basis rows that allocate() projects a token of rank r on and materialise() reconstructs it
@@ -174,10 +174,8 @@ std::shared_ptr<const LayerAnalysis> VarRateMethod::analyse_with_salience(const 
     a->coded = a->layout.coded_pos.to(dev);
     a->exact = a->layout.exact_pos.to(dev);
     const at::Tensor z = joint_vectors(capture.keys_pre_rope, capture.values);  // [L, D] fp32
-    AnchorResiduals res = anchor_residuals(z, a->layout, settings_.anchors);
-    a->mean = std::move(res.mean);
-    a->residual = std::move(res.residual);
-    a->energy = std::move(res.energy);
+    a->res = anchor_residuals(z, a->layout, settings_.anchors);
+    a->res.mean = at::Tensor();
     a->z_norm = z.norm(2, {1}).index_select(0, a->coded);
     // Salience over the coded set, normalised once: every budget water-fills the same signal.
     a->s_hat = normalise_salience(salience.to(dev, at::kFloat).index_select(0, a->coded));
@@ -251,16 +249,18 @@ LayerAllocation VarRateMethod::allocate(const LayerAnalysis& analysis, const Cod
     int64_t begin = 0;
     for (RankGroup& g : out.rank_groups) {
         const at::Tensor rows = order.narrow(0, begin, g.tokens);
-        const at::Tensor e = a.residual.index_select(0, rows);                       // [n, D]
-        const at::Tensor c = e.mm(V.narrow(0, 0, g.width).t());                      // [n, width] fp32
-        const at::Tensor kept = at::arange(g.width, ranks.options()).unsqueeze(0) <  // [n, width]
-                                sorted_ranks.narrow(0, begin, g.tokens).unsqueeze(1);
+        const at::Tensor e = a.res.residual.index_select(0, rows);                       // [n, D]
+        const at::Tensor c = e.mm(V.narrow(0, 0, g.width).t());                          // [n, width] fp32
+        const at::Tensor dropped = at::arange(g.width, ranks.options()).unsqueeze(0) >=  // [n, width]
+                                   sorted_ranks.narrow(0, begin, g.tokens).unsqueeze(1);
         at::Tensor stored = a.dtype != at::kFloat ? c.to(a.dtype).to(at::kFloat) : c.clone();
+        stored.masked_fill_(dropped, 0.0);
         at::Tensor e2 = err_sq.narrow(0, begin, g.tokens);
-        e2.copy_(at::where(kept, c - stored, c).norm(2, {1})).square_();  // what the stored row lost
+        e2.copy_((c - stored).norm(2, {1})).square_();  // what the stored row lost: rounding, dropped rows
         if (g.width < a.dim)
-            e2.add_((a.energy.index_select(0, rows) - c.norm(2, {1}).to(at::kDouble).square()).clamp_min(0));
-        g.coefficients = stored.masked_fill_(kept.logical_not(), 0.0);
+            e2.add_(
+                (a.res.energy.index_select(0, rows) - c.norm(2, {1}).to(at::kDouble).square()).clamp_min(0));
+        g.coefficients = std::move(stored);
         begin += g.tokens;
     }
     const at::Tensor pos = a.coded.index_select(0, order);  // [n_coded] positions in rank order
@@ -322,11 +322,11 @@ LayerKV VarRateMethod::materialise(const LayerCapture& capture, const LayerAnaly
     // z^ = z-bar + V^T c^, one GEMM per run of allocation.rank_groups over only the basis rows its tokens
     // use (a GEMM over the masked full-rank coefficients would spend most of its work on zeros).
     const at::Tensor& V = basis_on(a.layer, a.rank, a.coded.device(), a.dtype);  // [R, D]
-    at::Tensor z_hat = at::empty({n_coded, a.dim}, a.mean.options());            // [n_coded, D] fp32
+    at::Tensor z_hat = at::empty({n_coded, a.dim}, a.res.residual.options());    // [n_coded, D] fp32
     int64_t begin = 0;
     for (const RankGroup& g : allocation.rank_groups) {
         at::Tensor z_rows = z_hat.narrow(0, begin, g.tokens);  // [n, D]
-        at::index_select_out(z_rows, a.mean, 0, order.narrow(0, begin, g.tokens));
+        anchor_means_out(z_rows, a.res, a.res.nearest.index_select(0, order.narrow(0, begin, g.tokens)));
         z_rows.addmm_(g.coefficients, V.narrow(0, 0, g.width));
         begin += g.tokens;
     }
