@@ -19,6 +19,7 @@
 #include "core/capture.h"
 #include "core/prompt.h"
 #include "core/token_text.h"
+#include "models/batch_cache.h"
 #include "models/generate.h"
 
 namespace varrate {
@@ -34,16 +35,6 @@ std::vector<int64_t> stop_ids(const Session& s) {
     std::vector<int64_t> ids = s.model().config().eos_token_ids;
     if (auto e = s.tokenizer().eos_id()) ids.push_back(*e);
     return ids;
-}
-
-// Greedy continuation from the logits of the last forward (models/generate.h's loop).
-std::vector<int64_t> greedy_from(const Session& s, KVCache& cache, at::Tensor logits, int64_t max_new,
-                                 const JobControl& job) {
-    GenerateOptions opt;
-    opt.max_new_tokens = max_new;
-    opt.stop_ids = stop_ids(s);
-    opt.cancel = job.cancel;
-    return decode_greedy(s.model(), cache, logits.select(0, logits.size(0) - 1), opt).generated;
 }
 
 void add_footprint(MethodRun& run) {
@@ -143,21 +134,35 @@ std::vector<int64_t> decode_inputs(const PromptParts& p, CompressionMode mode) {
     return ids;
 }
 
-// Answers every question from a compressed cache. Query-agnostic: `cache` holds the context and each
-// question is decoded after it, restoring the cache in between. Query-aware: `cache` holds context +
-// question `only_q` only (answered alone; -1: every question).
-void answer_from(const Session& s, KVCache& cache, const at::Tensor& last_logits,
-                 const std::vector<PromptParts>& parts, const CompareRequest& req, int64_t only_q,
-                 MethodRun& run, const JobControl& job) {
-    const KVCache::Snapshot compressed = cache.snapshot();
+// A compressed cache waiting for its answers, and the logits its compression ended on.
+struct PendingAnswers {
+    RunSlot* slot = nullptr;
+    KVCache cache;
+    at::Tensor last_logits;
+};
+
+// Answers every question from every pending cache (query-aware: question `only_q` only), decoding the
+// caches of one capture together (decode_answers), and empties `pending`.
+void answer_pending(const Session& s, std::vector<PendingAnswers>& pending,
+                    const std::vector<PromptParts>& parts, const CompareRequest& req, int64_t only_q,
+                    const JobControl& job) {
+    if (pending.empty()) return;
+    std::vector<const KVCache*> caches;
+    std::vector<at::Tensor> logits;
+    for (const PendingAnswers& p : pending) {
+        caches.push_back(&p.cache);
+        logits.push_back(p.last_logits);
+    }
     for (size_t qi = 0; qi < req.questions.size(); ++qi) {
         if (only_q >= 0 && static_cast<size_t>(only_q) != qi) continue;
         if (req.mode == CompressionMode::QueryAgnostic && parts[qi].question_ids.empty())
             throw Error("question " + std::to_string(qi + 1) + " is empty");
-        run.answer_ids.push_back(
-            decode_answer(s, cache, last_logits, parts[qi], req.mode, req.max_new_tokens, job));
-        cache.restore(compressed);
+        std::vector<std::vector<int64_t>> answers =
+            decode_answers(s, caches, logits, parts[qi], req.mode, req.max_new_tokens, job);
+        for (size_t k = 0; k < pending.size(); ++k)
+            pending[k].slot->run.answer_ids.push_back(std::move(answers[k]));
     }
+    pending.clear();
 }
 
 void mark_infeasible(RunSlot& slot, const std::string& why) {
@@ -172,12 +177,55 @@ void mark_infeasible(RunSlot& slot, const std::string& why) {
 
 }  // namespace
 
-std::vector<int64_t> decode_answer(const Session& s, KVCache& cache, const at::Tensor& last_logits,
+std::vector<std::vector<int64_t>> decode_answers(const Session& s, const std::vector<const KVCache*>& caches,
+                                                 const std::vector<at::Tensor>& last_logits,
+                                                 const PromptParts& parts, CompressionMode mode,
+                                                 int64_t max_new_tokens, const JobControl& job) {
+    if (caches.size() != last_logits.size())
+        throw Error(fmt::format("decode_answers: {} caches, {} logits", caches.size(), last_logits.size()));
+    if (caches.empty()) return {};
+    const std::vector<int64_t> ids = decode_inputs(parts, mode);
+    GenerateOptions opt;
+    opt.max_new_tokens = max_new_tokens;
+    opt.stop_ids = stop_ids(s);
+    opt.cancel = job.cancel;
+    auto logits_of = [&](size_t first, size_t last) {
+        if (!ids.empty()) return at::Tensor();  // the prompt's forward gives them
+        std::vector<at::Tensor> rows;
+        for (size_t k = first; k < last; ++k)
+            rows.push_back(last_logits[k].select(0, last_logits[k].size(0) - 1));
+        return at::stack(rows);  // [B, vocab]
+    };
+    // The first cache's answer is decoded alone and serves as the draft the others check in their prompt's
+    // pass (generate_greedy_batch): when they agree with it, as compressed caches mostly do, that one pass
+    // is all their decoding.
+    std::vector<std::vector<int64_t>> out;
+    out.push_back(
+        generate_greedy_batch(s.model(), {caches.front()}, ids, logits_of(0, 1), {}, opt).front().generated);
+    size_t first = 1;
+    while (first < caches.size()) {
+        // A batch pads every cache to the longest: keep the padded copy under kAnswerBatchBytes.
+        size_t last = first + 1;
+        int64_t longest = caches[first]->used_bytes();
+        while (last < caches.size()) {
+            const int64_t l = std::max(longest, caches[last]->used_bytes());
+            if (l * static_cast<int64_t>(last + 1 - first) > kAnswerBatchBytes) break;
+            longest = l;
+            ++last;
+        }
+        const std::vector<const KVCache*> group(caches.begin() + first, caches.begin() + last);
+        for (GenerateResult& r :
+             generate_greedy_batch(s.model(), group, ids, logits_of(first, last), out.front(), opt))
+            out.push_back(std::move(r.generated));
+        first = last;
+    }
+    return out;
+}
+
+std::vector<int64_t> decode_answer(const Session& s, const KVCache& cache, const at::Tensor& last_logits,
                                    const PromptParts& parts, CompressionMode mode, int64_t max_new_tokens,
                                    const JobControl& job) {
-    const std::vector<int64_t> ids = decode_inputs(parts, mode);
-    const at::Tensor logits = ids.empty() ? last_logits : s.model().forward(ids, cache);
-    return greedy_from(s, cache, logits, max_new_tokens, job);
+    return decode_answers(s, {&cache}, {last_logits}, parts, mode, max_new_tokens, job).front();
 }
 
 CompareResult run_compare(const Session& s, const CompareRequest& req, const JobControl& job) {
@@ -266,6 +314,7 @@ CompareResult run_compare(const Session& s, const CompareRequest& req, const Job
             result.capture_bytes = std::max(result.capture_bytes, capture.bytes());
             spdlog::debug("capture of {} tokens: prefill {:.1f} ms, {:.1f} MiB", ids.size(),
                           capture.prefill_ms, static_cast<double>(capture.bytes()) / (1024.0 * 1024.0));
+            std::vector<PendingAnswers> pending;
             std::vector<std::unique_ptr<CompressionMethod>> methods;  // alive as long as their analyses
             std::vector<std::unique_ptr<MethodAnalysis>> analyses;    // earlier methods' (shared work)
             size_t first = 0;
@@ -309,23 +358,27 @@ CompareResult run_compare(const Session& s, const CompareRequest& req, const Job
                             for (LayerAllocation& a : alloc)
                                 slot.run.layers.push_back(std::move(a.diagnostics));
                         }
-                        const auto t1 = Clock::now();
-                        if (!req.questions.empty()) {
-                            KVCache cache = cache_from_layers(s.model(), layers, capture.next_position);
-                            answer_from(s, cache, capture.last_logits, parts, req, only_q, slot.run, job);
-                        }
+                        if (!req.questions.empty())
+                            pending.push_back({&slot,
+                                               cache_from_layers(s.model(), layers, capture.next_position),
+                                               capture.last_logits});
                         spdlog::debug(
-                            "{} kappa {}: analyse {:.1f} ms (shared), allocate {:.1f} ms, materialise "
-                            "{:.1f} ms, decode {:.1f} ms",
+                            "{} kappa {}: analyse {:.1f} ms (shared), allocate {:.1f} ms, "
+                            "materialise {:.1f} ms",
                             slot.run.method, slot.budget, analysis->analyse_ms(), allocate_ms,
-                            ms_since(t0) - allocate_ms - ms_since(t1), ms_since(t1));
+                            ms_since(t0) - allocate_ms);
                     } catch (const InfeasibleBudget& e) {
                         infeasible(slot, e);
                     }
                 }
                 first = last;
             }
+            const auto t1 = Clock::now();
+            const size_t n_answered = pending.size();
+            answer_pending(s, pending, parts, req, only_q, job);
+            spdlog::debug("answers of {} caches decoded together: {:.1f} ms", n_answered, ms_since(t1));
         } else {
+            std::vector<PendingAnswers> pending;
             for (RunSlot& slot : slots) {
                 if (!slot.run.infeasible.empty()) continue;
                 progress(slot);
@@ -339,12 +392,12 @@ CompareResult run_compare(const Session& s, const CompareRequest& req, const Job
                         slot.run.context_ids = ids;
                         slot.run.layers = std::move(r.layers);
                     }
-                    if (!req.questions.empty())
-                        answer_from(s, cache, r.logits, parts, req, only_q, slot.run, job);
+                    if (!req.questions.empty()) pending.push_back({&slot, std::move(cache), r.logits});
                 } catch (const InfeasibleBudget& e) {
                     infeasible(slot, e);
                 }
             }
+            answer_pending(s, pending, parts, req, only_q, job);
         }
     }
     for (RunSlot& slot : slots) {

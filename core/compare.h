@@ -81,13 +81,22 @@ std::vector<double> request_budgets(const std::vector<double>& budgets, const Co
 
 CompareResult run_compare(const Session& session, const CompareRequest& req, const JobControl& job = {});
 
-// The greedy answer ids to one question from a compressed cache whose prefill ended with `last_logits`:
+// The greedy answer ids to one question from each compressed cache, whose prefill ended with last_logits[k]:
 // query-agnostic, the question part and the answer prefix are forwarded first (positions after the
-// context); query-aware, only the answer prefix (the question is inside the compressed part). The cache is
-// left extended: restore a snapshot to reuse it. The one answer path of compare, NIAH and rd.
-std::vector<int64_t> decode_answer(const Session& session, KVCache& cache, const at::Tensor& last_logits,
-                                   const PromptParts& parts, CompressionMode mode, int64_t max_new_tokens,
-                                   const JobControl& job = {});
+// context); query-aware, only the answer prefix (the question is inside the compressed part). The first
+// cache's answer is decoded first and is the draft the others check (generate_greedy_batch); they are decoded
+// together in batches of at most kAnswerBatchBytes of padded cache. The caches are left as they were. The one
+// answer path of compare, NIAH and rd.
+constexpr int64_t kAnswerBatchBytes = int64_t(512) << 20;
+std::vector<std::vector<int64_t>> decode_answers(const Session& session,
+                                                 const std::vector<const KVCache*>& caches,
+                                                 const std::vector<at::Tensor>& last_logits,
+                                                 const PromptParts& parts, CompressionMode mode,
+                                                 int64_t max_new_tokens, const JobControl& job = {});
+// decode_answers of one cache.
+std::vector<int64_t> decode_answer(const Session& session, const KVCache& cache,
+                                   const at::Tensor& last_logits, const PromptParts& parts,
+                                   CompressionMode mode, int64_t max_new_tokens, const JobControl& job = {});
 
 // The one JSON form of a method's run: the fields of `varrate compare --json`'s methods[]; per_token adds the
 // context ids and every layer's per-token diagnostics (session files).

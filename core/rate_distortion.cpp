@@ -311,12 +311,10 @@ RdResult run_rate_distortion(const Session& s, const RdRequest& req, const JobCo
                             if (point.answer_point && !asked.empty()) {
                                 t0 = Clock::now();
                                 KVCache cache = cache_from_layers(s.model(), layers, capture.next_position);
-                                const KVCache::Snapshot compressed = cache.snapshot();
                                 for (size_t q : asked) {
                                     const std::vector<int64_t> out =
                                         decode_answer(s, cache, capture.last_logits, dp[q], req.mode,
                                                       req.max_new_tokens, job);
-                                    cache.restore(compressed);
                                     sample.answers.push_back(tok.decode(out, true));
                                     if (!doc.answers.empty())
                                         sample.correct.push_back(

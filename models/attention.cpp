@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 namespace varrate {
 
@@ -128,6 +129,63 @@ at::Tensor gqa_causal_attention(const at::Tensor& q, const at::Tensor& k, const 
     if (q.device().is_cpu()) return attention_cpu_tiled(q, k, v, n_new, sliding_window, score_budget_bytes);
 #endif
     return gqa_causal_attention_batched(q, k, v, n_new, sliding_window, score_budget_bytes);
+}
+
+at::Tensor gqa_rows_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                              const std::vector<int64_t>& seen, int64_t n_new, int64_t sliding_window,
+                              int64_t score_budget_bytes) {
+    const int64_t B = q.size(0), n_kv = q.size(1), rows = q.size(2), hd = q.size(3), group = rows / n_new;
+    at::Tensor out = at::empty({B * n_kv, rows, hd}, q.options());
+    const at::Tensor q3 = q.reshape({B * n_kv, rows, hd});
+    const at::TensorOptions index = at::TensorOptions().dtype(at::kLong).device(q.device());
+    const at::Tensor token = at::arange(n_new, index).view({1, n_new, 1});  // [1, n_new, 1]
+    int64_t b0 = 0;
+    while (b0 < B) {
+        // Consecutive rows of similar length share a block, padded to the longest, while the scores stay
+        // under the budget; a row much shorter or longer than the block starts its own.
+        int64_t nb = 1, T = seen[b0];
+        while (b0 + nb < B) {
+            const int64_t t = seen[b0 + nb], longest = std::max(T, t);
+            if (2 * std::min(T, t) < longest || (nb + 1) * n_kv * rows * longest * 4 > score_budget_bytes)
+                break;
+            T = longest;
+            ++nb;
+        }
+        const std::vector<int64_t> block_seen(seen.begin() + b0, seen.begin() + b0 + nb);
+        // Token i of row b sees columns [end - window, end) with end = seen_b - n_new + i + 1.
+        const at::Tensor end =
+            at::tensor(block_seen, at::kLong).to(q.device()).view({nb, 1, 1}).sub(n_new - 1).add(token);
+        const int64_t earliest_end = *std::min_element(block_seen.begin(), block_seen.end()) - n_new + 1;
+        const bool windowed = sliding_window > 0 && T > sliding_window;
+        const int64_t from = windowed ? 0 : earliest_end;  // columns before are visible to every token
+        const at::Tensor column = at::arange(from, T, index).view({1, 1, T - from});
+        at::Tensor hidden = column.ge(end);  // [nb, n_new, T - from]
+        if (windowed) hidden.logical_or_(column.lt(end.sub(sliding_window)));
+        const at::Tensor qb = q3.narrow(0, b0 * n_kv, nb * n_kv);
+        const at::Tensor kb = k.narrow(0, b0, nb).narrow(2, 0, T).reshape({nb * n_kv, T, hd}),
+                         vb = v.narrow(0, b0, nb).narrow(2, 0, T).reshape({nb * n_kv, T, hd});
+#if TORCH_VERSION_MAJOR >= 2
+        at::Tensor visible = at::ones({nb, n_new, T}, index.dtype(at::kBool));
+        visible.narrow(2, from, T - from).logical_and_(hidden.logical_not());
+        out.narrow(0, b0 * n_kv, nb * n_kv)
+            .copy_(at::scaled_dot_product_attention(qb, kb, vb,
+                                                    visible.view({nb, 1, 1, n_new, T})
+                                                        .expand({nb, n_kv, group, n_new, T})
+                                                        .reshape({nb * n_kv, rows, T})));
+#else
+        // Queries scaled first (as the tiled path and scaled_dot_product_attention's math path do); one mask
+        // row per new token, shared by the group's query heads and the kv heads.
+        at::Tensor scores = at::bmm(qb.mul(1.0 / std::sqrt(static_cast<double>(hd))), kb.transpose(1, 2))
+                                .to(at::kFloat);  // [nb n_kv, rows, T]
+        if (from < T)
+            scores.view({nb, n_kv, group, n_new, T})
+                .narrow(4, from, T - from)
+                .masked_fill_(hidden.view({nb, 1, 1, n_new, T - from}), kMasked);
+        out.narrow(0, b0 * n_kv, nb * n_kv).copy_(at::bmm(at::softmax(scores, -1).to(q.scalar_type()), vb));
+#endif
+        b0 += nb;
+    }
+    return out.view({B, n_kv, rows, hd});
 }
 
 }  // namespace varrate

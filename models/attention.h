@@ -2,6 +2,7 @@
 // Causal grouped-query attention of a block of new queries against the KV cache, without repeating K/V:
 // the query heads that share a kv head are stacked as rows, so one matmul per kv head serves them all.
 #include <cstdint>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 
@@ -25,5 +26,16 @@ at::Tensor gqa_causal_attention(const at::Tensor& q, const at::Tensor& k, const 
 at::Tensor gqa_causal_attention_batched(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                         int64_t n_new, int64_t sliding_window = 0,
                                         int64_t score_budget_bytes = kDefaultScoreBudgetBytes);
+
+// Attention of a batch of rows, each against its own columns: q [B, n_kv_head, group*n_new, head_dim] (rows
+// (g, i) as above), k, v [B, n_kv_head, >= max(seen), head_dim] where row b uses columns [0, seen[b]), its
+// last n_new being the new tokens (causal among themselves; sliding_window as above). Returns [B, n_kv_head,
+// group*n_new, head_dim] in q's dtype, scores in fp32. Rows of similar length are taken together, as many as
+// keep their scores under score_budget_bytes: the default keeps them in a core's cache, which matters more
+// than the number of blocks. Decodes several caches in lock-step (models/batch_cache.h).
+constexpr int64_t kCachedScoreBytes = int64_t(1) << 20;
+at::Tensor gqa_rows_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                              const std::vector<int64_t>& seen, int64_t n_new, int64_t sliding_window = 0,
+                              int64_t score_budget_bytes = kCachedScoreBytes);
 
 }  // namespace varrate

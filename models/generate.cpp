@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <string>
 
 #include "core/base/error.h"
 
@@ -28,6 +29,10 @@ int64_t greedy_token(const at::Tensor& logits) {
         if (!std::isnan(p[i]) && (best < 0 || p[i] > p[best])) best = i;
     if (best < 0) throw Error("generate: the logits are all NaN (numerical failure in the forward pass)");
     return best;
+}
+
+bool is_stop(const GenerateOptions& opt, int64_t token) {
+    return std::find(opt.stop_ids.begin(), opt.stop_ids.end(), token) != opt.stop_ids.end();
 }
 
 }  // namespace
@@ -70,6 +75,109 @@ GenerateResult decode_greedy(const LlamaModel& model, KVCache& cache, at::Tensor
         logits = model.forward({token}, cache, step);
     }
     r.decode_ms = ms_since(t0);
+    return r;
+}
+
+std::vector<GenerateResult> decode_greedy_batch(const LlamaModel& model, BatchKVCache& cache,
+                                                at::Tensor logits, const GenerateOptions& opt) {
+    if (opt.max_new_tokens < 0) throw Error("generate: max_new_tokens must not be negative");
+    const int64_t B = cache.batch_size();
+    if (logits.dim() != 2 || logits.size(0) != B)
+        throw Error("generate: decode_greedy_batch needs logits [" + std::to_string(B) + ", vocab]");
+    std::vector<GenerateResult> r(static_cast<size_t>(B));
+    std::vector<std::vector<int64_t>> next(static_cast<size_t>(B), std::vector<int64_t>(1));
+    const auto t0 = Clock::now();
+    for (int64_t i = 0; i < opt.max_new_tokens; ++i) {
+        bool running = false;
+        for (int64_t b = 0; b < B; ++b) {
+            GenerateResult& rb = r[b];
+            if (rb.stopped) continue;  // idles, fed its stop token, until every row is done
+            const int64_t token = greedy_token(logits[b]);
+            rb.generated.push_back(token);
+            next[b][0] = token;
+            rb.stopped = is_stop(opt, token);
+            running |= !rb.stopped;
+        }
+        if (!running || i + 1 == opt.max_new_tokens) break;  // the last tokens are not fed back
+        check_cancel(opt.cancel);
+        logits = model.forward_batch(next, cache, 1, opt.cancel).select(1, 0);
+    }
+    const double ms = ms_since(t0);
+    for (GenerateResult& rb : r) rb.decode_ms = ms;
+    return r;
+}
+
+std::vector<GenerateResult> generate_greedy_batch(
+    const LlamaModel& model, const std::vector<const KVCache*>& caches, const std::vector<int64_t>& prompt,
+    const at::Tensor& last_logits, const std::vector<int64_t>& draft, const GenerateOptions& opt) {
+    if (opt.max_new_tokens < 0) throw Error("generate: max_new_tokens must not be negative");
+    const int64_t B = static_cast<int64_t>(caches.size()), max_new = opt.max_new_tokens;
+    if (B == 0) throw Error("generate: no caches to decode");
+    if (prompt.empty() && (!last_logits.defined() || last_logits.dim() != 2 || last_logits.size(0) != B))
+        throw Error("generate: without a prompt, decoding starts from last logits [" + std::to_string(B) +
+                    ", vocab]");
+    std::vector<GenerateResult> r(static_cast<size_t>(B));
+    if (max_new == 0) return r;
+    const auto t0 = Clock::now();
+    // Forward the prompt and all but the last draft token: position j's logits then predict draft token j.
+    const int64_t n_draft = std::min<int64_t>(static_cast<int64_t>(draft.size()), max_new);
+    std::vector<int64_t> feed = prompt;
+    if (n_draft > 1) feed.insert(feed.end(), draft.begin(), draft.begin() + (n_draft - 1));
+    BatchKVCache batch(caches, static_cast<int64_t>(feed.size()) + max_new);
+    at::Tensor predicted;  // [B, max(n_draft, 1), vocab]
+    if (feed.empty()) {
+        predicted = last_logits.unsqueeze(1);
+    } else {
+        const int64_t n_logits = prompt.empty() ? n_draft - 1 : std::max<int64_t>(n_draft, 1);
+        predicted = model.forward_batch(std::vector<std::vector<int64_t>>(static_cast<size_t>(B), feed),
+                                        batch, n_logits, opt.cancel);
+        if (prompt.empty()) predicted = at::cat({last_logits.unsqueeze(1), predicted}, 1);
+    }
+    if (n_draft == 0) {
+        r = decode_greedy_batch(model, batch, predicted.select(1, 0), opt);
+    } else {
+        // Each row takes the draft as long as its own greedy token agrees (speculative decoding, with another
+        // cache's answer as the draft): most rows are done in that one pass.
+        std::vector<int64_t> resume;
+        for (int64_t b = 0; b < B; ++b) {
+            GenerateResult& rb = r[b];
+            for (int64_t j = 0; j < n_draft; ++j) {
+                const int64_t token = greedy_token(predicted[b][j]);
+                rb.generated.push_back(token);
+                rb.stopped = is_stop(opt, token);
+                if (token != draft[j] || rb.stopped) break;
+            }
+            if (!rb.stopped && static_cast<int64_t>(rb.generated.size()) < max_new) resume.push_back(b);
+        }
+        // The others go on from their first disagreement, grouped by how far they got, over fresh copies of
+        // their caches (the batch holds the whole draft).
+        while (!resume.empty()) {
+            const size_t done = r[resume.front()].generated.size();
+            std::vector<int64_t> group, rest;
+            for (int64_t b : resume) (r[b].generated.size() == done ? group : rest).push_back(b);
+            std::vector<const KVCache*> group_caches;
+            std::vector<std::vector<int64_t>> group_feed;
+            for (int64_t b : group) {
+                group_caches.push_back(caches[b]);
+                group_feed.push_back(prompt);
+                group_feed.back().insert(group_feed.back().end(), r[b].generated.begin(),
+                                         r[b].generated.end());
+            }
+            BatchKVCache more(group_caches, static_cast<int64_t>(group_feed.front().size()) + max_new);
+            GenerateOptions rest_opt = opt;
+            rest_opt.max_new_tokens = max_new - static_cast<int64_t>(done);
+            const std::vector<GenerateResult> tail = decode_greedy_batch(
+                model, more, model.forward_batch(group_feed, more, 1, opt.cancel).select(1, 0), rest_opt);
+            for (size_t k = 0; k < group.size(); ++k) {
+                GenerateResult& rb = r[group[k]];
+                rb.generated.insert(rb.generated.end(), tail[k].generated.begin(), tail[k].generated.end());
+                rb.stopped = tail[k].stopped;
+            }
+            resume = std::move(rest);
+        }
+    }
+    const double ms = ms_since(t0);
+    for (GenerateResult& rb : r) rb.decode_ms = ms;
     return r;
 }
 

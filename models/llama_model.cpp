@@ -3,11 +3,13 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <array>
 #include <set>
 #include <string>
 
 #include "core/base/error.h"
 #include "models/attention.h"
+#include "models/batch_cache.h"
 #include "models/layer_math.h"
 #include "models/rope.h"
 #include "models/safetensors.h"
@@ -213,6 +215,26 @@ at::Tensor mlp(const LayerWeights& lw, const at::Tensor& x, int64_t inter) {
     return linear(act, lw.down, lw.down_bias);  // [m, hidden]
 }
 
+// The attention inputs of rows x [batch * m, hidden] (row b * m + i = sequence b's token i): q, k, v with
+// the heads leading, each [batch, heads, m, head_dim] (views into one fused matmul's output).
+std::array<at::Tensor, 3> attention_inputs(const at::Tensor& x, const LayerWeights& lw, const ModelConfig& c,
+                                           int64_t batch) {
+    const int64_t m = x.size(0) / batch, hd = c.head_dim, q_dim = c.n_head * hd, kv_dim = c.n_kv_head * hd;
+    const at::Tensor qkv = linear(rms_norm(x, lw.input_norm, c.rms_norm_eps), lw.qkv, lw.qkv_bias);
+    auto heads = [&](int64_t offset, int64_t width, int64_t n) {
+        return qkv.narrow(1, offset, width).view({batch, m, n, hd}).transpose(1, 2);  // [batch, n, m, hd]
+    };
+    return {heads(0, q_dim, c.n_head), heads(q_dim, kv_dim, c.n_kv_head),
+            heads(q_dim + kv_dim, kv_dim, c.n_kv_head)};
+}
+
+// The rest of the layer once attention is done: x += o(attn_rows), x += mlp(norm(x)). attn_rows: [rows,
+// q_dim].
+void finish_layer(at::Tensor& x, const at::Tensor& attn_rows, const LayerWeights& lw, const ModelConfig& c) {
+    x.add_(linear(attn_rows, lw.o, lw.o_bias));
+    x.add_(mlp(lw, rms_norm(x, lw.post_attn_norm, c.rms_norm_eps), c.intermediate_size));
+}
+
 // One decoder layer over a chunk x [m, hidden] (updated in place) whose RoPE tables are cos/sin [m,
 // head_dim]. Appends the chunk's K/V to layer l of the cache. With `observed`, keeps the chunk's pre-RoPE
 // keys at `context_offset`; with `capture` as well (last chunk), hands the layer to the observer and returns
@@ -221,12 +243,9 @@ bool decoder_layer(at::Tensor& x, const LayerWeights& lw, const ModelConfig& c, 
                    const at::Tensor& cos, const at::Tensor& sin, KVCache& cache, ObservedPrefill* observed,
                    int64_t context_offset, bool capture, const LayerObserver& observer) {
     const int64_t m = x.size(0), n_head = c.n_head, n_kv = c.n_kv_head, hd = c.head_dim;
-    const int64_t q_dim = n_head * hd, kv_dim = n_kv * hd;
-    // One fused q/k/v matmul; heads become the leading dimension.
-    const at::Tensor qkv = linear(rms_norm(x, lw.input_norm, c.rms_norm_eps), lw.qkv, lw.qkv_bias);
-    const at::Tensor q = qkv.narrow(1, 0, q_dim).view({m, n_head, hd}).transpose(0, 1);     // [n_head, m, hd]
-    const at::Tensor k = qkv.narrow(1, q_dim, kv_dim).view({m, n_kv, hd}).transpose(0, 1);  // [n_kv, m, hd]
-    const at::Tensor v = qkv.narrow(1, q_dim + kv_dim, kv_dim).view({m, n_kv, hd}).transpose(0, 1);
+    const auto qkv = attention_inputs(x, lw, c, 1);
+    const at::Tensor q = qkv[0].select(0, 0), k = qkv[1].select(0, 0),
+                     v = qkv[2].select(0, 0);                       // [heads, m, hd]
     const at::Tensor q_rot = apply_rope(q.contiguous(), cos, sin);  // [n_head, m, head_dim]
     cache.append(l, apply_rope(k, cos, sin), v);
     if (observed) observed->keys_pre_rope[l].narrow(1, context_offset, m).copy_(k);
@@ -234,7 +253,7 @@ bool decoder_layer(at::Tensor& x, const LayerWeights& lw, const ModelConfig& c, 
     // Grouped-query attention against the whole cache: the query heads of one kv head are stacked as rows.
     const at::Tensor attn = gqa_causal_attention(q_rot.view({n_kv, (n_head / n_kv) * m, hd}), cache.keys(l),
                                                  cache.values(l), m, c.sliding_window.value_or(0));
-    const at::Tensor attn_rows = attn.reshape({n_head, m, hd}).transpose(0, 1).reshape({m, q_dim});
+    const at::Tensor attn_rows = attn.reshape({n_head, m, hd}).transpose(0, 1).reshape({m, n_head * hd});
 
     bool replaced = false;
     if (observed && capture) {
@@ -255,8 +274,7 @@ bool decoder_layer(at::Tensor& x, const LayerWeights& lw, const ModelConfig& c, 
         }
     }
     // The rest of the layer uses the attention computed with the full cache (as kvpress does).
-    x.add_(linear(attn_rows, lw.o, lw.o_bias));
-    x.add_(mlp(lw, rms_norm(x, lw.post_attn_norm, c.rms_norm_eps), c.intermediate_size));
+    finish_layer(x, attn_rows, lw, c);
     return replaced;
 }
 
@@ -344,6 +362,71 @@ at::Tensor LlamaModel::forward(const std::vector<int64_t>& ids, KVCache& cache,
     }
     cache.set_next_position(start + n);
     return logits.size() == 1 ? logits.front() : at::cat(logits, 0);  // [n or 1, vocab] fp32 CPU
+}
+
+at::Tensor LlamaModel::forward_batch(const std::vector<std::vector<int64_t>>& ids, BatchKVCache& cache,
+                                     int64_t n_logits, const std::atomic<bool>* cancel) const {
+    const ModelConfig& c = config_;
+    const int64_t B = static_cast<int64_t>(ids.size());
+    if (B == 0 || B != cache.batch_size())
+        throw Error("forward_batch: " + std::to_string(B) + " token rows for a batch of " +
+                    std::to_string(cache.batch_size()));
+    if (cache.n_layer() != c.n_layer)
+        throw Error("forward_batch: the batch cache has " + std::to_string(cache.n_layer()) +
+                    " layers, the model " + std::to_string(c.n_layer));
+    const int64_t m = static_cast<int64_t>(ids.front().size());
+    if (m == 0) throw Error("forward_batch: no input tokens");
+    if (n_logits < 1 || n_logits > m)
+        throw Error("forward_batch: " + std::to_string(n_logits) + " logits asked of " + std::to_string(m) +
+                    " tokens");
+    std::vector<int64_t> flat;
+    flat.reserve(static_cast<size_t>(B * m));
+    for (int64_t b = 0; b < B; ++b) {
+        if (static_cast<int64_t>(ids[b].size()) != m)
+            throw Error("forward_batch: row " + std::to_string(b) + " has " + std::to_string(ids[b].size()) +
+                        " tokens, row 0 has " + std::to_string(m) + " (rows advance together)");
+        for (int64_t id : ids[b]) {
+            if (id < 0 || id >= c.vocab_size)
+                throw Error("forward_batch: token id " + std::to_string(id) + " outside the vocabulary [0, " +
+                            std::to_string(c.vocab_size) + ")");
+            flat.push_back(id);
+        }
+    }
+    // RoPE tables per row ([B, 1, m, head_dim], broadcast over heads); rows usually share positions.
+    const int64_t appended = cache.appended(0);
+    std::vector<at::Tensor> cos_rows, sin_rows;
+    for (int64_t b = 0; b < B; ++b) {
+        const int64_t p = cache.position(b, appended);
+        if (b > 0 && p == cache.position(b - 1, appended)) {
+            cos_rows.push_back(cos_rows.back());
+            sin_rows.push_back(sin_rows.back());
+            continue;
+        }
+        auto [cb, sb] = rope_tables(p, p + m);
+        cos_rows.push_back(cb);
+        sin_rows.push_back(sb);
+    }
+    const at::Tensor cos = at::stack(cos_rows).unsqueeze(1), sin = at::stack(sin_rows).unsqueeze(1);
+
+    const int64_t n_head = c.n_head, n_kv = c.n_kv_head, hd = c.head_dim, group = n_head / n_kv;
+    at::Tensor x =
+        at::embedding(w_->embed, at::tensor(flat, at::kLong).to(options_.device));  // [B m, hidden]
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+        check_cancel(cancel);
+        if (cache.appended(l) != appended)
+            throw Error("forward_batch: the batch cache's layers hold different numbers of appended entries");
+        const LayerWeights& lw = w_->layers[l];
+        const auto qkv = attention_inputs(x, lw, c, B);                      // each [B, heads, m, hd]
+        const at::Tensor q_rot = apply_rope(qkv[0].contiguous(), cos, sin);  // [B, n_head, m, hd]
+        cache.append(l, apply_rope(qkv[1], cos, sin), qkv[2]);
+        const at::Tensor attn =
+            gqa_rows_attention(q_rot.view({B, n_kv, group * m, hd}), cache.keys(l), cache.values(l),
+                               cache.seen(l), m, c.sliding_window.value_or(0));  // [B, n_kv, group m, hd]
+        finish_layer(x, attn.reshape({B, n_head, m, hd}).transpose(1, 2).reshape({B * m, n_head * hd}), lw,
+                     c);
+    }
+    const at::Tensor last = x.view({B, m, -1}).narrow(1, m - n_logits, n_logits);  // [B, n_logits, hidden]
+    return at::linear(rms_norm(last, w_->norm, c.rms_norm_eps), w_->lm_head).to(at::kFloat).to(at::kCPU);
 }
 
 }  // namespace varrate

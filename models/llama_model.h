@@ -21,6 +21,8 @@
 
 namespace varrate {
 
+class BatchKVCache;
+
 class SafetensorsArchive;
 
 // What the end-of-prefill observer sees for one layer, as soon as the context prefill has completed that
@@ -69,6 +71,13 @@ class LlamaModel {
     // processed in chunks of opt.chunk_size; with an observer, the last chunk is at least observer_window
     // long.
     at::Tensor forward(const std::vector<int64_t>& ids, KVCache& cache, const ForwardOptions& opt = {}) const;
+
+    // Runs one more step of every row of a batch cache: ids[b] (all rows the same length m) at row b's next
+    // positions, appending their K/V. Returns fp32 CPU logits [B, n_logits, vocab] of each row's last
+    // n_logits tokens. Each row attends to its own entries only, so its logits are those forward() gives over
+    // its cache, up to rounding.
+    at::Tensor forward_batch(const std::vector<std::vector<int64_t>>& ids, BatchKVCache& cache,
+                             int64_t n_logits = 1, const std::atomic<bool>* cancel = nullptr) const;
 
     // RoPE cos/sin for positions [begin, end): each [end-begin, head_dim], runtime dtype and device.
     std::pair<at::Tensor, at::Tensor> rope_tables(int64_t begin, int64_t end) const;

@@ -1,0 +1,88 @@
+#include "models/batch_cache.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <string>
+
+#include "core/base/error.h"
+
+namespace varrate {
+
+BatchKVCache::BatchKVCache(const std::vector<const KVCache*>& caches, int64_t capacity)
+    : capacity_(capacity) {
+    if (caches.empty()) throw Error("BatchKVCache: no caches");
+    if (capacity < 0) throw Error("BatchKVCache: the capacity must not be negative");
+    const KVCache& first = *caches.front();
+    const int64_t B = static_cast<int64_t>(caches.size()), n_layer = first.n_layer();
+    for (int64_t b = 0; b < B; ++b)
+        if (caches[b]->n_layer() != n_layer)
+            throw Error("BatchKVCache: cache " + std::to_string(b) + " has " +
+                        std::to_string(caches[b]->n_layer()) + " layers, cache 0 has " +
+                        std::to_string(n_layer));
+    for (const KVCache* c : caches) positions_.push_back(c->next_position());
+    layers_.resize(static_cast<size_t>(n_layer));
+    for (int64_t l = 0; l < n_layer; ++l) {
+        Layer& layer = layers_[l];
+        for (const KVCache* c : caches) layer.lengths.push_back(c->length(l));
+        const int64_t longest = *std::max_element(layer.lengths.begin(), layer.lengths.end());
+        const at::Tensor k0 = first.keys(l);  // [n_kv_head, n, head_dim]
+        // Zeros: columns past a row's own are masked, but 0 x NaN from stale memory would still poison it.
+        layer.k = at::zeros({B, k0.size(0), longest + capacity, k0.size(2)}, k0.options());
+        layer.v = at::zeros_like(layer.k);
+        for (int64_t b = 0; b < B; ++b) {
+            const int64_t n = layer.lengths[b];
+            if (n == 0) continue;
+            const at::Tensor k = caches[b]->keys(l), v = caches[b]->values(l);
+            if (k.size(0) != k0.size(0) || k.size(2) != k0.size(2) || k.scalar_type() != k0.scalar_type() ||
+                k.device() != k0.device())
+                throw Error("BatchKVCache: cache " + std::to_string(b) + " layer " + std::to_string(l) +
+                            " differs from cache 0 in head shape, dtype or device");
+            layer.k[b].narrow(1, 0, n).copy_(k);
+            layer.v[b].narrow(1, 0, n).copy_(v);
+        }
+    }
+}
+
+void BatchKVCache::append(int64_t layer, const at::Tensor& keys, const at::Tensor& values) {
+    if (layer < 0 || layer >= n_layer())
+        throw Error("BatchKVCache::append: layer " + std::to_string(layer) + " out of range");
+    Layer& l = layers_[layer];
+    if (keys.dim() != 4 || keys.size(0) != batch_size() || !values.sizes().equals(keys.sizes()))
+        throw Error("BatchKVCache::append: expects keys and values [" + std::to_string(batch_size()) +
+                    ", n_kv_head, n, head_dim]");
+    const int64_t n = keys.size(2);
+    if (l.appended + n > capacity_)
+        throw Error("BatchKVCache::append: " + std::to_string(l.appended + n) +
+                    " appended entries exceed the " + std::to_string(capacity_) + " reserved");
+    const bool same_length = std::equal(l.lengths.begin() + 1, l.lengths.end(), l.lengths.begin());
+    if (same_length) {
+        l.k.narrow(2, l.lengths[0] + l.appended, n).copy_(keys);
+        l.v.narrow(2, l.lengths[0] + l.appended, n).copy_(values);
+    } else {
+        for (int64_t b = 0; b < batch_size(); ++b) {
+            l.k[b].narrow(1, l.lengths[b] + l.appended, n).copy_(keys[b]);
+            l.v[b].narrow(1, l.lengths[b] + l.appended, n).copy_(values[b]);
+        }
+    }
+    l.appended += n;
+}
+
+at::Tensor BatchKVCache::keys(int64_t layer) const {
+    const Layer& l = layers_[layer];
+    return l.k.narrow(2, 0, *std::max_element(l.lengths.begin(), l.lengths.end()) + l.appended);
+}
+
+at::Tensor BatchKVCache::values(int64_t layer) const {
+    const Layer& l = layers_[layer];
+    return l.v.narrow(2, 0, *std::max_element(l.lengths.begin(), l.lengths.end()) + l.appended);
+}
+
+std::vector<int64_t> BatchKVCache::seen(int64_t layer) const {
+    const Layer& l = layers_[layer];
+    std::vector<int64_t> out = l.lengths;
+    for (int64_t& n : out) n += l.appended;
+    return out;
+}
+
+}  // namespace varrate
