@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include "codec/gemm.h"
 #include "core/base/error.h"
 
 namespace varrate {
@@ -68,7 +69,8 @@ void anchor_means_out(at::Tensor& out, const AnchorResiduals& r, const at::Tenso
     at::add_out(out, centred_anchor_means(r.centred_anchors, nearest), r.centre);
 }
 
-AnchorResiduals anchor_residuals(const at::Tensor& z, const AnchorLayout& layout, int64_t c, int64_t chunk) {
+AnchorResiduals anchor_residuals(const at::Tensor& z, const AnchorLayout& layout, int64_t c, int64_t chunk,
+                                 bool with_mean, bool onednn_gemm) {
     if (c <= 0) throw Error(fmt::format("anchor search: number of anchors c must be positive, got {}", c));
     if (layout.n_anchors() < c)
         throw Error(fmt::format("anchor search: only {} anchors for c={} nearest", layout.n_anchors(), c));
@@ -88,7 +90,7 @@ AnchorResiduals anchor_residuals(const at::Tensor& z, const AnchorLayout& layout
     r.centre = centre;
     r.centred_anchors = a_c;
     r.nearest = at::empty({n_coded, c}, long_opts);
-    r.mean = at::empty({n_coded, dim}, zf.options());
+    if (with_mean) r.mean = at::empty({n_coded, dim}, zf.options());
     r.residual = at::empty({n_coded, dim}, zf.options());
     r.energy = at::empty({n_coded}, zf.options().dtype(at::kDouble));
     // Everything below works on centred vectors, which removes most of the cancellation: the chunk's rows
@@ -99,14 +101,22 @@ AnchorResiduals anchor_residuals(const at::Tensor& z, const AnchorLayout& layout
         const at::Tensor zc = zf.index_select(0, coded.narrow(0, begin, n)).sub_(centre);  // [n, D]
         // |a|^2 - 2 z.a in fp32 and one GEMM; |z|^2 is the same for every anchor of a row, so leaving it out
         // changes no ranking and avoids adding a large term before comparing.
-        const at::Tensor dist =
-            at::addmm(a_sq.unsqueeze(0), zc, a_c_t, /*beta=*/1.0, /*alpha=*/-2.0);  // [n, n_a]
+        at::Tensor dist;  // [n, n_a]
+        if (onednn_gemm) {
+            dist = a_sq.unsqueeze(0).expand({n, a_sq.size(0)}).contiguous();
+            gemm_out(dist, zc, a_c_t, /*beta=*/1.0, /*alpha=*/-2.0, /*onednn=*/true);
+        } else {
+            dist = at::addmm(a_sq.unsqueeze(0), zc, a_c_t, /*beta=*/1.0, /*alpha=*/-2.0);
+        }
         const at::Tensor best = std::get<1>(
             at::topk(packed_distance_keys(dist), c, 1, /*largest=*/false, /*sorted=*/true));  // [n, c]
         r.nearest.narrow(0, begin, n).copy_(best);
         const at::Tensor m = centred_anchor_means(a_c, best);  // [n, D]
-        at::Tensor mean_rows = r.mean.narrow(0, begin, n), res_rows = r.residual.narrow(0, begin, n);
-        at::add_out(mean_rows, m, centre);
+        if (with_mean) {
+            at::Tensor mean_rows = r.mean.narrow(0, begin, n);
+            at::add_out(mean_rows, m, centre);
+        }
+        at::Tensor res_rows = r.residual.narrow(0, begin, n);
         at::sub_out(res_rows, zc, m);
         r.energy.narrow(0, begin, n).copy_(res_rows.norm(2, {1})).square_();
     }

@@ -37,9 +37,11 @@ struct AnchorResiduals {
 // |a|^2 - 2ab part of the expansion (|b|^2 is the same for every anchor of a token) after centring on the
 // anchor mean (which removes most of the cancellation), in fp32 only, one GEMM per chunk; ties go to the
 // lower anchor ordinal (top-k on exact (distance, ordinal) keys: the order a stable sort gives). Processed
-// in chunks of `chunk` coded tokens to bound memory.
+// in chunks of `chunk` coded tokens to bound memory. with_mean = false leaves `mean` undefined (a caller that
+// keeps the nearest anchors forms it again with anchor_means_out) and saves a pass over [n_coded, D].
+// onednn_gemm: the distance GEMM on oneDNN's fp32 sgemm where available (codec/gemm.h), still fp32.
 AnchorResiduals anchor_residuals(const at::Tensor& z, const AnchorLayout& layout, int64_t c,
-                                 int64_t chunk = 2048);
+                                 int64_t chunk = 2048, bool with_mean = true, bool onednn_gemm = false);
 // z-bar of the rows whose nearest anchors are `nearest` [n, c] into `out` [n, D], bit for bit as
 // anchor_residuals forms `mean` (so a caller may keep the indices rather than the means).
 void anchor_means_out(at::Tensor& out, const AnchorResiduals& r, const at::Tensor& nearest);

@@ -9,6 +9,7 @@
 
 #include "codec/anchors.h"
 #include "codec/footprint.h"
+#include "codec/gemm.h"
 #include "codec/salience.h"
 #include "codec/water_filling.h"
 #include "core/base/error.h"
@@ -45,6 +46,7 @@ VarRateMethod::VarRateMethod(const CodecSettings& settings, std::shared_ptr<cons
                         name(), info.stride, info.anchors, settings_.stride, settings_.anchors));
     device_basis_.resize(basis_->n_layer());
     device_basis_dtype_.resize(basis_->n_layer(), at::kFloat);
+    bf16_basis_.resize(basis_->n_layer());
 }
 
 bool VarRateMethod::basis_charged() const {
@@ -60,7 +62,15 @@ const at::Tensor& VarRateMethod::basis_on(int64_t layer, int64_t rank, const at:
         device_basis_dtype_.at(layer) != stored) {
         cached = basis_->layer(layer).narrow(0, 0, rank).to(device, stored).to(at::kFloat).contiguous();
         device_basis_dtype_.at(layer) = stored;
+        bf16_basis_.at(layer) = at::Tensor();
     }
+    return cached;
+}
+
+const at::Tensor& VarRateMethod::bf16_basis_on(int64_t layer, int64_t rank, const at::Device& device) {
+    const at::Tensor& v = basis_on(layer, rank, device, at::kBFloat16);  // resets bf16_basis_ when it changes
+    at::Tensor& cached = bf16_basis_.at(layer);
+    if (!cached.defined()) cached = v.to(at::kBFloat16);
     return cached;
 }
 
@@ -174,8 +184,9 @@ std::shared_ptr<const LayerAnalysis> VarRateMethod::analyse_with_salience(const 
     a->coded = a->layout.coded_pos.to(dev);
     a->exact = a->layout.exact_pos.to(dev);
     const at::Tensor z = joint_vectors(capture.keys_pre_rope, capture.values);  // [L, D] fp32
-    a->res = anchor_residuals(z, a->layout, settings_.anchors);
-    a->res.mean = at::Tensor();
+    // A bf16 runtime runs its fp32 GEMMs on oneDNN (codec/gemm.h); fp32 runtimes keep at::mm bit for bit.
+    a->res = anchor_residuals(z, a->layout, settings_.anchors, /*chunk=*/2048, /*with_mean=*/false,
+                              /*onednn_gemm=*/dtype == at::kBFloat16);
     a->z_norm = z.norm(2, {1}).index_select(0, a->coded);
     // Salience over the coded set, normalised once: every budget water-fills the same signal.
     a->s_hat = normalise_salience(salience.to(dev, at::kFloat).index_select(0, a->coded));
@@ -249,8 +260,9 @@ LayerAllocation VarRateMethod::allocate(const LayerAnalysis& analysis, const Cod
     int64_t begin = 0;
     for (RankGroup& g : out.rank_groups) {
         const at::Tensor rows = order.narrow(0, begin, g.tokens);
-        const at::Tensor e = a.res.residual.index_select(0, rows);                       // [n, D]
-        const at::Tensor c = e.mm(V.narrow(0, 0, g.width).t());                          // [n, width] fp32
+        const at::Tensor e = a.res.residual.index_select(0, rows);   // [n, D]
+        at::Tensor c = at::empty({g.tokens, g.width}, e.options());  // [n, width] fp32
+        gemm_out(c, e, V.narrow(0, 0, g.width).t(), 0.0, 1.0, /*onednn=*/a.dtype == at::kBFloat16);
         const at::Tensor dropped = at::arange(g.width, ranks.options()).unsqueeze(0) >=  // [n, width]
                                    sorted_ranks.narrow(0, begin, g.tokens).unsqueeze(1);
         at::Tensor stored = a.dtype != at::kFloat ? c.to(a.dtype).to(at::kFloat) : c.clone();
@@ -321,13 +333,23 @@ LayerKV VarRateMethod::materialise(const LayerCapture& capture, const LayerAnaly
         throw Error(fmt::format("{}: layer {} allocation does not match its analysis", name(), a.layer));
     // z^ = z-bar + V^T c^, one GEMM per run of allocation.rank_groups over only the basis rows its tokens
     // use (a GEMM over the masked full-rank coefficients would spend most of its work on zeros).
-    const at::Tensor& V = basis_on(a.layer, a.rank, a.coded.device(), a.dtype);  // [R, D]
-    at::Tensor z_hat = at::empty({n_coded, a.dim}, a.res.residual.options());    // [n_coded, D] fp32
+    // A bf16 cache is reconstructed with bf16 GEMMs (paper A.11: bf16 compute for the reconstruction,
+    // accuracy unchanged): the stored coefficients are bf16 values already, the basis is held in bf16 once
+    // per layer, and the product (accumulated in fp32) is rounded to bf16 once before z-bar is added in fp32,
+    // which adds at most about one rounding step of the cache's own precision. fp32 caches keep the fp32
+    // product.
+    const bool bf16 = a.dtype == at::kBFloat16;
+    const at::Tensor& V = bf16 ? bf16_basis_on(a.layer, a.rank, a.coded.device())
+                               : basis_on(a.layer, a.rank, a.coded.device(), a.dtype);  // [R, D]
+    at::Tensor z_hat = at::empty({n_coded, a.dim}, a.res.residual.options());           // [n_coded, D] fp32
     int64_t begin = 0;
     for (const RankGroup& g : allocation.rank_groups) {
         at::Tensor z_rows = z_hat.narrow(0, begin, g.tokens);  // [n, D]
         anchor_means_out(z_rows, a.res, a.res.nearest.index_select(0, order.narrow(0, begin, g.tokens)));
-        z_rows.addmm_(g.coefficients, V.narrow(0, 0, g.width));
+        if (bf16)
+            z_rows.add_(g.coefficients.to(at::kBFloat16).mm(V.narrow(0, 0, g.width)));  // [n, D] bf16
+        else
+            z_rows.addmm_(g.coefficients, V.narrow(0, 0, g.width));
         begin += g.tokens;
     }
     // Split into keys and values, keys re-rotated to post-RoPE at their positions (apply_rope's

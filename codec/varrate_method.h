@@ -48,12 +48,15 @@ class VarRateMethod : public CompressionMethod {
     // The leading `rank` rows of layer's basis on `device` (fp32; rounded to the cache dtype when charged).
     const at::Tensor& basis_on(int64_t layer, int64_t rank, const at::Device& device,
                                at::ScalarType cache_dtype);
+    // The same rows in bf16, held once per layer, for reconstructing a bf16 cache with bf16 GEMMs.
+    const at::Tensor& bf16_basis_on(int64_t layer, int64_t rank, const at::Device& device);
 
     CodecSettings settings_;
     std::shared_ptr<const Basis> basis_;
     RankAllocation allocation_;
     std::vector<at::Tensor> device_basis_;  // per layer: the leading R rows, resident on the compute device
     std::vector<at::ScalarType> device_basis_dtype_;  // per layer: the precision device_basis_ was rounded to
+    std::vector<at::Tensor> bf16_basis_;              // per layer: device_basis_ rounded to bf16
 };
 
 }  // namespace varrate

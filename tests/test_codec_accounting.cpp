@@ -14,6 +14,7 @@
 #include "codec/anchors.h"
 #include "codec/codec_json.h"
 #include "codec/footprint.h"
+#include "codec/gemm.h"
 #include "codec/synthetic.h"
 #include "codec/varrate_method.h"
 #include "core/base/error.h"
@@ -191,25 +192,31 @@ class TestCodecAccounting : public QObject {
         const AnchorLayout layout = make_anchor_layout(kL, s.stride, s.window);
         const at::Tensor coded = layout.coded_pos;
         const at::Tensor z = joint_vectors(cap.keys_pre_rope, cap.values);
-        const AnchorResiduals res = anchor_residuals(z, layout, s.anchors);
+        const AnchorResiduals res =
+            anchor_residuals(z, layout, s.anchors, 2048, /*with_mean=*/true, /*onednn_gemm=*/true);
         const at::Tensor V = basis->layer(0).contiguous();                   // [R, D] fp32
         const at::Tensor ranks = r.diagnostics.rank.index_select(0, coded);  // [n_coded]
         const at::Tensor mask = at::arange(kD, ranks.options()).unsqueeze(0) < ranks.unsqueeze(1);
-        const at::Tensor coeff = res.residual.mm(V.t());    // [n_coded, R] fp32
+        // A bf16 runtime projects with its fp32 GEMM on oneDNN and reconstructs with a bf16 GEMM (the basis
+        // held in bf16, the product rounded to bf16 before z-bar is added).
+        at::Tensor coeff = at::empty({coded.size(0), V.size(0)});  // [n_coded, R] fp32
+        gemm_out(coeff, res.residual, V.t(), 0.0, 1.0, /*onednn=*/true);
         const at::Tensor stored = coeff.to(at::kBFloat16);  // what a store holds
         const at::Tensor cos = cap.rope_cos.index_select(0, coded).to(at::kFloat);
         const at::Tensor sin = cap.rope_sin.index_select(0, coded).to(at::kFloat);
-        auto decode = [&](const at::Tensor& c) {  // -> keys, values [G, n_coded, hd] bf16
-            const at::Tensor z_hat = at::addmm(res.mean, c.to(at::kFloat) * mask, V);
+        auto decode = [&](const at::Tensor& c, bool bf16_gemm) {  // -> keys, values [G, n_coded, hd] bf16
+            const at::Tensor masked = c.to(at::kFloat) * mask;
+            const at::Tensor z_hat = bf16_gemm ? res.mean + masked.to(at::kBFloat16).mm(V.to(at::kBFloat16))
+                                               : at::addmm(res.mean, masked, V);
             const at::Tensor parts = z_hat.view({coded.size(0), 2, 2, 16}).permute({1, 2, 0, 3});
             return std::make_pair(apply_rope(parts[0], cos, sin).to(at::kBFloat16),
                                   parts[1].to(at::kBFloat16));
         };
-        const auto [keys, values] = decode(stored);
+        const auto [keys, values] = decode(stored, true);
         const at::Tensor got_k = r.kv.keys.index_select(1, coded), got_v = r.kv.values.index_select(1, coded);
         QVERIFY(at::equal(got_k, keys));
         QVERIFY(at::equal(got_v, values));
-        const auto [k32, v32] = decode(coeff);
+        const auto [k32, v32] = decode(coeff, false);
         QVERIFY2(!at::equal(got_v, v32) || !at::equal(got_k, k32),
                  "bf16 reconstruction equals the one from fp32 coefficients: rounding had no effect");
     }
