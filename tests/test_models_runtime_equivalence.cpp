@@ -2,7 +2,8 @@
 
 // Runtime equivalences on small random models of the supported shapes (Qwen2 with biases, Llama 3.1 rope
 // scaling with an untied head, Llama with o/mlp biases, Mistral sliding window, GQA 1:1 and 4:1): an
-// independent fp64 reference forward, incremental == batched, chunked == unchunked, and the observer seam.
+// independent fp64 reference forward, incremental == batched, chunked == unchunked, the observer seam, and
+// several caches decoded in lock-step == each alone.
 #include <ATen/ATen.h>
 
 #include <cmath>
@@ -10,6 +11,7 @@
 
 #include "core/base/error.h"
 #include "models/attention.h"
+#include "models/batch_cache.h"
 #include "models/device.h"
 #include "models/generate.h"
 #include "models/llama_model.h"
@@ -290,6 +292,131 @@ class TestRuntimeEquivalence : public QObject {
             }
             QVERIFY(rel_diff(gqa_causal_attention(q, k, v, n_new, 20), gqa_causal_attention(q, k, v, n_new)) >
                     1e-3);
+        }
+    }
+
+    // Rows of a batch attend to their own columns only: against each row's causal attention alone, with
+    // rows of different lengths, a sliding window and blocks of every size.
+    void rows_attention_matches_each_row() {
+        at::manual_seed(4);
+        const std::vector<int64_t> seen = {40, 7, 38, 12, 40};
+        for (int64_t n_new : {1, 5}) {
+            const at::Tensor q = at::randn({5, 2, 3 * n_new, 8}), k = at::randn({5, 2, 40, 8}),
+                             v = at::randn({5, 2, 40, 8});
+            for (int64_t window : {0, 6})
+                for (int64_t budget : {int64_t(1), int64_t(1) << 20}) {
+                    const at::Tensor got = gqa_rows_attention(q, k, v, seen, n_new, window, budget);
+                    for (int64_t b = 0; b < 5; ++b) {
+                        const at::Tensor want = gqa_causal_attention_batched(
+                            q[b], k[b].narrow(1, 0, seen[b]), v[b].narrow(1, 0, seen[b]), n_new, window);
+                        QVERIFY2(
+                            rel_diff(got[b], want) < 1e-6,
+                            qPrintable(QString("row %1 n_new %2 window %3").arg(b).arg(n_new).arg(window)));
+                    }
+                }
+        }
+    }
+
+    // A batch of caches of different lengths and positions (plain, evicted, evicted unevenly per layer, a
+    // shorter context) advances like each cache alone, and leaves the caches as they were.
+    void batch_forward_matches_each_cache() {
+        for (const Case& k : cases()) {
+            Loaded l = load_case(k, 18);
+            const ModelConfig& c = l.config;
+            std::vector<KVCache> caches;
+            for (int64_t variant = 0; variant < 4; ++variant) {
+                KVCache cache = l.model->new_cache();
+                l.model->forward(random_ids(variant == 3 ? 45 : 60, c.vocab_size, 20), cache);
+                for (int64_t layer = 0; layer < c.n_layer && (variant == 1 || variant == 2); ++layer) {
+                    const at::Tensor keep =
+                        variant == 1 ? at::arange(0, 60, 2) : at::arange(0, 60 - 15 * layer);  // [kept]
+                    cache.replace(layer, {cache.keys(layer).index_select(1, keep),
+                                          cache.values(layer).index_select(1, keep)});
+                }
+                caches.push_back(std::move(cache));
+            }
+            std::vector<const KVCache*> rows;
+            for (const KVCache& cache : caches) rows.push_back(&cache);
+            BatchKVCache batch(rows, 7 + 2);
+            const std::vector<int64_t> question = random_ids(7, c.vocab_size, 21);
+            const at::Tensor got =
+                l.model->forward_batch(std::vector<std::vector<int64_t>>(4, question), batch, 7);
+            QVERIFY(got.sizes() == (std::vector<int64_t>{4, 7, c.vocab_size}));
+            const at::Tensor step1 = l.model->forward_batch({{3}, {5}, {7}, {9}}, batch);
+            const at::Tensor step2 = l.model->forward_batch({{4}, {6}, {8}, {10}}, batch);
+            for (int64_t b = 0; b < 4; ++b) {
+                KVCache& cache = caches[b];
+                const KVCache::Snapshot before = cache.snapshot();
+                const at::Tensor want = forward_all(*l.model, cache, question);
+                const double d = rel_diff(got[b], want);
+                QVERIFY2(d < 1e-4, qPrintable(QString("%1 row %2: %3").arg(k.name.c_str()).arg(b).arg(d)));
+                QVERIFY(rel_diff(step1[b], l.model->forward({3 + 2 * b}, cache)) < 1e-4);
+                QVERIFY(rel_diff(step2[b], l.model->forward({4 + 2 * b}, cache)) < 1e-4);
+                cache.restore(before);
+            }
+            EXPECT_ERROR(l.model->forward_batch({{1}, {2}, {3}, {4}}, batch), "exceed the 9 reserved");
+            EXPECT_ERROR(l.model->forward_batch({{1}, {2}, {3}}, batch), "3 token rows for a batch of 4");
+            EXPECT_ERROR(l.model->forward_batch({{1}, {2, 3}, {3}, {4}}, batch), "row 1 has 2 tokens");
+        }
+    }
+
+    // Greedy answers decoded together, with any draft (right, wrong, too long, none) and with or without a
+    // prompt, are each cache's own greedy answer; rows stop on their own stop tokens.
+    void batch_greedy_matches_each_cache() {
+        for (const Case& k : {cases()[0], cases()[3]}) {
+            Loaded l = load_case(k, 19);
+            const ModelConfig& c = l.config;
+            std::vector<KVCache> caches;
+            std::vector<at::Tensor> last;
+            for (int64_t variant = 0; variant < 4; ++variant) {
+                KVCache cache = l.model->new_cache();
+                last.push_back(l.model->forward(random_ids(50, c.vocab_size, 30 + variant % 2), cache));
+                if (variant >= 2)
+                    for (int64_t layer = 0; layer < c.n_layer; ++layer) {
+                        const at::Tensor keep = at::arange(variant, 50, variant);
+                        cache.replace(layer, {cache.keys(layer).index_select(1, keep),
+                                              cache.values(layer).index_select(1, keep)});
+                    }
+                caches.push_back(std::move(cache));
+            }
+            std::vector<const KVCache*> rows;
+            for (const KVCache& cache : caches) rows.push_back(&cache);
+            const std::vector<int64_t> prompt = random_ids(6, c.vocab_size, 32);
+            GenerateOptions go;
+            go.max_new_tokens = 9;
+            std::vector<std::vector<int64_t>> want, want_no_prompt;
+            for (size_t b = 0; b < caches.size(); ++b) {
+                const KVCache::Snapshot before = caches[b].snapshot();
+                want.push_back(generate_greedy(*l.model, caches[b], prompt, go).generated);
+                caches[b].restore(before);
+            }
+            go.stop_ids = {want[0][3]};  // row 0 now stops after 4 tokens, others wherever it occurs
+            for (size_t b = 0; b < caches.size(); ++b) {
+                const KVCache::Snapshot before = caches[b].snapshot();
+                want[b] = generate_greedy(*l.model, caches[b], prompt, go).generated;
+                caches[b].restore(before);
+                want_no_prompt.push_back(decode_greedy(*l.model, caches[b], last[b], go).generated);
+                caches[b].restore(before);
+            }
+            const std::vector<std::vector<int64_t>> drafts = {
+                {}, want[0], want[1], random_ids(9, c.vocab_size, 33), random_ids(30, c.vocab_size, 34)};
+            for (size_t di = 0; di < drafts.size(); ++di) {
+                const auto got = generate_greedy_batch(*l.model, rows, prompt, at::Tensor(), drafts[di], go);
+                const auto got_np =
+                    generate_greedy_batch(*l.model, rows, {}, at::cat(last, 0), drafts[di], go);
+                for (size_t b = 0; b < caches.size(); ++b) {
+                    QVERIFY2(got[b].generated == want[b],
+                             qPrintable(QString("%1 draft %2 row %3").arg(k.name.c_str()).arg(di).arg(b)));
+                    QCOMPARE(got[b].stopped, want[b].back() == go.stop_ids[0]);
+                    QVERIFY2(
+                        got_np[b].generated == want_no_prompt[b],
+                        qPrintable(
+                            QString("%1 no prompt, draft %2 row %3").arg(k.name.c_str()).arg(di).arg(b)));
+                }
+            }
+            QCOMPARE(caches[2].length(0), int64_t(24));  // untouched
+            EXPECT_ERROR(generate_greedy_batch(*l.model, rows, {}, at::Tensor(), {}, go),
+                         "last logits [4, vocab]");
         }
     }
 
