@@ -95,10 +95,10 @@ struct VarRateAnalysis : LayerAnalysis {
 // The leading basis rows that allocate() projects a token of rank r on and materialise() reconstructs it
 // from, one GEMM per width in use: r rounded up to a multiple of 16 (r <= 64), 32 (r <= 256) or 64, at most
 // R, so that padding costs at most about a quarter of a token's own work while a layer needs at most a few
-// dozen GEMMs. A basis of at most 64 rows is applied whole, in one GEMM over all coded tokens in position
-// order: exactly the masked full-rank product.
+// dozen GEMMs. A basis of at most 128 rows is applied whole, in one GEMM over all coded tokens in position
+// order (exactly the masked full-rank product): below that, a GEMM's fixed cost outweighs the padding saved.
 at::Tensor gemm_widths(const at::Tensor& ranks, int64_t rank_cap) {  // [n] int64 -> [n] int64
-    if (rank_cap <= 64) return at::full_like(ranks, rank_cap);
+    if (rank_cap <= 128) return at::full_like(ranks, rank_cap);
     const at::Tensor unit =
         at::where(ranks <= 64, at::full_like(ranks, 16),
                   at::where(ranks <= 256, at::full_like(ranks, 32), at::full_like(ranks, 64)));

@@ -92,7 +92,8 @@ void check_capture_fits(const ModelConfig& cfg, const RuntimeOptions& ro, int64_
 }
 
 PrefillCapture capture_prefill(const LlamaModel& model, const std::vector<int64_t>& ids,
-                               const CodecSettings& settings, const JobControl& job, int64_t chunk_size) {
+                               const CodecSettings& settings, const JobControl& job, int64_t chunk_size,
+                               bool attention_output) {
     const ModelConfig& cfg = model.config();
     const RuntimeOptions& ro = model.options();
     const int64_t n = static_cast<int64_t>(ids.size());
@@ -114,7 +115,7 @@ PrefillCapture capture_prefill(const LlamaModel& model, const std::vector<int64_
         kept.keys = cap.keys.clone();
         kept.values = cap.values.clone();
         out.references.at(static_cast<size_t>(cap.layer)) =
-            distortion_reference(kept, settings.obs_window, settings.pool_kernel);
+            distortion_reference(kept, settings.obs_window, settings.pool_kernel, {}, attention_output);
         // An empty replacement frees the prefill's own copy of this layer.
         return LayerKV{cap.keys.narrow(1, 0, 0), cap.values.narrow(1, 0, 0)};
     };
@@ -138,7 +139,7 @@ KVCache cache_from_layers(const LlamaModel& model, const std::vector<LayerKV>& l
 }
 
 DistortionReference distortion_reference(const LayerCapture& capture, int64_t obs_window, int64_t pool_kernel,
-                                         const at::Tensor& salience) {
+                                         const at::Tensor& salience, bool attention_output) {
     DistortionReference r;
     const int64_t n_tok = capture.keys.size(1);
     const at::Tensor& q_all = capture.window_queries;  // [H, w_cap, hd]
@@ -147,7 +148,7 @@ DistortionReference distortion_reference(const LayerCapture& capture, int64_t ob
                          : n_tok > obs_window ? varrate_salience(capture, obs_window, pool_kernel)
                                               : at::ones({n_tok}, capture.keys.options().dtype(at::kFloat));
     r.weights = s.to(at::kCPU, at::kDouble);
-    if (r.obs_window > 0) {
+    if (r.obs_window > 0 && attention_output) {
         const int64_t n_kv = capture.keys.size(0);
         const at::Tensor all_pos =
             at::arange(n_tok, capture.keys.options().dtype(at::kLong)).unsqueeze(0).expand({n_kv, n_tok});
@@ -236,7 +237,8 @@ std::vector<LayerKV> MethodAnalysis::materialise(std::vector<LayerAllocation>& a
     return out;
 }
 
-InPrefillLayer compress_layer_in_prefill(CompressionMethod& method, const LayerCapture& cap) {
+InPrefillLayer compress_layer_in_prefill(CompressionMethod& method, const LayerCapture& cap,
+                                         bool attention_output) {
     const CodecSettings& s = method.settings();
     const std::shared_ptr<const LayerAnalysis> analysis = method.analyse(cap);
     LayerAllocation allocation = method.allocate(*analysis, s);
@@ -247,15 +249,16 @@ InPrefillLayer compress_layer_in_prefill(CompressionMethod& method, const LayerC
     // The distortion weights are VarRate's salience: VarRate's own when it is the method (the same call).
     const at::Tensor& own = allocation.diagnostics.salience;
     const bool own_is_weight = method.name() == "varrate" && own.defined();
-    add_distortion(
-        allocation.diagnostics, cap, out.kv, allocation.kept,
-        distortion_reference(cap, s.obs_window, s.pool_kernel, own_is_weight ? own : at::Tensor()));
+    add_distortion(allocation.diagnostics, cap, out.kv, allocation.kept,
+                   distortion_reference(cap, s.obs_window, s.pool_kernel, own_is_weight ? own : at::Tensor(),
+                                        attention_output));
     out.diagnostics = std::move(allocation.diagnostics);
     return out;
 }
 
 InPrefillResult compress_in_prefill(const LlamaModel& model, CompressionMethod& method,
-                                    const std::vector<int64_t>& ids, KVCache& cache, const JobControl& job) {
+                                    const std::vector<int64_t>& ids, KVCache& cache, const JobControl& job,
+                                    bool attention_output) {
     InPrefillResult out;
     ForwardOptions fo;
     fo.cancel = job.cancel;
@@ -263,7 +266,7 @@ InPrefillResult compress_in_prefill(const LlamaModel& model, CompressionMethod& 
     fo.observer_window = method.settings().obs_window;
     fo.observer = [&](const LayerCapture& cap) -> std::optional<LayerKV> {
         const auto t0 = Clock::now();
-        InPrefillLayer layer = compress_layer_in_prefill(method, cap);
+        InPrefillLayer layer = compress_layer_in_prefill(method, cap, attention_output);
         out.compress_ms += ms_since(t0);
         out.layers.push_back(std::move(layer.diagnostics));
         return std::move(layer.kv);

@@ -27,9 +27,10 @@ struct DistortionReference {
     at::Tensor window_output;  // [H, w, hd] fp32: the window queries' attention output over the full cache
     int64_t obs_window = 0;    // w
 };
-// `salience`: VarRate's salience of this capture when already computed (else computed here).
+// `salience`: VarRate's salience of this capture when already computed (else computed here). Without
+// `attention_output`, no window output: add_distortion then measures the weighted K/V error only.
 DistortionReference distortion_reference(const LayerCapture& capture, int64_t obs_window, int64_t pool_kernel,
-                                         const at::Tensor& salience = {});
+                                         const at::Tensor& salience = {}, bool attention_output = true);
 
 struct PrefillCapture {
     std::vector<int64_t> ids;
@@ -53,11 +54,13 @@ void check_capture_fits(const ModelConfig& config, const RuntimeOptions& runtime
                         int64_t obs_window, int64_t available);
 
 // Prefills `ids` from an empty cache, keeping settings.obs_window window queries and weighting distortion by
-// VarRate's salience with settings.pool_kernel. Refuses with an Error naming the bytes needed and available
-// when the capture cannot fit on the model's device. Progress and cancel are the prefill's.
+// VarRate's salience with settings.pool_kernel (attention_output: also the window queries' attention output,
+// which the attention-output error is measured against). Refuses with an Error naming the bytes needed and
+// available when the capture cannot fit on the model's device. Progress and cancel are the prefill's.
 PrefillCapture capture_prefill(const LlamaModel& model, const std::vector<int64_t>& ids,
                                const CodecSettings& settings, const JobControl& job = {},
-                               int64_t chunk_size = ForwardOptions().chunk_size);
+                               int64_t chunk_size = ForwardOptions().chunk_size,
+                               bool attention_output = true);
 
 // A cache holding `layers` (one per model layer) that decodes from `next_position`.
 KVCache cache_from_layers(const LlamaModel& model, const std::vector<LayerKV>& layers, int64_t next_position);
@@ -97,7 +100,8 @@ struct InPrefillLayer {
     LayerKV kv;
     LayerDiagnostics diagnostics;
 };
-InPrefillLayer compress_layer_in_prefill(CompressionMethod& method, const LayerCapture& capture);
+InPrefillLayer compress_layer_in_prefill(CompressionMethod& method, const LayerCapture& capture,
+                                         bool attention_output = true);
 
 // The separate path: one prefill of `ids` into `cache` with the method as its end-of-prefill observer
 // (compress_layer_in_prefill, layer by layer). Returns the last logits; `layers` gets the diagnostics,
@@ -109,6 +113,6 @@ struct InPrefillResult {
 };
 InPrefillResult compress_in_prefill(const LlamaModel& model, CompressionMethod& method,
                                     const std::vector<int64_t>& ids, KVCache& cache,
-                                    const JobControl& job = {});
+                                    const JobControl& job = {}, bool attention_output = true);
 
 }  // namespace varrate

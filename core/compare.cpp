@@ -200,8 +200,11 @@ std::vector<std::vector<int64_t>> decode_answers(const Session& s, const std::ve
     // pass (generate_greedy_batch): when they agree with it, as compressed caches mostly do, that one pass
     // is all their decoding.
     std::vector<std::vector<int64_t>> out;
+    auto t0 = Clock::now();
     out.push_back(
         generate_greedy_batch(s.model(), {caches.front()}, ids, logits_of(0, 1), {}, opt).front().generated);
+    const double draft_ms = ms_since(t0);
+    t0 = Clock::now();
     size_t first = 1;
     while (first < caches.size()) {
         // A batch pads every cache to the longest: keep the padded copy under kAnswerBatchBytes.
@@ -219,6 +222,10 @@ std::vector<std::vector<int64_t>> decode_answers(const Session& s, const std::ve
             out.push_back(std::move(r.generated));
         first = last;
     }
+    size_t agree = 0;
+    for (size_t k = 1; k < out.size(); ++k) agree += out[k] == out.front() ? 1 : 0;
+    spdlog::debug("decode_answers: first answer {:.1f} ms, {} more caches {:.1f} ms ({} agree with it)",
+                  draft_ms, caches.size() - 1, ms_since(t0), agree);
     return out;
 }
 
@@ -310,7 +317,8 @@ CompareResult run_compare(const Session& s, const CompareRequest& req, const Job
         const std::vector<int64_t> ids = compressed_ids(ci);
         const int64_t only_q = req.mode == CompressionMode::QueryAware ? static_cast<int64_t>(ci) : -1;
         if (req.shared_capture) {
-            const PrefillCapture capture = capture_prefill(s.model(), ids, req.settings, job);
+            const PrefillCapture capture = capture_prefill(
+                s.model(), ids, req.settings, job, ForwardOptions().chunk_size, req.attention_output_error);
             result.capture_bytes = std::max(result.capture_bytes, capture.bytes());
             spdlog::debug("capture of {} tokens: prefill {:.1f} ms, {:.1f} MiB", ids.size(),
                           capture.prefill_ms, static_cast<double>(capture.bytes()) / (1024.0 * 1024.0));
@@ -385,7 +393,8 @@ CompareResult run_compare(const Session& s, const CompareRequest& req, const Job
                 try {
                     auto method = make(slot);
                     KVCache cache = s.model().new_cache();
-                    InPrefillResult r = compress_in_prefill(s.model(), *method, ids, cache, job);
+                    InPrefillResult r =
+                        compress_in_prefill(s.model(), *method, ids, cache, job, req.attention_output_error);
                     slot.run.prefill_ms += r.prefill_ms;
                     slot.run.compress_ms += r.compress_ms;
                     if (ci == 0) {

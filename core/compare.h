@@ -36,6 +36,9 @@ struct CompareRequest {
     // (core/capture.h); false: one prefill per method, budget (and question), the method compressing inside
     // it. Both give the same answers, ranks and footprints.
     bool shared_capture = true;
+    // Measure each layer's attention-output error (add_distortion): a window attention over every compressed
+    // cache, which sweeps that do not report it (NIAH) skip.
+    bool attention_output_error = true;
     int64_t max_new_tokens = 32;
     bool chat = false;
     // A method whose budget this context cannot meet (InfeasibleBudget) gets a run with `infeasible` set

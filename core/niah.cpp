@@ -221,6 +221,7 @@ NiahSweepStats run_niah_sweep(const Session& session, const NiahSweepOptions& o,
         req.max_new_tokens = o.max_new_tokens;
         req.chat = o.doc.chat;
         req.skip_infeasible = true;
+        req.attention_output_error = false;  // records keep needle retention, not distortion
         JobControl inner;
         inner.cancel = job.cancel;
         inner.progress = [&](const std::string& stage, int64_t done, int64_t total) {

@@ -25,6 +25,7 @@ BatchKVCache::BatchKVCache(const std::vector<const KVCache*>& caches, int64_t ca
     for (int64_t l = 0; l < n_layer; ++l) {
         Layer& layer = layers_[l];
         for (const KVCache* c : caches) layer.lengths.push_back(c->length(l));
+        layer.appended.assign(static_cast<size_t>(B), 0);
         const int64_t longest = *std::max_element(layer.lengths.begin(), layer.lengths.end());
         const at::Tensor k0 = first.keys(l);  // [n_kv_head, n, head_dim]
         // Zeros: columns past a row's own are masked, but 0 x NaN from stale memory would still poison it.
@@ -52,36 +53,72 @@ void BatchKVCache::append(int64_t layer, const at::Tensor& keys, const at::Tenso
         throw Error("BatchKVCache::append: expects keys and values [" + std::to_string(batch_size()) +
                     ", n_kv_head, n, head_dim]");
     const int64_t n = keys.size(2);
-    if (l.appended + n > capacity_)
-        throw Error("BatchKVCache::append: " + std::to_string(l.appended + n) +
-                    " appended entries exceed the " + std::to_string(capacity_) + " reserved");
-    const bool same_length = std::equal(l.lengths.begin() + 1, l.lengths.end(), l.lengths.begin());
-    if (same_length) {
-        l.k.narrow(2, l.lengths[0] + l.appended, n).copy_(keys);
-        l.v.narrow(2, l.lengths[0] + l.appended, n).copy_(values);
+    for (int64_t b = 0; b < batch_size(); ++b)
+        if (l.appended[b] + n > capacity_)
+            throw Error("BatchKVCache::append: " + std::to_string(l.appended[b] + n) +
+                        " appended entries exceed the " + std::to_string(capacity_) + " reserved");
+    const std::vector<int64_t> at_column = seen(layer);
+    if (std::equal(at_column.begin() + 1, at_column.end(), at_column.begin())) {
+        l.k.narrow(2, at_column[0], n).copy_(keys);  // every row continues at the same column
+        l.v.narrow(2, at_column[0], n).copy_(values);
     } else {
         for (int64_t b = 0; b < batch_size(); ++b) {
-            l.k[b].narrow(1, l.lengths[b] + l.appended, n).copy_(keys[b]);
-            l.v[b].narrow(1, l.lengths[b] + l.appended, n).copy_(values[b]);
+            l.k[b].narrow(1, at_column[b], n).copy_(keys[b]);
+            l.v[b].narrow(1, at_column[b], n).copy_(values[b]);
         }
     }
-    l.appended += n;
+    for (int64_t& a : l.appended) a += n;
+}
+
+void BatchKVCache::truncate(int64_t b, int64_t appended) {
+    if (b < 0 || b >= batch_size())
+        throw Error("BatchKVCache::truncate: row " + std::to_string(b) + " out of range");
+    for (Layer& l : layers_) {
+        if (appended < 0 || appended > l.appended[b])
+            throw Error("BatchKVCache::truncate: row " + std::to_string(b) + " holds " +
+                        std::to_string(l.appended[b]) + " appended entries, not " + std::to_string(appended));
+        l.appended[b] = appended;
+    }
+}
+
+BatchKVCache BatchKVCache::select(const std::vector<int64_t>& rows) const {
+    if (rows.empty()) throw Error("BatchKVCache::select: no rows");
+    BatchKVCache out;
+    out.capacity_ = capacity_;
+    for (int64_t b : rows) {
+        if (b < 0 || b >= batch_size())
+            throw Error("BatchKVCache::select: row " + std::to_string(b) + " out of range");
+        out.positions_.push_back(positions_[b]);
+    }
+    const at::Tensor index = at::tensor(rows, at::kLong);
+    for (const Layer& l : layers_) {
+        Layer o;
+        const at::Tensor on_device = index.to(l.k.device());
+        o.k = l.k.index_select(0, on_device);
+        o.v = l.v.index_select(0, on_device);
+        for (int64_t b : rows) {
+            o.lengths.push_back(l.lengths[b]);
+            o.appended.push_back(l.appended[b]);
+        }
+        out.layers_.push_back(std::move(o));
+    }
+    return out;
 }
 
 at::Tensor BatchKVCache::keys(int64_t layer) const {
-    const Layer& l = layers_[layer];
-    return l.k.narrow(2, 0, *std::max_element(l.lengths.begin(), l.lengths.end()) + l.appended);
+    const std::vector<int64_t> s = seen(layer);
+    return layers_[layer].k.narrow(2, 0, *std::max_element(s.begin(), s.end()));
 }
 
 at::Tensor BatchKVCache::values(int64_t layer) const {
-    const Layer& l = layers_[layer];
-    return l.v.narrow(2, 0, *std::max_element(l.lengths.begin(), l.lengths.end()) + l.appended);
+    const std::vector<int64_t> s = seen(layer);
+    return layers_[layer].v.narrow(2, 0, *std::max_element(s.begin(), s.end()));
 }
 
 std::vector<int64_t> BatchKVCache::seen(int64_t layer) const {
     const Layer& l = layers_[layer];
     std::vector<int64_t> out = l.lengths;
-    for (int64_t& n : out) n += l.appended;
+    for (size_t b = 0; b < out.size(); ++b) out[b] += l.appended[b];
     return out;
 }
 

@@ -22,11 +22,18 @@ class BatchKVCache {
 
     int64_t batch_size() const { return static_cast<int64_t>(positions_.size()); }
     int64_t n_layer() const { return static_cast<int64_t>(layers_.size()); }
-    int64_t appended(int64_t layer) const { return layers_[layer].appended; }
+    // Entries row b has appended to a layer.
+    int64_t appended(int64_t layer, int64_t b) const { return layers_[layer].appended[b]; }
     // RoPE position of row b's next appended entry, given `appended` entries so far.
     int64_t position(int64_t b, int64_t appended) const { return positions_[b] + appended; }
 
-    // Appends [B, n_kv_head, n, head_dim] to one layer (n <= what is left of the capacity).
+    // Forgets row b's appended entries past the first `appended` in every layer (a draft it rejected).
+    void truncate(int64_t b, int64_t appended);
+    // A batch of some rows only (copies).
+    BatchKVCache select(const std::vector<int64_t>& rows) const;
+
+    // Appends [B, n_kv_head, n, head_dim] to one layer, each row after its own entries (n <= what is left of
+    // the capacity).
     void append(int64_t layer, const at::Tensor& keys, const at::Tensor& values);
     // The layer's buffer up to the longest row's last entry: [B, n_kv_head, max_b(seen_b), head_dim].
     at::Tensor keys(int64_t layer) const;
@@ -35,10 +42,11 @@ class BatchKVCache {
     std::vector<int64_t> seen(int64_t layer) const;
 
   private:
+    BatchKVCache() = default;
     struct Layer {
-        at::Tensor k, v;               // [B, n_kv_head, longest own + capacity, head_dim]
-        std::vector<int64_t> lengths;  // own entries per row
-        int64_t appended = 0;
+        at::Tensor k, v;                // [B, n_kv_head, longest own + capacity, head_dim]
+        std::vector<int64_t> lengths;   // own entries per row
+        std::vector<int64_t> appended;  // appended entries per row
     };
     std::vector<Layer> layers_;
     std::vector<int64_t> positions_;  // per row: the position the first appended entry takes

@@ -78,34 +78,40 @@ GenerateResult decode_greedy(const LlamaModel& model, KVCache& cache, at::Tensor
     return r;
 }
 
-std::vector<GenerateResult> decode_greedy_batch(const LlamaModel& model, BatchKVCache& cache,
-                                                at::Tensor logits, const GenerateOptions& opt) {
-    if (opt.max_new_tokens < 0) throw Error("generate: max_new_tokens must not be negative");
-    const int64_t B = cache.batch_size();
-    if (logits.dim() != 2 || logits.size(0) != B)
-        throw Error("generate: decode_greedy_batch needs logits [" + std::to_string(B) + ", vocab]");
-    std::vector<GenerateResult> r(static_cast<size_t>(B));
-    std::vector<std::vector<int64_t>> next(static_cast<size_t>(B), std::vector<int64_t>(1));
-    const auto t0 = Clock::now();
-    for (int64_t i = 0; i < opt.max_new_tokens; ++i) {
-        bool running = false;
-        for (int64_t b = 0; b < B; ++b) {
-            GenerateResult& rb = r[b];
-            if (rb.stopped) continue;  // idles, fed its stop token, until every row is done
-            const int64_t token = greedy_token(logits[b]);
-            rb.generated.push_back(token);
-            next[b][0] = token;
-            rb.stopped = is_stop(opt, token);
-            running |= !rb.stopped;
-        }
-        if (!running || i + 1 == opt.max_new_tokens) break;  // the last tokens are not fed back
+namespace {
+
+// Greedy continuation of the `active` rows of `cache` (indices into r), each fed its last generated token
+// (its cache holds everything before it), until each stops or has max_new_tokens tokens. Rows that are done
+// leave the batch, so later steps only pay for those still going.
+void continue_greedy(const LlamaModel& model, BatchKVCache cache, std::vector<GenerateResult>& r,
+                     std::vector<int64_t> active, const GenerateOptions& opt) {
+    std::vector<int64_t> row_of(r.size());  // result index -> its row in `cache`
+    for (size_t b = 0; b < r.size(); ++b) row_of[b] = static_cast<int64_t>(b);
+    while (!active.empty()) {
         check_cancel(opt.cancel);
-        logits = model.forward_batch(next, cache, 1, opt.cancel).select(1, 0);
+        if (static_cast<int64_t>(active.size()) < cache.batch_size()) {
+            std::vector<int64_t> rows;
+            for (int64_t b : active) rows.push_back(row_of[b]);
+            cache = cache.select(rows);
+            for (size_t k = 0; k < active.size(); ++k) row_of[active[k]] = static_cast<int64_t>(k);
+        }
+        std::vector<std::vector<int64_t>> next;
+        for (int64_t b : active) next.push_back({r[b].generated.back()});
+        const at::Tensor logits = model.forward_batch(next, cache, 1, opt.cancel).select(1, 0);  // [B, vocab]
+        std::vector<int64_t> still;
+        for (size_t k = 0; k < active.size(); ++k) {
+            GenerateResult& rb = r[active[k]];
+            const int64_t token = greedy_token(logits[static_cast<int64_t>(k)]);
+            rb.generated.push_back(token);
+            rb.stopped = is_stop(opt, token);
+            if (!rb.stopped && static_cast<int64_t>(rb.generated.size()) < opt.max_new_tokens)
+                still.push_back(active[k]);
+        }
+        active = std::move(still);
     }
-    const double ms = ms_since(t0);
-    for (GenerateResult& rb : r) rb.decode_ms = ms;
-    return r;
 }
+
+}  // namespace
 
 std::vector<GenerateResult> generate_greedy_batch(
     const LlamaModel& model, const std::vector<const KVCache*>& caches, const std::vector<int64_t>& prompt,
@@ -133,49 +139,23 @@ std::vector<GenerateResult> generate_greedy_batch(
                                         batch, n_logits, opt.cancel);
         if (prompt.empty()) predicted = at::cat({last_logits.unsqueeze(1), predicted}, 1);
     }
-    if (n_draft == 0) {
-        r = decode_greedy_batch(model, batch, predicted.select(1, 0), opt);
-    } else {
-        // Each row takes the draft as long as its own greedy token agrees (speculative decoding, with another
-        // cache's answer as the draft): most rows are done in that one pass.
-        std::vector<int64_t> resume;
-        for (int64_t b = 0; b < B; ++b) {
-            GenerateResult& rb = r[b];
-            for (int64_t j = 0; j < n_draft; ++j) {
-                const int64_t token = greedy_token(predicted[b][j]);
-                rb.generated.push_back(token);
-                rb.stopped = is_stop(opt, token);
-                if (token != draft[j] || rb.stopped) break;
-            }
-            if (!rb.stopped && static_cast<int64_t>(rb.generated.size()) < max_new) resume.push_back(b);
+    // Each row takes the draft for as long as its own greedy token agrees (speculative decoding, with another
+    // cache's answer as the draft): most rows are done in that one pass. The others forget the draft past
+    // their first disagreement and go on from there.
+    std::vector<int64_t> active;
+    for (int64_t b = 0; b < B; ++b) {
+        GenerateResult& rb = r[b];
+        for (int64_t j = 0;; ++j) {
+            const int64_t token = greedy_token(predicted[b][j]);
+            rb.generated.push_back(token);
+            rb.stopped = is_stop(opt, token);
+            if (rb.stopped || j + 1 >= n_draft || token != draft[j]) break;
         }
-        // The others go on from their first disagreement, grouped by how far they got, over fresh copies of
-        // their caches (the batch holds the whole draft).
-        while (!resume.empty()) {
-            const size_t done = r[resume.front()].generated.size();
-            std::vector<int64_t> group, rest;
-            for (int64_t b : resume) (r[b].generated.size() == done ? group : rest).push_back(b);
-            std::vector<const KVCache*> group_caches;
-            std::vector<std::vector<int64_t>> group_feed;
-            for (int64_t b : group) {
-                group_caches.push_back(caches[b]);
-                group_feed.push_back(prompt);
-                group_feed.back().insert(group_feed.back().end(), r[b].generated.begin(),
-                                         r[b].generated.end());
-            }
-            BatchKVCache more(group_caches, static_cast<int64_t>(group_feed.front().size()) + max_new);
-            GenerateOptions rest_opt = opt;
-            rest_opt.max_new_tokens = max_new - static_cast<int64_t>(done);
-            const std::vector<GenerateResult> tail = decode_greedy_batch(
-                model, more, model.forward_batch(group_feed, more, 1, opt.cancel).select(1, 0), rest_opt);
-            for (size_t k = 0; k < group.size(); ++k) {
-                GenerateResult& rb = r[group[k]];
-                rb.generated.insert(rb.generated.end(), tail[k].generated.begin(), tail[k].generated.end());
-                rb.stopped = tail[k].stopped;
-            }
-            resume = std::move(rest);
-        }
+        if (rb.stopped || static_cast<int64_t>(rb.generated.size()) == max_new) continue;
+        batch.truncate(b, static_cast<int64_t>(prompt.size() + rb.generated.size()) - 1);
+        active.push_back(b);
     }
+    continue_greedy(model, std::move(batch), r, std::move(active), opt);
     const double ms = ms_since(t0);
     for (GenerateResult& rb : r) rb.decode_ms = ms;
     return r;

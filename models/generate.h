@@ -36,17 +36,12 @@ GenerateResult generate_greedy(const LlamaModel& model, KVCache& cache, const st
 GenerateResult decode_greedy(const LlamaModel& model, KVCache& cache, at::Tensor last_logits,
                              const GenerateOptions& opt);
 
-// decode_greedy for every row of a batch cache in lock-step, from each row's logits [B, vocab]: rows stop on
-// their own (a stopped row idles until all are done). opt.on_token, opt.progress and opt.prefill are unused.
-// The cache needs room for max_new_tokens - 1 more entries.
-std::vector<GenerateResult> decode_greedy_batch(const LlamaModel& model, BatchKVCache& cache,
-                                                at::Tensor logits, const GenerateOptions& opt);
-
 // Greedy answers of several caches to the same `prompt` (appended to each; when empty, decoding starts from
 // last_logits [B, vocab]), decoded together. A `draft` (e.g. another cache's greedy answer) is checked in the
 // prompt's forward pass: a row takes it for as long as its own greedy tokens agree, and only rows that
-// disagree decode on from there. The answers are the caches' greedy answers whatever the draft (it only saves
-// steps), up to the rounding differences of batched and multi-token passes. The caches are not modified.
+// disagree decode on from there, in lock-step (models/batch_cache.h). The answers are the caches' greedy
+// answers whatever the draft (it only saves steps), up to the rounding differences of batched and multi-token
+// passes. The caches are not modified.
 std::vector<GenerateResult> generate_greedy_batch(
     const LlamaModel& model, const std::vector<const KVCache*>& caches, const std::vector<int64_t>& prompt,
     const at::Tensor& last_logits, const std::vector<int64_t>& draft, const GenerateOptions& opt);

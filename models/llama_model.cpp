@@ -393,11 +393,12 @@ at::Tensor LlamaModel::forward_batch(const std::vector<std::vector<int64_t>>& id
         }
     }
     // RoPE tables per row ([B, 1, m, head_dim], broadcast over heads); rows usually share positions.
-    const int64_t appended = cache.appended(0);
     std::vector<at::Tensor> cos_rows, sin_rows;
+    std::vector<int64_t> appended(static_cast<size_t>(B));
     for (int64_t b = 0; b < B; ++b) {
-        const int64_t p = cache.position(b, appended);
-        if (b > 0 && p == cache.position(b - 1, appended)) {
+        appended[b] = cache.appended(0, b);
+        const int64_t p = cache.position(b, appended[b]);
+        if (b > 0 && p == cache.position(b - 1, appended[b - 1])) {
             cos_rows.push_back(cos_rows.back());
             sin_rows.push_back(sin_rows.back());
             continue;
@@ -413,8 +414,10 @@ at::Tensor LlamaModel::forward_batch(const std::vector<std::vector<int64_t>>& id
         at::embedding(w_->embed, at::tensor(flat, at::kLong).to(options_.device));  // [B m, hidden]
     for (int64_t l = 0; l < c.n_layer; ++l) {
         check_cancel(cancel);
-        if (cache.appended(l) != appended)
-            throw Error("forward_batch: the batch cache's layers hold different numbers of appended entries");
+        for (int64_t b = 0; b < B; ++b)
+            if (cache.appended(l, b) != appended[b])
+                throw Error(
+                    "forward_batch: the batch cache's layers hold different numbers of appended entries");
         const LayerWeights& lw = w_->layers[l];
         const auto qkv = attention_inputs(x, lw, c, B);                      // each [B, heads, m, hd]
         const at::Tensor q_rot = apply_rope(qkv[0].contiguous(), cos, sin);  // [B, n_head, m, hd]
