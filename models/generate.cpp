@@ -82,9 +82,12 @@ namespace {
 
 // Greedy continuation of the `active` rows of `cache` (indices into r), each fed its last generated token
 // (its cache holds everything before it), until each stops or has max_new_tokens tokens. Rows that are done
-// leave the batch, so later steps only pay for those still going.
+// leave the batch, so later steps only pay for those still going. When every row still going repeats its
+// last token (a degenerate tail such as "0000..."), a step also feeds that token a few more times as a draft
+// and keeps what each row's own greedy tokens confirm.
 void continue_greedy(const LlamaModel& model, BatchKVCache cache, std::vector<GenerateResult>& r,
                      std::vector<int64_t> active, const GenerateOptions& opt) {
+    constexpr int64_t kRepeatDraft = 7;
     std::vector<int64_t> row_of(r.size());  // result index -> its row in `cache`
     for (size_t b = 0; b < r.size(); ++b) row_of[b] = static_cast<int64_t>(b);
     while (!active.empty()) {
@@ -95,15 +98,37 @@ void continue_greedy(const LlamaModel& model, BatchKVCache cache, std::vector<Ge
             cache = cache.select(rows);
             for (size_t k = 0; k < active.size(); ++k) row_of[active[k]] = static_cast<int64_t>(k);
         }
+        bool repeating = true;
+        int64_t room = kRepeatDraft;
+        for (int64_t b : active) {
+            const std::vector<int64_t>& g = r[b].generated;
+            repeating &= g.size() >= 2 && g[g.size() - 1] == g[g.size() - 2];
+            room = std::min<int64_t>(room, opt.max_new_tokens - static_cast<int64_t>(g.size()) - 1);
+        }
+        const int64_t n_draft = repeating ? std::max<int64_t>(0, room) : 0;
         std::vector<std::vector<int64_t>> next;
-        for (int64_t b : active) next.push_back({r[b].generated.back()});
-        const at::Tensor logits = model.forward_batch(next, cache, 1, opt.cancel).select(1, 0);  // [B, vocab]
+        for (int64_t b : active) next.emplace_back(static_cast<size_t>(1 + n_draft), r[b].generated.back());
+        std::vector<int64_t> before;
+        for (size_t k = 0; k < active.size(); ++k)
+            before.push_back(cache.appended(0, static_cast<int64_t>(k)));
+        const at::Tensor logits =
+            model.forward_batch(next, cache, 1 + n_draft, opt.cancel);  // [B, 1+d, vocab]
         std::vector<int64_t> still;
         for (size_t k = 0; k < active.size(); ++k) {
             GenerateResult& rb = r[active[k]];
-            const int64_t token = greedy_token(logits[static_cast<int64_t>(k)]);
-            rb.generated.push_back(token);
-            rb.stopped = is_stop(opt, token);
+            const int64_t fed = next[k].front();
+            int64_t taken = 0;
+            for (int64_t j = 0; j <= n_draft; ++j) {
+                const int64_t token = greedy_token(logits[static_cast<int64_t>(k)][j]);
+                rb.generated.push_back(token);
+                ++taken;
+                rb.stopped = is_stop(opt, token);
+                if (rb.stopped || token != fed ||
+                    static_cast<int64_t>(rb.generated.size()) >= opt.max_new_tokens)
+                    break;
+            }
+            // Entries kept: the fed token and the draft copies its confirmed tokens equal.
+            cache.truncate(static_cast<int64_t>(k), before[k] + taken);
             if (!rb.stopped && static_cast<int64_t>(rb.generated.size()) < opt.max_new_tokens)
                 still.push_back(active[k]);
         }
