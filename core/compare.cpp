@@ -17,6 +17,7 @@
 #include "core/base/error.h"
 #include "core/base/json_field.h"
 #include "core/capture.h"
+#include "core/exploration.h"
 #include "core/prompt.h"
 #include "core/token_text.h"
 #include "models/batch_cache.h"
@@ -317,69 +318,29 @@ CompareResult run_compare(const Session& s, const CompareRequest& req, const Job
         const std::vector<int64_t> ids = compressed_ids(ci);
         const int64_t only_q = req.mode == CompressionMode::QueryAware ? static_cast<int64_t>(ci) : -1;
         if (req.shared_capture) {
-            const PrefillCapture capture = capture_prefill(
-                s.model(), ids, req.settings, job, ForwardOptions().chunk_size, req.attention_output_error);
+            CaptureExploration explored(s, ids, req.settings, basis, req.attention_output_error, job);
+            const PrefillCapture& capture = explored.capture();
             result.capture_bytes = std::max(result.capture_bytes, capture.bytes());
-            spdlog::debug("capture of {} tokens: prefill {:.1f} ms, {:.1f} MiB", ids.size(),
-                          capture.prefill_ms, static_cast<double>(capture.bytes()) / (1024.0 * 1024.0));
             std::vector<PendingAnswers> pending;
-            std::vector<std::unique_ptr<CompressionMethod>> methods;  // alive as long as their analyses
-            std::vector<std::unique_ptr<MethodAnalysis>> analyses;    // earlier methods' (shared work)
-            size_t first = 0;
-            while (first < slots.size()) {
-                // The slots of one method share its analysis.
-                size_t last = first;
-                while (last < slots.size() && slots[last].method == slots[first].method) ++last;
-                bool any_feasible = false;
-                for (size_t k = first; k < last; ++k) any_feasible |= slots[k].run.infeasible.empty();
-                if (!any_feasible) {
-                    first = last;
+            for (RunSlot& slot : slots) {
+                if (!slot.run.infeasible.empty()) continue;
+                progress(slot);
+                ExploredRun r =
+                    explored.run(req.methods[slot.method], slot.settings, req.skip_infeasible, job);
+                if (!r.infeasible.empty()) {
+                    mark_infeasible(slot, r.infeasible);
                     continue;
                 }
-                methods.push_back(make(slots[first]));
-                CompressionMethod* method = methods.back().get();
-                MethodAnalysis* analysis = nullptr;
-                try {
-                    std::vector<const MethodAnalysis*> others;
-                    for (const auto& a : analyses) others.push_back(a.get());
-                    analyses.push_back(std::make_unique<MethodAnalysis>(*method, capture, job, others));
-                    analysis = analyses.back().get();
-                } catch (const InfeasibleBudget& e) {
-                    for (size_t k = first; k < last; ++k) infeasible(slots[k], e);
-                    first = last;
-                    continue;
+                slot.run.compress_ms += r.analyse_ms + r.allocate_ms + r.materialise_ms;
+                slot.run.analyse_ms += r.analyse_ms;
+                slot.run.prefill_ms += capture.prefill_ms;
+                if (ci == 0) {
+                    slot.run.context_ids = ids;
+                    slot.run.layers = std::move(r.layers);
                 }
-                for (size_t k = first; k < last; ++k) {
-                    RunSlot& slot = slots[k];
-                    if (!slot.run.infeasible.empty()) continue;
-                    progress(slot);
-                    try {
-                        const auto t0 = Clock::now();
-                        std::vector<LayerAllocation> alloc = analysis->allocate(slot.settings);
-                        const double allocate_ms = ms_since(t0);
-                        const std::vector<LayerKV> layers = analysis->materialise(alloc);
-                        slot.run.compress_ms += analysis->analyse_ms() + ms_since(t0);
-                        slot.run.analyse_ms += analysis->analyse_ms();
-                        slot.run.prefill_ms += capture.prefill_ms;
-                        if (ci == 0) {
-                            slot.run.context_ids = ids;
-                            for (LayerAllocation& a : alloc)
-                                slot.run.layers.push_back(std::move(a.diagnostics));
-                        }
-                        if (!req.questions.empty())
-                            pending.push_back({&slot,
-                                               cache_from_layers(s.model(), layers, capture.next_position),
-                                               capture.last_logits});
-                        spdlog::debug(
-                            "{} kappa {}: analyse {:.1f} ms (shared), allocate {:.1f} ms, "
-                            "materialise {:.1f} ms",
-                            slot.run.method, slot.budget, analysis->analyse_ms(), allocate_ms,
-                            ms_since(t0) - allocate_ms);
-                    } catch (const InfeasibleBudget& e) {
-                        infeasible(slot, e);
-                    }
-                }
-                first = last;
+                if (!req.questions.empty())
+                    pending.push_back({&slot, cache_from_layers(s.model(), r.kv, capture.next_position),
+                                       capture.last_logits});
             }
             const auto t1 = Clock::now();
             const size_t n_answered = pending.size();

@@ -284,6 +284,7 @@ at::Tensor LlamaModel::forward(const std::vector<int64_t>& ids, KVCache& cache,
                                const ForwardOptions& opt) const {
     const ModelConfig& c = config_;
     const int64_t n = static_cast<int64_t>(ids.size());
+    ++forward_calls_;
     if (n == 0) throw Error("forward: no input tokens");
     if (opt.chunk_size <= 0) throw Error("forward: chunk_size must be positive");
     for (int64_t id : ids)
@@ -368,6 +369,7 @@ at::Tensor LlamaModel::forward_batch(const std::vector<std::vector<int64_t>>& id
                                      int64_t n_logits, const std::atomic<bool>* cancel) const {
     const ModelConfig& c = config_;
     const int64_t B = static_cast<int64_t>(ids.size());
+    ++forward_batch_calls_;
     if (B == 0 || B != cache.batch_size())
         throw Error("forward_batch: " + std::to_string(B) + " token rows for a batch of " +
                     std::to_string(cache.batch_size()));

@@ -79,6 +79,11 @@ class LlamaModel {
     at::Tensor forward_batch(const std::vector<std::vector<int64_t>>& ids, BatchKVCache& cache,
                              int64_t n_logits = 1, const std::atomic<bool>* cancel = nullptr) const;
 
+    // Calls of forward() (prefills, and generate_greedy's steps) and of forward_batch() so far: a front end
+    // checks with them that a setting change ran no prefill.
+    int64_t forward_calls() const { return forward_calls_.load(); }
+    int64_t forward_batch_calls() const { return forward_batch_calls_.load(); }
+
     // RoPE cos/sin for positions [begin, end): each [end-begin, head_dim], runtime dtype and device.
     std::pair<at::Tensor, at::Tensor> rope_tables(int64_t begin, int64_t end) const;
 
@@ -91,6 +96,7 @@ class LlamaModel {
     RuntimeOptions options_;
     std::unique_ptr<Weights> w_;
     at::Tensor inv_freq_;  // [head_dim/2] fp32, with rope scaling applied
+    mutable std::atomic<int64_t> forward_calls_{0}, forward_batch_calls_{0};
 };
 
 }  // namespace varrate

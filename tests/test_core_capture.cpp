@@ -2,7 +2,8 @@
 // footprints and errors as one prefill per method and budget with the method compressing inside it, on the
 // stories260k fixture and on the embedded demo model, in both modes. And what the capture's diagnostics claim
 // is checked against explicit computations: the error at any rank from coefficient energies against the
-// reconstruction, the attention-output error against a per-query softmax.
+// reconstruction, the attention-output error against a per-query softmax. A capture explored re-allocates
+// at any budget, r_min, R or structural setting without another prefill.
 #include "tests/test_support.h"
 
 #include <cmath>
@@ -11,10 +12,12 @@
 
 #include "codec/anchors.h"
 #include "codec/registry.h"
+#include "core/base/error.h"
 #include "core/base/file_io.h"
 #include "core/capture.h"
 #include "core/compare.h"
 #include "core/demo_corpus.h"
+#include "core/exploration.h"
 #include "core/prompt.h"
 #include "core/session.h"
 #include "models/rope.h"
@@ -138,6 +141,68 @@ class TestCapture : public QObject {
             req.shared_capture = false;
             expect_same_runs(shared, run_compare(*session, req), QString::fromStdString(to_string(mode)));
         }
+    }
+
+    // A capture explored at one budget allocates at other budgets, r_min, R and a structural setting without
+    // another prefill, and each result equals run_compare's (one prefill per run) at those settings.
+    void exploration_reallocates_without_a_prefill() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        QVERIFY(need_fixture());
+        const Session& s = *fixture_;
+        const CodecSettings base = test::small_codec_settings(0.6);
+        const std::vector<int64_t> ids = build_prompt(s.tokenizer(), context_, "", false).context_ids;
+        CaptureExploration explored(s, ids, base, s.basis_for(ids, base), true);
+        std::vector<std::pair<std::string, CodecSettings>> steps;
+        for (double kappa : {0.6, 0.35})
+            for (const char* m : {"varrate", "flat", "snapkv", "full"}) {
+                CodecSettings c = base;
+                c.budget = kappa;
+                steps.emplace_back(m, c);
+            }
+        CodecSettings rmin = base, rank = base, window = base;
+        rmin.r_min += 2;
+        rank.rank /= 2;
+        for (const CodecSettings& c : {rmin, rank}) steps.emplace_back("varrate", c);
+        // Structural: a new analysis on the same capture (SnapKV: a self-calibrated basis would differ too).
+        window.window += 8;
+        steps.emplace_back("snapkv", window);
+        for (const auto& [method, settings] : steps) {
+            const QString where = QString("%1 kappa %2 r_min %3 R %4 w %5")
+                                      .arg(QString::fromStdString(method))
+                                      .arg(settings.budget)
+                                      .arg(settings.r_min)
+                                      .arg(settings.rank)
+                                      .arg(settings.window);
+            const int64_t prefills = s.model().forward_calls();
+            const ExploredRun got = explored.run(method, settings, false);
+            QVERIFY2(s.model().forward_calls() == prefills, qPrintable(where + ": a prefill ran"));
+            CompareRequest req;
+            req.context = context_;
+            req.methods = {method};
+            req.settings = settings;
+            req.mode = CompressionMode::QueryAgnostic;
+            req.shared_capture = false;
+            const MethodRun want = run_compare(s, req).runs.at(0);
+            QCOMPARE(got.layers.size(), want.layers.size());
+            for (size_t l = 0; l < got.layers.size(); ++l) {
+                const LayerDiagnostics &x = got.layers[l], &y = want.layers[l];
+                QVERIFY2(at::equal(x.rank, y.rank), qPrintable(where + " ranks"));
+                QVERIFY2(
+                    x.kept.defined() == y.kept.defined() && (!x.kept.defined() || at::equal(x.kept, y.kept)),
+                    qPrintable(where + " kept"));
+                QCOMPARE(x.stored_bytes, y.stored_bytes);
+                QVERIFY2(max_abs_diff(x.rel_error, y.rel_error) <= 1e-6, qPrintable(where + " rel_error"));
+                QVERIFY2(std::abs(x.attn_output_error - y.attn_output_error) <= 1e-6, qPrintable(where));
+            }
+        }
+        // A budget this capture cannot meet: recorded, or thrown; a wider observation window needs a new
+        // capture.
+        CodecSettings tiny = base, wide = base;
+        tiny.budget = 0.01;
+        QVERIFY(!explored.run("varrate", tiny, true).infeasible.empty());
+        QVERIFY_THROWS_EXCEPTION(InfeasibleBudget, explored.run("varrate", tiny, false));
+        wide.obs_window += 8;
+        EXPECT_ERROR(explored.run("snapkv", wide, false), "window queries");
     }
 
     void perplexity_runs_every_budget_from_one_capture() {

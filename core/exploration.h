@@ -1,0 +1,63 @@
+#pragma once
+// One prefill capture explored: each method's analysis is kept, so any number of (method, settings) allocate
+// and materialise on the capture without another prefill. run_compare uses one per capture (then drops it);
+// an interactive front end keeps it, so that a kappa, r_min or R change re-allocates in milliseconds and a
+// structural change (stride, c, w, pool kernel) re-analyses only.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "codec/basis.h"
+#include "codec/method.h"
+#include "core/capture.h"
+#include "core/session.h"
+
+namespace varrate {
+
+// What one (method, settings) gave on a capture.
+struct ExploredRun {
+    std::string method;
+    CodecSettings settings;
+    std::vector<LayerDiagnostics> layers;  // per layer, distortion measures included
+    std::vector<LayerKV> kv;               // the compressed layers (cache_from_layers decodes from them)
+    std::string infeasible;                // why this capture cannot meet the budget; "" when it ran
+    double analyse_ms = 0;                 // of the (shared) analysis this run used
+    double allocate_ms = 0, materialise_ms = 0;
+};
+
+class CaptureExploration {
+  public:
+    // Prefills `ids` keeping every layer (capture_prefill with `settings`' observation window and pool
+    // kernel; attention_output: also what the attention-output error is measured against). `basis` serves
+    // the methods that need one.
+    CaptureExploration(const Session& session, const std::vector<int64_t>& ids, const CodecSettings& settings,
+                       std::shared_ptr<const Basis> basis, bool attention_output, const JobControl& job = {});
+    CaptureExploration(const CaptureExploration&) = delete;  // analyses refer to the capture
+    CaptureExploration& operator=(const CaptureExploration&) = delete;
+
+    const PrefillCapture& capture() const { return capture_; }
+
+    // Allocates and materialises `method` at `settings` (budget, r_min, R and structural settings). The
+    // method's analysis is made once per structural setting and R and kept (flat and VarRate derive theirs
+    // from each other's). A budget this capture cannot meet sets `infeasible` when skip_infeasible, else
+    // throws InfeasibleBudget; an observation window longer than the capture's throws Error.
+    ExploredRun run(const std::string& method, const CodecSettings& settings, bool skip_infeasible,
+                    const JobControl& job = {});
+
+  private:
+    struct Analysed {
+        std::string method;
+        CodecSettings settings;
+        std::unique_ptr<CompressionMethod> impl;
+        std::unique_ptr<MethodAnalysis> analysis;  // null when infeasible
+        std::string infeasible;
+    };
+    Analysed& analysed(const std::string& method, const CodecSettings& settings, const JobControl& job);
+
+    const Session& session_;
+    std::shared_ptr<const Basis> basis_;
+    PrefillCapture capture_;
+    std::vector<std::unique_ptr<Analysed>> analysed_;
+};
+
+}  // namespace varrate
