@@ -99,6 +99,28 @@ class TestCli : public QObject {
             "config.json");
     }
 
+    // `varrate demo` with no flags runs the regime where the methods part ways on the embedded model (three
+    // distractors, kappa 0.1): full answers right and at least one compressed run answers wrong, so a first
+    // run shows an effect; --budget still wins.
+    void demo_defaults_show_methods_part_ways() {
+        const CliResult r = run_varrate({"demo", "--threads", "2"});
+        QVERIFY2(r.exit_code == 0, qPrintable(r.err));
+        QVERIFY2(r.out.contains("3 distractor needle(s)"), qPrintable(r.out));
+        QVERIFY2(r.out.contains("budget    kappa 0.1,"), qPrintable(r.out));
+        int full_right = 0, wrong = 0;
+        for (const QString& line : r.out.split('\n')) {
+            const QStringList f = line.simplified().split(' ');
+            if (f.size() < 5 || (f[0] != "query-aware" && f[0] != "query-agnostic")) continue;
+            if (f[1] == "full" && f[3] == "yes") ++full_right;
+            if (f[1] != "full" && f[3] == "no") ++wrong;
+        }
+        QVERIFY2(full_right == 2 && wrong >= 1, qPrintable(r.out));
+        const CliResult given =
+            run_varrate({"demo", "--threads", "2", "--budget", "0.3", "--distractors", "1"});
+        QVERIFY2(given.out.contains("budget    kappa 0.3,") && given.out.contains("1 distractor needle(s)"),
+                 qPrintable(given.out));
+    }
+
     // Codec settings recorded beside a model are the defaults of compare; a flag given on the command line
     // wins; a bad file is one clear error naming the file and the field.
     void model_codec_defaults_apply_unless_given() {
