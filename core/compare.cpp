@@ -236,7 +236,30 @@ std::vector<int64_t> decode_answer(const Session& s, const KVCache& cache, const
     return decode_answers(s, {&cache}, {last_logits}, parts, mode, max_new_tokens, job).front();
 }
 
-CompareResult run_compare(const Session& s, const CompareRequest& req, const JobControl& job) {
+namespace {
+
+// A request checked and turned into what its runs need: the token ids of every question, the budgets and the
+// basis. One slot per (method, budget) comes from make_slots.
+struct ComparePlan {
+    std::vector<std::string> questions;  // at least one ("" without questions: compress only)
+    std::vector<PromptParts> parts;      // per question; the context part is shared
+    std::vector<double> budgets;
+    std::shared_ptr<const Basis> basis;
+    CompareResult skeleton;  // warnings and basis source
+
+    size_t n_captures(const CompareRequest& req) const {
+        return req.mode == CompressionMode::QueryAgnostic ? 1 : questions.size();
+    }
+    // What capture ci prefills: the context, and in query-aware mode question ci too.
+    std::vector<int64_t> compressed_ids(const CompareRequest& req, size_t ci) const {
+        std::vector<int64_t> ids = parts[ci].context_ids;
+        if (req.mode == CompressionMode::QueryAware)
+            ids.insert(ids.end(), parts[ci].question_ids.begin(), parts[ci].question_ids.end());
+        return ids;
+    }
+};
+
+ComparePlan plan_compare(const Session& s, const CompareRequest& req, const JobControl& job) {
     if (req.methods.empty()) throw Error("no methods to compare");
     if (!req.answers.empty() && req.answers.size() != req.questions.size())
         throw Error(fmt::format("{} expected answers for {} questions: give one --answer per --question",
@@ -246,44 +269,36 @@ CompareResult run_compare(const Session& s, const CompareRequest& req, const Job
             fmt::format("{} answer prefixes for {} questions: give one --answer-prefix per --question",
                         req.answer_prefixes.size(), req.questions.size()));
     if (req.max_new_tokens < 1) throw Error("--max-new-tokens must be at least 1");
-    const std::vector<double> budgets = request_budgets(req.budgets, req.settings);
-    const Tokenizer& tok = s.tokenizer();
-
-    // Token ids: the context part is shared by all questions; each question adds its own part.
-    std::vector<std::string> questions = req.questions;
-    if (questions.empty()) questions.emplace_back();  // compress only, diagnostics without answers
-    std::vector<PromptParts> parts;
-    for (size_t qi = 0; qi < questions.size(); ++qi)
-        parts.push_back(build_prompt(tok, req.context, questions[qi], req.chat,
-                                     req.answer_prefixes.empty() ? std::string() : req.answer_prefixes[qi]));
-    const std::vector<int64_t>& context_ids = parts[0].context_ids;
-    auto compressed_ids = [&](size_t qi) {
-        std::vector<int64_t> ids = parts[qi].context_ids;
-        if (req.mode == CompressionMode::QueryAware)
-            ids.insert(ids.end(), parts[qi].question_ids.begin(), parts[qi].question_ids.end());
-        return ids;
-    };
-
-    CompareResult result;
+    ComparePlan plan;
+    plan.budgets = request_budgets(req.budgets, req.settings);
+    plan.questions = req.questions;
+    if (plan.questions.empty()) plan.questions.emplace_back();  // compress only, diagnostics without answers
+    for (size_t qi = 0; qi < plan.questions.size(); ++qi)
+        plan.parts.push_back(
+            build_prompt(s.tokenizer(), req.context, plan.questions[qi], req.chat,
+                         req.answer_prefixes.empty() ? std::string() : req.answer_prefixes[qi]));
     size_t longest = 0;
-    for (const PromptParts& p : parts)
+    for (const PromptParts& p : plan.parts)
         longest = std::max(longest, p.context_ids.size() + p.question_ids.size() + p.prefix_ids.size());
     const std::string beyond =
         positions_warning(s.model().config(), static_cast<int64_t>(longest) + req.max_new_tokens,
                           fmt::format("the longest prompt ({} tokens) plus up to {} generated tokens",
                                       longest, req.max_new_tokens));
-    if (!beyond.empty()) result.warnings.push_back(beyond);
-    std::shared_ptr<const Basis> basis;
-    for (const auto& name : req.methods) {
-        if (method_needs_basis(name) && !basis) basis = s.basis_for(context_ids, req.settings, job);
-    }
-    result.basis_source = basis ? (basis->info().self_calibrated ? "self-calibrated" : s.basis_source()) : "";
+    if (!beyond.empty()) plan.skeleton.warnings.push_back(beyond);
+    for (const auto& name : req.methods)
+        if (method_needs_basis(name) && !plan.basis)
+            plan.basis = s.basis_for(plan.parts[0].context_ids, req.settings, job);
+    plan.skeleton.basis_source =
+        plan.basis ? (plan.basis->info().self_calibrated ? "self-calibrated" : s.basis_source()) : "";
+    return plan;
+}
 
-    // One slot per (method, budget); `full` once.
+// One slot per (method, budget); `full` once.
+std::vector<RunSlot> make_slots(const CompareRequest& req, const ComparePlan& plan) {
     std::vector<RunSlot> slots;
     for (size_t mi = 0; mi < req.methods.size(); ++mi) {
         const std::string& name = req.methods[mi];
-        for (double b : budgets) {
+        for (double b : plan.budgets) {
             RunSlot slot;
             slot.method = mi;
             slot.budget = name == "full" ? 1.0 : b;
@@ -291,12 +306,42 @@ CompareResult run_compare(const Session& s, const CompareRequest& req, const Job
             slot.settings.budget = b;
             slot.run.method = name;
             slot.run.budget = slot.budget;
-            slot.run.self_calibrated = method_needs_basis(name) && basis->info().self_calibrated;
+            slot.run.self_calibrated = method_needs_basis(name) && plan.basis->info().self_calibrated;
             slot.run.basis_accounting = basis_accounting(name, slot.run.self_calibrated, slot.settings);
             slots.push_back(std::move(slot));
             if (name == "full") break;
         }
     }
+    return slots;
+}
+
+// The runs of `slots` as a result: answers as text (and whether they are right), footprints.
+CompareResult finish_result(const Session& s, const CompareRequest& req, const ComparePlan& plan,
+                            std::vector<RunSlot> slots) {
+    CompareResult result = plan.skeleton;
+    for (RunSlot& slot : slots) {
+        MethodRun& run = slot.run;
+        if (run.infeasible.empty()) {
+            for (size_t qi = 0; qi < run.answer_ids.size(); ++qi) {
+                run.answers.push_back(s.tokenizer().decode(run.answer_ids[qi], true));
+                if (!req.answers.empty())
+                    run.correct.push_back(answer_matches(run.answers.back(), req.answers[qi]) ? 1 : 0);
+            }
+            add_footprint(run);
+        }
+        result.runs.push_back(std::move(run));
+    }
+    return result;
+}
+
+}  // namespace
+
+CompareResult run_compare(const Session& s, const CompareRequest& req, const JobControl& job) {
+    const ComparePlan plan = plan_compare(s, req, job);
+    const std::vector<PromptParts>& parts = plan.parts;
+    const std::shared_ptr<const Basis>& basis = plan.basis;
+    std::vector<RunSlot> slots = make_slots(req, plan);
+    int64_t capture_bytes = 0;
     auto make = [&](const RunSlot& slot) {
         const std::string& name = req.methods[slot.method];
         return make_method(name, slot.settings, method_needs_basis(name) ? basis : nullptr);
@@ -306,21 +351,20 @@ CompareResult run_compare(const Session& s, const CompareRequest& req, const Job
         if (!req.skip_infeasible) throw e;
         mark_infeasible(slot, e.what());
     };
-    const int64_t n_steps = static_cast<int64_t>(slots.size() * questions.size());
+    const int64_t n_steps = static_cast<int64_t>(slots.size() * plan.questions.size());
     int64_t step = 0;
     auto progress = [&](const RunSlot& slot) {
         check_cancel(job);
         job.report("compress " + req.methods[slot.method], step++, n_steps);
     };
 
-    const size_t n_capture = req.mode == CompressionMode::QueryAgnostic ? 1 : questions.size();
-    for (size_t ci = 0; ci < n_capture; ++ci) {
-        const std::vector<int64_t> ids = compressed_ids(ci);
+    for (size_t ci = 0; ci < plan.n_captures(req); ++ci) {
+        const std::vector<int64_t> ids = plan.compressed_ids(req, ci);
         const int64_t only_q = req.mode == CompressionMode::QueryAware ? static_cast<int64_t>(ci) : -1;
         if (req.shared_capture) {
             CaptureExploration explored(s, ids, req.settings, basis, req.attention_output_error, job);
             const PrefillCapture& capture = explored.capture();
-            result.capture_bytes = std::max(result.capture_bytes, capture.bytes());
+            capture_bytes = std::max(capture_bytes, capture.bytes());
             std::vector<PendingAnswers> pending;
             for (RunSlot& slot : slots) {
                 if (!slot.run.infeasible.empty()) continue;
@@ -370,18 +414,8 @@ CompareResult run_compare(const Session& s, const CompareRequest& req, const Job
             answer_pending(s, pending, parts, req, only_q, job);
         }
     }
-    for (RunSlot& slot : slots) {
-        MethodRun& run = slot.run;
-        if (run.infeasible.empty()) {
-            for (size_t qi = 0; qi < run.answer_ids.size(); ++qi) {
-                run.answers.push_back(tok.decode(run.answer_ids[qi], true));
-                if (!req.answers.empty())
-                    run.correct.push_back(answer_matches(run.answers.back(), req.answers[qi]) ? 1 : 0);
-            }
-            add_footprint(run);
-        }
-        result.runs.push_back(std::move(run));
-    }
+    CompareResult result = finish_result(s, req, plan, std::move(slots));
+    result.capture_bytes = capture_bytes;
     job.report("done", n_steps, n_steps);
     return result;
 }
