@@ -420,6 +420,118 @@ CompareResult run_compare(const Session& s, const CompareRequest& req, const Job
     return result;
 }
 
+struct LiveCompare::State {
+    const Session& s;
+    CompareRequest req;
+    ComparePlan plan;
+    std::vector<RunSlot> slots;
+    std::vector<std::unique_ptr<CaptureExploration>> explored;  // per capture
+    std::vector<std::vector<std::vector<LayerKV>>> kv;          // [capture][slot] materialised layers
+    bool stale = true;
+    int64_t captures = 0, capture_bytes = 0;
+
+    void capture(const JobControl& job) {
+        explored.clear();
+        for (size_t ci = 0; ci < plan.n_captures(req); ++ci) {
+            explored.push_back(std::make_unique<CaptureExploration>(
+                s, plan.compressed_ids(req, ci), req.settings, plan.basis, req.attention_output_error, job));
+            ++captures;
+            capture_bytes = std::max(capture_bytes, explored.back()->capture().bytes());
+        }
+    }
+
+    // Every slot of the current request on the captures (analyses made once and kept by them).
+    void allocate(const JobControl& job) {
+        slots = make_slots(req, plan);
+        kv.assign(explored.size(), std::vector<std::vector<LayerKV>>(slots.size()));
+        const int64_t n_steps = static_cast<int64_t>(explored.size() * slots.size());
+        int64_t step = 0;
+        for (size_t ci = 0; ci < explored.size(); ++ci) {
+            const PrefillCapture& capture = explored[ci]->capture();
+            for (size_t k = 0; k < slots.size(); ++k) {
+                RunSlot& slot = slots[k];
+                if (!slot.run.infeasible.empty()) continue;
+                check_cancel(job);
+                job.report("allocate " + req.methods[slot.method], step++, n_steps);
+                ExploredRun r =
+                    explored[ci]->run(req.methods[slot.method], slot.settings, req.skip_infeasible, job);
+                if (!r.infeasible.empty()) {
+                    mark_infeasible(slot, r.infeasible);
+                    continue;
+                }
+                slot.run.compress_ms += r.analyse_ms + r.allocate_ms + r.materialise_ms;
+                slot.run.analyse_ms += r.analyse_ms;
+                slot.run.prefill_ms += capture.prefill_ms;
+                if (ci == 0) {
+                    slot.run.context_ids = capture.ids;
+                    slot.run.layers = std::move(r.layers);
+                }
+                kv[ci][k] = std::move(r.kv);
+            }
+        }
+        stale = !req.questions.empty();
+    }
+};
+
+LiveCompare::LiveCompare(const Session& session, const CompareRequest& req, const JobControl& job)
+    : st_(std::make_unique<State>(State{session, req, plan_compare(session, req, job), {}, {}, {}})) {
+    st_->capture(job);
+    st_->allocate(job);
+}
+
+LiveCompare::~LiveCompare() = default;
+
+void LiveCompare::update(const CodecSettings& settings, const std::vector<double>& budgets,
+                         const JobControl& job) {
+    State& st = *st_;
+    const std::vector<double> checked = request_budgets(budgets, settings);  // before anything changes
+    // A basis fitted on the context depends on the structural settings; captures keep the basis they had.
+    const bool refit = st.plan.basis && st.plan.basis->info().self_calibrated &&
+                       !structural_difference(st.req.settings, settings).empty();
+    const bool recapture = refit || settings.obs_window > st.explored.front()->capture().obs_window;
+    st.req.settings = settings;
+    st.req.budgets = budgets;
+    st.plan.budgets = checked;
+    if (refit) st.plan.basis = st.s.basis_for(st.plan.parts[0].context_ids, settings, job);
+    if (recapture) st.capture(job);
+    st.allocate(job);
+}
+
+void LiveCompare::decode(const JobControl& job) {
+    State& st = *st_;
+    for (RunSlot& slot : st.slots) slot.run.answer_ids.clear();
+    for (size_t ci = 0; ci < st.explored.size() && !st.req.questions.empty(); ++ci) {
+        const PrefillCapture& capture = st.explored[ci]->capture();
+        std::vector<PendingAnswers> pending;
+        for (size_t k = 0; k < st.slots.size(); ++k)
+            if (st.slots[k].run.infeasible.empty())
+                pending.push_back({&st.slots[k],
+                                   cache_from_layers(st.s.model(), st.kv[ci][k], capture.next_position),
+                                   capture.last_logits});
+        const int64_t only_q = st.req.mode == CompressionMode::QueryAware ? static_cast<int64_t>(ci) : -1;
+        answer_pending(st.s, pending, st.plan.parts, st.req, only_q, job);
+    }
+    st.stale = false;
+}
+
+bool LiveCompare::answers_stale() const {
+    return st_->stale;
+}
+
+const CompareRequest& LiveCompare::request() const {
+    return st_->req;
+}
+
+CompareResult LiveCompare::result() const {
+    CompareResult r = finish_result(st_->s, st_->req, st_->plan, st_->slots);
+    r.capture_bytes = st_->capture_bytes;
+    return r;
+}
+
+int64_t LiveCompare::captures() const {
+    return st_->captures;
+}
+
 nlohmann::json to_json(const MethodRun& run, bool per_token) {
     nlohmann::json m;
     m["method"] = run.method;

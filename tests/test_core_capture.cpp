@@ -205,6 +205,58 @@ class TestCapture : public QObject {
         EXPECT_ERROR(explored.run("snapkv", wide, false), "window queries");
     }
 
+    // A live comparison re-allocates at new budgets without a prefill and gives run_compare's result for the
+    // request it then holds; answers go stale until decoded (which runs no prefill either); a wider
+    // observation window captures again. Both modes.
+    void live_compare_updates_without_a_prefill() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        QVERIFY(need_fixture());
+        const Session& s = *fixture_;
+        for (CompressionMode mode : {CompressionMode::QueryAgnostic, CompressionMode::QueryAware}) {
+            const QString what = QString::fromStdString(to_string(mode));
+            CompareRequest req;
+            req.context = context_;
+            req.questions = {"Who was in the story?", "What happened at the end?"};
+            req.methods = {"full", "varrate", "flat", "snapkv"};
+            req.settings = test::small_codec_settings(0.6);
+            req.budgets = {0.6};
+            req.skip_infeasible = true;
+            req.mode = mode;
+            req.max_new_tokens = 6;
+            LiveCompare live(s, req);
+            const int64_t captures = mode == CompressionMode::QueryAgnostic ? 1 : 2;
+            QCOMPARE(live.captures(), captures);
+            QVERIFY(live.answers_stale());
+            QVERIFY(live.result().runs.at(1).answers.empty());
+            live.decode();
+            QVERIFY(!live.answers_stale());
+            expect_same_runs(live.result(), run_compare(s, req), what + " start");
+
+            const int64_t prefills = s.model().forward_calls();
+            req.budgets = {0.35, 0.6};
+            req.settings.r_min += 1;
+            live.update(req.settings, req.budgets);
+            QVERIFY(live.answers_stale());
+            live.decode();
+            QCOMPARE(s.model().forward_calls(), prefills);  // neither the update nor the answers prefilled
+            QCOMPARE(live.captures(), captures);
+            const CompareResult updated = live.result();
+            QCOMPARE(updated.runs.size(), size_t{7});
+            expect_same_runs(updated, run_compare(s, req), what + " updated");
+
+            req.settings.obs_window += 8;  // more window queries than captured: a new capture
+            live.update(req.settings, req.budgets);
+            QCOMPARE(live.captures(), 2 * captures);
+            live.decode();
+            expect_same_runs(live.result(), run_compare(s, req), what + " wider window");
+        }
+        CompareRequest bad;
+        bad.context = context_;
+        bad.settings = test::small_codec_settings(0.6);
+        LiveCompare live(s, bad);
+        EXPECT_ERROR(live.update(bad.settings, {0.5, 1.5}), "budget 1.5 is outside (0, 1]");
+    }
+
     void perplexity_runs_every_budget_from_one_capture() {
         VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
         QVERIFY(need_fixture());
