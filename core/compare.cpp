@@ -334,6 +334,23 @@ CompareResult finish_result(const Session& s, const CompareRequest& req, const C
     return result;
 }
 
+// What an explored run adds to its slot: its timings, and for the first capture its diagnostics. Returns
+// false when the run was infeasible (the slot then says why).
+bool record_explored(RunSlot& slot, ExploredRun& r, const PrefillCapture& capture, bool first_capture) {
+    if (!r.infeasible.empty()) {
+        mark_infeasible(slot, r.infeasible);
+        return false;
+    }
+    slot.run.compress_ms += r.analyse_ms + r.allocate_ms + r.materialise_ms;
+    slot.run.analyse_ms += r.analyse_ms;
+    slot.run.prefill_ms += capture.prefill_ms;
+    if (first_capture) {
+        slot.run.context_ids = capture.ids;
+        slot.run.layers = std::move(r.layers);
+    }
+    return true;
+}
+
 }  // namespace
 
 CompareResult run_compare(const Session& s, const CompareRequest& req, const JobControl& job) {
@@ -371,17 +388,7 @@ CompareResult run_compare(const Session& s, const CompareRequest& req, const Job
                 progress(slot);
                 ExploredRun r =
                     explored.run(req.methods[slot.method], slot.settings, req.skip_infeasible, job);
-                if (!r.infeasible.empty()) {
-                    mark_infeasible(slot, r.infeasible);
-                    continue;
-                }
-                slot.run.compress_ms += r.analyse_ms + r.allocate_ms + r.materialise_ms;
-                slot.run.analyse_ms += r.analyse_ms;
-                slot.run.prefill_ms += capture.prefill_ms;
-                if (ci == 0) {
-                    slot.run.context_ids = ids;
-                    slot.run.layers = std::move(r.layers);
-                }
+                if (!record_explored(slot, r, capture, ci == 0)) continue;
                 if (!req.questions.empty())
                     pending.push_back({&slot, cache_from_layers(s.model(), r.kv, capture.next_position),
                                        capture.last_logits});
@@ -455,17 +462,7 @@ struct LiveCompare::State {
                 job.report("allocate " + req.methods[slot.method], step++, n_steps);
                 ExploredRun r =
                     explored[ci]->run(req.methods[slot.method], slot.settings, req.skip_infeasible, job);
-                if (!r.infeasible.empty()) {
-                    mark_infeasible(slot, r.infeasible);
-                    continue;
-                }
-                slot.run.compress_ms += r.analyse_ms + r.allocate_ms + r.materialise_ms;
-                slot.run.analyse_ms += r.analyse_ms;
-                slot.run.prefill_ms += capture.prefill_ms;
-                if (ci == 0) {
-                    slot.run.context_ids = capture.ids;
-                    slot.run.layers = std::move(r.layers);
-                }
+                if (!record_explored(slot, r, capture, ci == 0)) continue;
                 kv[ci][k] = std::move(r.kv);
             }
         }
