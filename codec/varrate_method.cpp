@@ -13,19 +13,13 @@
 #include "codec/salience.h"
 #include "codec/water_filling.h"
 #include "core/base/error.h"
+#include "core/base/stopwatch.h"
 
 namespace varrate {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double ms_since(Clock::time_point& t) {
-    const auto now = Clock::now();
-    const double ms = std::chrono::duration<double, std::milli>(now - t).count();
-    t = now;
-    return ms;
-}
+using Clock = SteadyClock;
 
 }  // namespace
 
@@ -136,7 +130,7 @@ std::shared_ptr<const LayerAnalysis> VarRateMethod::analyse(const LayerCapture& 
     }
     at::Tensor s = varrate_salience(capture, settings_.obs_window, settings_.pool_kernel);
     sync_for_timing(s, settings_.precise_timing);
-    return analyse_with_salience(capture, s, ms_since(t));
+    return analyse_with_salience(capture, s, lap_ms(t));
 }
 
 std::shared_ptr<const LayerAnalysis> VarRateMethod::analyse_with_salience(const LayerCapture& capture,
@@ -192,7 +186,7 @@ std::shared_ptr<const LayerAnalysis> VarRateMethod::analyse_with_salience(const 
     a->s_hat = normalise_salience(salience.to(dev, at::kFloat).index_select(0, a->coded));
     if (allocation_ == RankAllocation::Salience) a->salience = salience.to(at::kCPU, at::kFloat);
     sync_for_timing(a->s_hat, sync);
-    a->timing.anchor_search = ms_since(t);
+    a->timing.anchor_search = lap_ms(t);
     return a;
 }
 
@@ -214,7 +208,7 @@ std::shared_ptr<const LayerAnalysis> VarRateMethod::derive(const LayerCapture& c
         a->s_hat = normalise_salience(s.to(at::kFloat).index_select(0, a->coded));
         a->salience = s.to(at::kCPU, at::kFloat);
         sync_for_timing(a->s_hat, settings_.precise_timing);
-        a->timing.salience = ms_since(t);
+        a->timing.salience = lap_ms(t);
     }
     return a;
 }
@@ -245,7 +239,7 @@ LayerAllocation VarRateMethod::allocate(const LayerAnalysis& analysis, const Cod
     const at::Tensor widths = std::get<0>(by_width).to(at::kCPU);
     out.rank_groups = plan_rank_groups(widths.data_ptr<int64_t>(), n_coded);
     const at::Tensor& order = out.rank_order;
-    double fill_ms = ms_since(t);
+    double fill_ms = lap_ms(t);
 
     // 12: coefficients c = V e of each token up to its width, stored at cache precision (c^: the
     // reconstruction is what would be decoded) and zero past its rank r. With the basis rows orthonormal,
@@ -278,7 +272,7 @@ LayerAllocation VarRateMethod::allocate(const LayerAnalysis& analysis, const Cod
     const at::Tensor pos = a.coded.index_select(0, order);  // [n_coded] positions in rank order
     const at::Tensor err = err_sq.sqrt() / a.z_norm.index_select(0, order).clamp_min(1e-30);
     sync_for_timing(err, settings_.precise_timing);
-    const double projection_ms = ms_since(t);
+    const double projection_ms = lap_ms(t);
 
     // Diagnostics: built on the device, copied to the host in one piece (fp64 holds the ranks exactly).
     const auto dopts = err.options();
@@ -318,7 +312,7 @@ LayerAllocation VarRateMethod::allocate(const LayerAnalysis& analysis, const Cod
     d.exact = a.layout.exact_mask;
     d.timing = a.timing;
     d.timing.projection = projection_ms;
-    d.timing.water_filling = fill_ms + ms_since(t);
+    d.timing.water_filling = fill_ms + lap_ms(t);
     return out;
 }
 

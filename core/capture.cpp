@@ -10,15 +10,13 @@
 #include "codec/salience.h"
 #include "codec/varrate_method.h"
 #include "core/base/error.h"
+#include "core/base/stopwatch.h"
 
 namespace varrate {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) {
-    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
+using Clock = SteadyClock;
 
 int64_t tensor_bytes(const at::Tensor& t) {
     return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;

@@ -16,6 +16,7 @@
 #include "codec/registry.h"
 #include "core/base/error.h"
 #include "core/base/json_field.h"
+#include "core/base/stopwatch.h"
 #include "core/capture.h"
 #include "core/exploration.h"
 #include "core/prompt.h"
@@ -27,10 +28,7 @@ namespace varrate {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) {
-    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
+using Clock = SteadyClock;
 
 std::vector<int64_t> stop_ids(const Session& s) {
     std::vector<int64_t> ids = s.model().config().eos_token_ids;

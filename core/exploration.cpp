@@ -7,15 +7,13 @@
 
 #include "codec/registry.h"
 #include "core/base/error.h"
+#include "core/base/stopwatch.h"
 
 namespace varrate {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) {
-    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
+using Clock = SteadyClock;
 
 }  // namespace
 

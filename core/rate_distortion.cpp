@@ -11,6 +11,7 @@
 
 #include "codec/codec_json.h"
 #include "core/base/error.h"
+#include "core/base/stopwatch.h"
 #include "core/capture.h"
 #include "core/niah_record.h"
 #include "core/prompt.h"
@@ -20,10 +21,7 @@ namespace varrate {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) {
-    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
+using Clock = SteadyClock;
 
 // Grid points are compared with a tolerance: "0.1" parsed twice is the same double, but a grid built by
 // arithmetic need not be.

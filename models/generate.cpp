@@ -8,16 +8,13 @@
 #include <string>
 
 #include "core/base/error.h"
+#include "core/base/stopwatch.h"
 
 namespace varrate {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double ms_since(Clock::time_point t0) {
-    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
+using Clock = SteadyClock;
 
 // Argmax of fp32 CPU logits [1, vocab]; ties go to the lowest id, NaN never wins.
 int64_t greedy_token(const at::Tensor& logits) {
