@@ -21,7 +21,6 @@
 #include "core/exploration.h"
 #include "core/prompt.h"
 #include "core/token_text.h"
-#include "models/batch_cache.h"
 #include "models/generate.h"
 
 namespace varrate {

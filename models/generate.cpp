@@ -9,6 +9,7 @@
 
 #include "core/base/error.h"
 #include "core/base/stopwatch.h"
+#include "models/batch_cache.h"
 
 namespace varrate {
 
@@ -63,7 +64,7 @@ GenerateResult decode_greedy(const LlamaModel& model, KVCache& cache, at::Tensor
         r.generated.push_back(token);
         if (opt.on_token) opt.on_token(token);
         if (opt.progress) opt.progress("decode", i + 1, opt.max_new_tokens);
-        if (std::find(opt.stop_ids.begin(), opt.stop_ids.end(), token) != opt.stop_ids.end()) {
+        if (is_stop(opt, token)) {
             r.stopped = true;
             break;
         }

@@ -5,7 +5,6 @@
 #include <functional>
 #include <vector>
 
-#include "models/batch_cache.h"
 #include "models/llama_model.h"
 
 namespace varrate {
