@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <mutex>
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -70,6 +71,17 @@ const at::Tensor& VarRateMethod::bf16_basis_on(int64_t layer, int64_t rank, cons
 
 namespace {
 
+// Every coded token's squared reconstruction error at every rank 0..R, kept by an analysis that is allocated
+// more than once (a budget sweep, the app's live controls), so that later allocations read their errors
+// instead of projecting again. Built on an analysis's second allocation (a single-budget run never pays for
+// it) when it stays within kErrorTableBytes a layer; VarRate and flat share it through derive().
+constexpr int64_t kErrorTableBytes = int64_t(64) << 20;
+
+struct ErrorTable {
+    std::mutex mutex;
+    at::Tensor err_sq;  // [n_coded, R + 1] fp32 in position order; undefined until built (or too large)
+};
+
 struct VarRateAnalysis : LayerAnalysis {
     const Basis* basis = nullptr;                            // identity: what the residuals are projected on
     CodecSettings settings;                                  // the structural settings and R of the analysis
@@ -84,6 +96,8 @@ struct VarRateAnalysis : LayerAnalysis {
     // materialised, rather than held as another [n_coded, D].
     AnchorResiduals res;
     at::Tensor z_norm;  // [n_coded] fp32 ||z||
+    std::shared_ptr<ErrorTable> errors = std::make_shared<ErrorTable>();
+    mutable int allocations = 0;  // of this analysis (not of those sharing `errors`), under errors->mutex
 };
 
 // The leading basis rows that allocate() projects a token of rank r on and materialise() reconstructs it
@@ -110,6 +124,68 @@ std::vector<RankGroup> plan_rank_groups(const int64_t* sorted, int64_t n) {
         begin = end;
     }
     return groups;
+}
+
+// Coefficients c = V e of each group's tokens up to the group's width, stored at cache precision (c^: the
+// reconstruction is what would be decoded) and zero past each token's rank. With err_sq ([n_coded] fp64, rank
+// order) each token's squared error too: with the basis rows orthonormal, it is what the kept coefficients
+// lost to rounding, what the dropped ones held, and what lies past the width:
+//   ||z - z^||^2 = sum_{i<r} (c_i - c^_i)^2 + sum_{r<=i<width} c_i^2 + (||e||^2 - sum_{i<width} c_i^2),
+// the last term zero when the width is D (every row of a complete basis), else a difference formed in fp64
+// (of norms accurate to fp32 rounding).
+void project_groups(const VarRateAnalysis& a, const at::Tensor& V, const at::Tensor& sorted_ranks,
+                    const at::Tensor& order, std::vector<RankGroup>& groups, at::Tensor* err_sq) {
+    int64_t begin = 0;
+    for (RankGroup& g : groups) {
+        const at::Tensor rows = order.narrow(0, begin, g.tokens);
+        const at::Tensor e = a.res.residual.index_select(0, rows);   // [n, D]
+        at::Tensor c = at::empty({g.tokens, g.width}, e.options());  // [n, width] fp32
+        gemm_out(c, e, V.narrow(0, 0, g.width).t(), 0.0, 1.0, /*onednn=*/a.dtype == at::kBFloat16);
+        const at::Tensor dropped = at::arange(g.width, sorted_ranks.options()).unsqueeze(0) >=  // [n, width]
+                                   sorted_ranks.narrow(0, begin, g.tokens).unsqueeze(1);
+        at::Tensor stored = a.dtype != at::kFloat ? c.to(a.dtype).to(at::kFloat) : c.clone();
+        stored.masked_fill_(dropped, 0.0);
+        if (err_sq) {
+            at::Tensor e2 = err_sq->narrow(0, begin, g.tokens);
+            e2.copy_((c - stored).norm(2, {1}))
+                .square_();  // what the stored row lost: rounding, dropped rows
+            if (g.width < a.dim)
+                e2.add_((a.res.energy.index_select(0, rows) - c.norm(2, {1}).to(at::kDouble).square())
+                            .clamp_min(0));
+        }
+        g.coefficients = std::move(stored);
+        begin += g.tokens;
+    }
+}
+
+// The analysis's error table (ErrorTable), built on its second allocation; undefined before that and when
+// it would exceed kErrorTableBytes. Entry [t, r] is project_groups' squared error of coded token t at rank r,
+// with the width taken as R: sum_{i<r} (c_i - c^_i)^2 + sum_{r<=i<R} c_i^2 + (||e||^2 - sum_{i<R} c_i^2),
+// formed in fp64 (no cancellation but the last term's) and held in fp32.
+at::Tensor error_table(const VarRateAnalysis& a, const at::Tensor& V) {  // V: [R, D] fp32
+    ErrorTable& t = *a.errors;
+    const std::lock_guard<std::mutex> lock(t.mutex);
+    if (t.err_sq.defined()) return t.err_sq;
+    const int64_t n = a.coded.size(0), R = a.rank;
+    if (++a.allocations < 2 || n * (R + 1) * 4 > kErrorTableBytes) return {};
+    at::Tensor table = at::empty({n, R + 1}, a.z_norm.options());  // [n_coded, R + 1] fp32
+    constexpr int64_t kChunk = 4096;  // bounds the fp64 temporaries to a few MiB per R
+    for (int64_t begin = 0; begin < n; begin += kChunk) {
+        const int64_t m = std::min(kChunk, n - begin);
+        at::Tensor c = at::empty({m, R}, a.res.residual.options());  // [m, R] fp32
+        gemm_out(c, a.res.residual.narrow(0, begin, m), V.t(), 0.0, 1.0, a.dtype == at::kBFloat16);
+        const at::Tensor stored = a.dtype != at::kFloat ? c.to(a.dtype).to(at::kFloat) : c;
+        const at::Tensor round_sq = (c - stored).to(at::kDouble).square();  // [m, R]
+        const at::Tensor c_sq = c.to(at::kDouble).square();                 // [m, R]
+        const at::Tensor zero = at::zeros({m, 1}, round_sq.options());
+        const at::Tensor lost = at::cat({zero, round_sq.cumsum(1)}, 1);                     // [m, R + 1]
+        const at::Tensor dropped = at::cat({c_sq.flip({1}).cumsum(1).flip({1}), zero}, 1);  // [m, R + 1]
+        at::Tensor err = lost.add_(dropped);
+        if (R < a.dim) err.add_((a.res.energy.narrow(0, begin, m) - c_sq.sum(1)).clamp_min(0).unsqueeze(1));
+        table.narrow(0, begin, m).copy_(err);
+    }
+    t.err_sq = table;
+    return table;
 }
 
 }  // namespace
@@ -241,36 +317,22 @@ LayerAllocation VarRateMethod::allocate(const LayerAnalysis& analysis, const Cod
     const at::Tensor& order = out.rank_order;
     double fill_ms = lap_ms(t);
 
-    // 12: coefficients c = V e of each token up to its width, stored at cache precision (c^: the
-    // reconstruction is what would be decoded) and zero past its rank r. With the basis rows orthonormal,
-    // its error is what the kept coefficients lost to rounding, what the dropped ones held, and what lies
-    // past the width:
-    //   ||z - z^||^2 = sum_{i<r} (c_i - c^_i)^2 + sum_{r<=i<width} c_i^2 + (||e||^2 - sum_{i<width} c_i^2),
-    // the last term zero when the width is D (every row of a complete basis), else a difference formed in
-    // fp64 (of norms accurate to fp32 rounding).
-    const at::Tensor& V = basis_on(a.layer, a.rank, a.coded.device(), a.dtype);       // [R, D]
-    const at::Tensor sorted_ranks = ranks.index_select(0, order);                     // [n_coded]
-    at::Tensor err_sq = at::empty({n_coded}, a.z_norm.options().dtype(at::kDouble));  // rank order
-    int64_t begin = 0;
-    for (RankGroup& g : out.rank_groups) {
-        const at::Tensor rows = order.narrow(0, begin, g.tokens);
-        const at::Tensor e = a.res.residual.index_select(0, rows);   // [n, D]
-        at::Tensor c = at::empty({g.tokens, g.width}, e.options());  // [n, width] fp32
-        gemm_out(c, e, V.narrow(0, 0, g.width).t(), 0.0, 1.0, /*onednn=*/a.dtype == at::kBFloat16);
-        const at::Tensor dropped = at::arange(g.width, ranks.options()).unsqueeze(0) >=  // [n, width]
-                                   sorted_ranks.narrow(0, begin, g.tokens).unsqueeze(1);
-        at::Tensor stored = a.dtype != at::kFloat ? c.to(a.dtype).to(at::kFloat) : c.clone();
-        stored.masked_fill_(dropped, 0.0);
-        at::Tensor e2 = err_sq.narrow(0, begin, g.tokens);
-        e2.copy_((c - stored).norm(2, {1})).square_();  // what the stored row lost: rounding, dropped rows
-        if (g.width < a.dim)
-            e2.add_(
-                (a.res.energy.index_select(0, rows) - c.norm(2, {1}).to(at::kDouble).square()).clamp_min(0));
-        g.coefficients = std::move(stored);
-        begin += g.tokens;
+    // 12: each coded token's error at its rank: read from the analysis's error table when it keeps one
+    // (materialise() then projects), else from the coefficients projected here (project_groups), which
+    // materialise() reconstructs from.
+    const at::Tensor& V = basis_on(a.layer, a.rank, a.coded.device(), a.dtype);  // [R, D]
+    const at::Tensor table = error_table(a, V);
+    at::Tensor err, err_pos;  // [n_coded]: relative errors and their positions
+    if (table.defined()) {
+        const at::Tensor err_sq = table.gather(1, ranks.unsqueeze(1)).squeeze(1).to(at::kDouble);
+        err = err_sq.sqrt() / a.z_norm.clamp_min(1e-30);
+        err_pos = a.coded;
+    } else {
+        at::Tensor err_sq = at::empty({n_coded}, a.z_norm.options().dtype(at::kDouble));  // rank order
+        project_groups(a, V, ranks.index_select(0, order), order, out.rank_groups, &err_sq);
+        err = err_sq.sqrt() / a.z_norm.index_select(0, order).clamp_min(1e-30);
+        err_pos = a.coded.index_select(0, order);
     }
-    const at::Tensor pos = a.coded.index_select(0, order);  // [n_coded] positions in rank order
-    const at::Tensor err = err_sq.sqrt() / a.z_norm.index_select(0, order).clamp_min(1e-30);
     sync_for_timing(err, settings_.precise_timing);
     const double projection_ms = lap_ms(t);
 
@@ -279,7 +341,7 @@ LayerAllocation VarRateMethod::allocate(const LayerAnalysis& analysis, const Cod
     const at::Tensor rf = ranks.to(at::kDouble);
     at::Tensor rank_all =
         at::full({n_tok}, static_cast<double>(dim), dopts).index_copy_(0, a.coded, rf);  // [L]
-    at::Tensor err_all = at::zeros({n_tok}, dopts).index_copy_(0, pos, err);
+    at::Tensor err_all = at::zeros({n_tok}, dopts).index_copy_(0, err_pos, err);
     at::Tensor norm_all = at::zeros({n_tok}, dopts).index_copy_(0, a.coded, a.s_hat.to(at::kDouble));
     const at::Tensor stats = at::stack({rf.sum(), rf.min(), rf.max(), rf.mean(),
                                         (ranks == budget.r_min).to(at::kDouble).mean(), err_all.mean()});
@@ -325,6 +387,12 @@ LayerKV VarRateMethod::materialise(const LayerCapture& capture, const LayerAnaly
     for (const RankGroup& g : allocation.rank_groups) grouped += g.tokens;
     if (!order.defined() || order.size(0) != n_coded || grouped != n_coded)
         throw Error(fmt::format("{}: layer {} allocation does not match its analysis", name(), a.layer));
+    // An allocation that read its errors from the analysis's table has no coefficients yet.
+    std::vector<RankGroup> groups = allocation.rank_groups;
+    if (std::any_of(groups.begin(), groups.end(),
+                    [](const RankGroup& g) { return !g.coefficients.defined(); }))
+        project_groups(a, basis_on(a.layer, a.rank, a.coded.device(), a.dtype),
+                       allocation.coded_ranks.index_select(0, order), order, groups, nullptr);
     // z^ = z-bar + V^T c^, one GEMM per run of allocation.rank_groups over only the basis rows its tokens
     // use (a GEMM over the masked full-rank coefficients would spend most of its work on zeros).
     // A bf16 cache is reconstructed with bf16 GEMMs (paper A.11: bf16 compute for the reconstruction,
@@ -337,7 +405,7 @@ LayerKV VarRateMethod::materialise(const LayerCapture& capture, const LayerAnaly
                                : basis_on(a.layer, a.rank, a.coded.device(), a.dtype);  // [R, D]
     at::Tensor z_hat = at::empty({n_coded, a.dim}, a.res.residual.options());           // [n_coded, D] fp32
     int64_t begin = 0;
-    for (const RankGroup& g : allocation.rank_groups) {
+    for (const RankGroup& g : groups) {
         at::Tensor z_rows = z_hat.narrow(0, begin, g.tokens);  // [n, D]
         anchor_means_out(z_rows, a.res, a.res.nearest.index_select(0, order.narrow(0, begin, g.tokens)));
         if (bf16)

@@ -156,19 +156,21 @@ DistortionReference distortion_reference(const LayerCapture& capture, int64_t ob
     return r;
 }
 
+void add_weighted_error(LayerDiagnostics& d, const DistortionReference& ref) {
+    // Where attention looks, how much of z is lost.
+    if (!d.rel_error.defined() || !ref.weights.defined()) return;
+    const double total = ref.weights.sum().item<double>();
+    d.weighted_rel_error =
+        total > 0 ? (ref.weights * d.rel_error.to(at::kCPU, at::kDouble)).sum().item<double>() / total : 0.0;
+}
+
 void add_distortion(LayerDiagnostics& d, const LayerCapture& capture, const LayerKV& compressed,
                     const at::Tensor& kept, const DistortionReference& ref) {
     if (compressed.keys.is_same(capture.keys) && compressed.values.is_same(capture.values)) {
         d.weighted_rel_error = d.attn_output_error = 0.0;  // the capture's own cache
         return;
     }
-    // Salience-weighted K/V error: where attention looks, how much of z is lost.
-    if (d.rel_error.defined() && ref.weights.defined()) {
-        const double total = ref.weights.sum().item<double>();
-        d.weighted_rel_error =
-            total > 0 ? (ref.weights * d.rel_error.to(at::kCPU, at::kDouble)).sum().item<double>() / total
-                      : 0.0;
-    }
+    add_weighted_error(d, ref);
     // Attention-output error of the observation-window queries, full cache vs compressed.
     const int64_t w = ref.obs_window, n_tok = capture.keys.size(1);
     if (w <= 0 || !ref.window_output.defined()) return;
@@ -222,13 +224,25 @@ std::vector<LayerAllocation> MethodAnalysis::allocate(const CodecSettings& budge
 }
 
 std::vector<LayerKV> MethodAnalysis::materialise(std::vector<LayerAllocation>& allocations) const {
+    std::vector<LayerDiagnostics> diagnostics;
+    for (LayerAllocation& a : allocations) diagnostics.push_back(std::move(a.diagnostics));
+    std::vector<LayerKV> out = materialise(allocations, diagnostics);
+    for (size_t l = 0; l < allocations.size(); ++l) allocations[l].diagnostics = std::move(diagnostics[l]);
+    return out;
+}
+
+std::vector<LayerKV> MethodAnalysis::materialise(const std::vector<LayerAllocation>& allocations,
+                                                 std::vector<LayerDiagnostics>& diagnostics) const {
+    if (allocations.size() != layers_.size() || diagnostics.size() != layers_.size())
+        throw Error(fmt::format("{}: {} allocations and {} diagnostics for {} analysed layers",
+                                method_.name(), allocations.size(), diagnostics.size(), layers_.size()));
     std::vector<LayerKV> out;
     out.reserve(layers_.size());
     for (size_t l = 0; l < layers_.size(); ++l) {
         const auto t0 = Clock::now();
         const LayerCapture& cap = capture_.layers[l];
         out.push_back(method_.materialise(cap, *layers_[l], allocations[l]));
-        LayerDiagnostics& d = allocations[l].diagnostics;
+        LayerDiagnostics& d = diagnostics[l];
         d.timing.reconstruction = ms_since(t0);
         add_distortion(d, cap, out.back(), allocations[l].kept, capture_.references[l]);
     }

@@ -71,6 +71,9 @@ KVCache cache_from_layers(const LlamaModel& model, const std::vector<LayerKV>& l
 // cache has every position). A cache that is the capture's own (full) is exact: 0 without computing.
 void add_distortion(LayerDiagnostics& d, const LayerCapture& capture, const LayerKV& compressed,
                     const at::Tensor& kept, const DistortionReference& reference);
+// The salience-weighted K/V error alone: it needs only the allocation's per-token errors, so an allocation
+// that is not materialised (yet) has it.
+void add_weighted_error(LayerDiagnostics& d, const DistortionReference& reference);
 
 // One method's analysis of every layer of a capture; allocate() and materialise() for any number of budgets.
 class MethodAnalysis {
@@ -85,6 +88,10 @@ class MethodAnalysis {
     // The compressed layers of an allocation; fills each allocation's distortion measures and
     // reconstruction time.
     std::vector<LayerKV> materialise(std::vector<LayerAllocation>& allocations) const;
+    // The same with the diagnostics apart from their allocations (one per layer), which get the distortion
+    // measures and reconstruction time.
+    std::vector<LayerKV> materialise(const std::vector<LayerAllocation>& allocations,
+                                     std::vector<LayerDiagnostics>& diagnostics) const;
     double analyse_ms() const { return analyse_ms_; }
 
   private:

@@ -18,12 +18,15 @@
 #include "core/base/json_field.h"
 #include "core/base/stopwatch.h"
 #include "core/capture.h"
+#include "core/compare_internal.h"
 #include "core/exploration.h"
 #include "core/prompt.h"
 #include "core/token_text.h"
 #include "models/generate.h"
 
 namespace varrate {
+
+using namespace compare_detail;
 
 namespace {
 
@@ -33,18 +36,6 @@ std::vector<int64_t> stop_ids(const Session& s) {
     std::vector<int64_t> ids = s.model().config().eos_token_ids;
     if (auto e = s.tokenizer().eos_id()) ids.push_back(*e);
     return ids;
-}
-
-void add_footprint(MethodRun& run) {
-    run.stored_bytes = run.full_bytes = run.basis_bytes = 0;
-    for (const auto& d : run.layers) {
-        run.stored_bytes += d.stored_bytes;
-        run.full_bytes += d.full_bytes;
-        run.basis_bytes += d.basis_bytes;
-    }
-    run.footprint_fraction = run.full_bytes > 0
-                                 ? static_cast<double>(run.stored_bytes) / static_cast<double>(run.full_bytes)
-                                 : 1.0;
 }
 
 std::string escape_csv_text(const std::string& text) {
@@ -116,14 +107,6 @@ std::vector<double> request_budgets(const std::vector<double>& budgets, const Co
 
 namespace {
 
-// One (method, budget) of a comparison and where its results go.
-struct RunSlot {
-    size_t method = 0;  // index into req.methods
-    double budget = 1.0;
-    CodecSettings settings;  // req.settings with this budget
-    MethodRun run;
-};
-
 // The ids a question's answer is decoded after, given the compressed part.
 std::vector<int64_t> decode_inputs(const PromptParts& p, CompressionMode mode) {
     std::vector<int64_t> ids;
@@ -132,15 +115,10 @@ std::vector<int64_t> decode_inputs(const PromptParts& p, CompressionMode mode) {
     return ids;
 }
 
-// A compressed cache waiting for its answers, and the logits its compression ended on.
-struct PendingAnswers {
-    RunSlot* slot = nullptr;
-    KVCache cache;
-    at::Tensor last_logits;
-};
+}  // namespace
 
-// Answers every question from every pending cache (query-aware: question `only_q` only), decoding the
-// caches of one capture together (decode_answers), and empties `pending`.
+namespace compare_detail {
+
 void answer_pending(const Session& s, std::vector<PendingAnswers>& pending,
                     const std::vector<PromptParts>& parts, const CompareRequest& req, int64_t only_q,
                     const JobControl& job) {
@@ -163,6 +141,18 @@ void answer_pending(const Session& s, std::vector<PendingAnswers>& pending,
     pending.clear();
 }
 
+void add_footprint(MethodRun& run) {
+    run.stored_bytes = run.full_bytes = run.basis_bytes = 0;
+    for (const auto& d : run.layers) {
+        run.stored_bytes += d.stored_bytes;
+        run.full_bytes += d.full_bytes;
+        run.basis_bytes += d.basis_bytes;
+    }
+    run.footprint_fraction = run.full_bytes > 0
+                                 ? static_cast<double>(run.stored_bytes) / static_cast<double>(run.full_bytes)
+                                 : 1.0;
+}
+
 void mark_infeasible(RunSlot& slot, const std::string& why) {
     MethodRun r;
     r.method = slot.run.method;
@@ -173,7 +163,7 @@ void mark_infeasible(RunSlot& slot, const std::string& why) {
     slot.run = std::move(r);
 }
 
-}  // namespace
+}  // namespace compare_detail
 
 std::vector<std::vector<int64_t>> decode_answers(const Session& s, const std::vector<const KVCache*>& caches,
                                                  const std::vector<at::Tensor>& last_logits,
@@ -233,28 +223,7 @@ std::vector<int64_t> decode_answer(const Session& s, const KVCache& cache, const
     return decode_answers(s, {&cache}, {last_logits}, parts, mode, max_new_tokens, job).front();
 }
 
-namespace {
-
-// A request checked and turned into what its runs need: the token ids of every question, the budgets and the
-// basis. One slot per (method, budget) comes from make_slots.
-struct ComparePlan {
-    std::vector<std::string> questions;  // at least one ("" without questions: compress only)
-    std::vector<PromptParts> parts;      // per question; the context part is shared
-    std::vector<double> budgets;
-    std::shared_ptr<const Basis> basis;
-    CompareResult skeleton;  // warnings and basis source
-
-    size_t n_captures(const CompareRequest& req) const {
-        return req.mode == CompressionMode::QueryAgnostic ? 1 : questions.size();
-    }
-    // What capture ci prefills: the context, and in query-aware mode question ci too.
-    std::vector<int64_t> compressed_ids(const CompareRequest& req, size_t ci) const {
-        std::vector<int64_t> ids = parts[ci].context_ids;
-        if (req.mode == CompressionMode::QueryAware)
-            ids.insert(ids.end(), parts[ci].question_ids.begin(), parts[ci].question_ids.end());
-        return ids;
-    }
-};
+namespace compare_detail {
 
 ComparePlan plan_compare(const Session& s, const CompareRequest& req, const JobControl& job) {
     if (req.methods.empty()) throw Error("no methods to compare");
@@ -290,7 +259,6 @@ ComparePlan plan_compare(const Session& s, const CompareRequest& req, const JobC
     return plan;
 }
 
-// One slot per (method, budget); `full` once.
 std::vector<RunSlot> make_slots(const CompareRequest& req, const ComparePlan& plan) {
     std::vector<RunSlot> slots;
     for (size_t mi = 0; mi < req.methods.size(); ++mi) {
@@ -312,7 +280,6 @@ std::vector<RunSlot> make_slots(const CompareRequest& req, const ComparePlan& pl
     return slots;
 }
 
-// The runs of `slots` as a result: answers as text (and whether they are right), footprints.
 CompareResult finish_result(const Session& s, const CompareRequest& req, const ComparePlan& plan,
                             std::vector<RunSlot> slots) {
     CompareResult result = plan.skeleton;
@@ -331,9 +298,7 @@ CompareResult finish_result(const Session& s, const CompareRequest& req, const C
     return result;
 }
 
-// What an explored run adds to its slot: its timings, and for the first capture its diagnostics. Returns
-// false when the run was infeasible (the slot then says why).
-bool record_explored(RunSlot& slot, ExploredRun& r, const PrefillCapture& capture, bool first_capture) {
+bool record_explored(RunSlot& slot, const ExploredRun& r, const PrefillCapture& capture, bool first_capture) {
     if (!r.infeasible.empty()) {
         mark_infeasible(slot, r.infeasible);
         return false;
@@ -343,12 +308,12 @@ bool record_explored(RunSlot& slot, ExploredRun& r, const PrefillCapture& captur
     slot.run.prefill_ms += capture.prefill_ms;
     if (first_capture) {
         slot.run.context_ids = capture.ids;
-        slot.run.layers = std::move(r.layers);
+        slot.run.layers = r.layers;
     }
     return true;
 }
 
-}  // namespace
+}  // namespace compare_detail
 
 CompareResult run_compare(const Session& s, const CompareRequest& req, const JobControl& job) {
     const ComparePlan plan = plan_compare(s, req, job);
@@ -422,108 +387,6 @@ CompareResult run_compare(const Session& s, const CompareRequest& req, const Job
     result.capture_bytes = capture_bytes;
     job.report("done", n_steps, n_steps);
     return result;
-}
-
-struct LiveCompare::State {
-    const Session& s;
-    CompareRequest req;
-    ComparePlan plan;
-    std::vector<RunSlot> slots;
-    std::vector<std::unique_ptr<CaptureExploration>> explored;  // per capture
-    std::vector<std::vector<std::vector<LayerKV>>> kv;          // [capture][slot] materialised layers
-    bool stale = true;
-    int64_t captures = 0, capture_bytes = 0;
-
-    void capture(const JobControl& job) {
-        explored.clear();
-        for (size_t ci = 0; ci < plan.n_captures(req); ++ci) {
-            explored.push_back(std::make_unique<CaptureExploration>(
-                s, plan.compressed_ids(req, ci), req.settings, plan.basis, req.attention_output_error, job));
-            ++captures;
-            capture_bytes = std::max(capture_bytes, explored.back()->capture().bytes());
-        }
-    }
-
-    // Every slot of the current request on the captures (analyses made once and kept by them).
-    void allocate(const JobControl& job) {
-        slots = make_slots(req, plan);
-        kv.assign(explored.size(), std::vector<std::vector<LayerKV>>(slots.size()));
-        const int64_t n_steps = static_cast<int64_t>(explored.size() * slots.size());
-        int64_t step = 0;
-        for (size_t ci = 0; ci < explored.size(); ++ci) {
-            const PrefillCapture& capture = explored[ci]->capture();
-            for (size_t k = 0; k < slots.size(); ++k) {
-                RunSlot& slot = slots[k];
-                if (!slot.run.infeasible.empty()) continue;
-                check_cancel(job);
-                job.report("allocate " + req.methods[slot.method], step++, n_steps);
-                ExploredRun r =
-                    explored[ci]->run(req.methods[slot.method], slot.settings, req.skip_infeasible, job);
-                if (!record_explored(slot, r, capture, ci == 0)) continue;
-                kv[ci][k] = std::move(r.kv);
-            }
-        }
-        stale = !req.questions.empty();
-    }
-};
-
-LiveCompare::LiveCompare(const Session& session, const CompareRequest& req, const JobControl& job)
-    : st_(std::make_unique<State>(State{session, req, plan_compare(session, req, job), {}, {}, {}})) {
-    st_->capture(job);
-    st_->allocate(job);
-}
-
-LiveCompare::~LiveCompare() = default;
-
-void LiveCompare::update(const CodecSettings& settings, const std::vector<double>& budgets,
-                         const JobControl& job) {
-    State& st = *st_;
-    const std::vector<double> checked = request_budgets(budgets, settings);  // before anything changes
-    // A basis fitted on the context depends on the structural settings; captures keep the basis they had.
-    const bool refit = st.plan.basis && st.plan.basis->info().self_calibrated &&
-                       !structural_difference(st.req.settings, settings).empty();
-    const bool recapture = refit || settings.obs_window > st.explored.front()->capture().obs_window;
-    st.req.settings = settings;
-    st.req.budgets = budgets;
-    st.plan.budgets = checked;
-    if (refit) st.plan.basis = st.s.basis_for(st.plan.parts[0].context_ids, settings, job);
-    if (recapture) st.capture(job);
-    st.allocate(job);
-}
-
-void LiveCompare::decode(const JobControl& job) {
-    State& st = *st_;
-    for (RunSlot& slot : st.slots) slot.run.answer_ids.clear();
-    for (size_t ci = 0; ci < st.explored.size() && !st.req.questions.empty(); ++ci) {
-        const PrefillCapture& capture = st.explored[ci]->capture();
-        std::vector<PendingAnswers> pending;
-        for (size_t k = 0; k < st.slots.size(); ++k)
-            if (st.slots[k].run.infeasible.empty())
-                pending.push_back({&st.slots[k],
-                                   cache_from_layers(st.s.model(), st.kv[ci][k], capture.next_position),
-                                   capture.last_logits});
-        const int64_t only_q = st.req.mode == CompressionMode::QueryAware ? static_cast<int64_t>(ci) : -1;
-        answer_pending(st.s, pending, st.plan.parts, st.req, only_q, job);
-    }
-    st.stale = false;
-}
-
-bool LiveCompare::answers_stale() const {
-    return st_->stale;
-}
-
-const CompareRequest& LiveCompare::request() const {
-    return st_->req;
-}
-
-CompareResult LiveCompare::result() const {
-    CompareResult r = finish_result(st_->s, st_->req, st_->plan, st_->slots);
-    r.capture_bytes = st_->capture_bytes;
-    return r;
-}
-
-int64_t LiveCompare::captures() const {
-    return st_->captures;
 }
 
 nlohmann::json to_json(const MethodRun& run, bool per_token) {

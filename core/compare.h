@@ -85,32 +85,6 @@ std::vector<double> request_budgets(const std::vector<double>& budgets, const Co
 
 CompareResult run_compare(const Session& session, const CompareRequest& req, const JobControl& job = {});
 
-// A comparison kept alive for interactive exploration (the app's live controls): its captures (one; one per
-// question in query-aware mode) and every method's analyses stay in memory, so update() re-allocates every
-// run at new budgets, r_min or R in milliseconds, and re-analyses at new structural settings, without a
-// prefill — except when the observation window grows past what was captured or a basis fitted on the context
-// must be fitted again (stride, anchors, window changed), which capture again. Answers go stale on every
-// update() until decode(). result() is run_compare's result for the current request.
-class LiveCompare {
-  public:
-    LiveCompare(const Session& session, const CompareRequest& req, const JobControl& job = {});
-    ~LiveCompare();
-    LiveCompare(const LiveCompare&) = delete;
-    LiveCompare& operator=(const LiveCompare&) = delete;
-
-    void update(const CodecSettings& settings, const std::vector<double>& budgets,
-                const JobControl& job = {});
-    void decode(const JobControl& job = {});
-    bool answers_stale() const;
-    const CompareRequest& request() const;
-    CompareResult result() const;  // answers as of the last decode(); none while stale
-    int64_t captures() const;      // prefill captures made so far
-
-  private:
-    struct State;
-    std::unique_ptr<State> st_;
-};
-
 // The greedy answer ids to one question from each compressed cache, whose prefill ended with last_logits[k]:
 // query-agnostic, the question part and the answer prefix are forwarded first (positions after the
 // context); query-aware, only the answer prefix (the question is inside the compressed part). The first

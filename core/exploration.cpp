@@ -1,5 +1,6 @@
 #include "core/exploration.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include <fmt/format.h>
@@ -28,13 +29,29 @@ CaptureExploration::CaptureExploration(const Session& session, const std::vector
                   static_cast<double>(capture_.bytes()) / (1024.0 * 1024.0));
 }
 
+bool CaptureExploration::same_analysis(const CodecSettings& a, const CodecSettings& b) {
+    return structural_difference(a, b).empty() && a.rank == b.rank &&
+           a.paper_accounting == b.paper_accounting;
+}
+
+void CaptureExploration::retain_analyses(const CodecSettings& settings) {
+    // Analyses may derive from each other (shared tensors, not pointers), so any subset can go.
+    analysed_.erase(std::remove_if(analysed_.begin(), analysed_.end(),
+                                   [&](const auto& a) { return !same_analysis(a->settings, settings); }),
+                    analysed_.end());
+}
+
+bool CaptureExploration::has_analysis(const std::string& method, const CodecSettings& settings) const {
+    for (const auto& a : analysed_)
+        if (a->method == method && same_analysis(a->settings, settings)) return true;
+    return false;
+}
+
 CaptureExploration::Analysed& CaptureExploration::analysed(const std::string& method,
                                                            const CodecSettings& settings,
                                                            const JobControl& job) {
     for (const auto& a : analysed_)
-        if (a->method == method && structural_difference(a->settings, settings).empty() &&
-            a->settings.rank == settings.rank && a->settings.paper_accounting == settings.paper_accounting)
-            return *a;
+        if (a->method == method && same_analysis(a->settings, settings)) return *a;
     auto a = std::make_unique<Analysed>();
     a->method = method;
     a->settings = settings;
@@ -53,6 +70,13 @@ CaptureExploration::Analysed& CaptureExploration::analysed(const std::string& me
 
 ExploredRun CaptureExploration::run(const std::string& method, const CodecSettings& settings,
                                     bool skip_infeasible, const JobControl& job) {
+    ExploredRun out = allocate(method, settings, skip_infeasible, job);
+    materialise(out);
+    return out;
+}
+
+ExploredRun CaptureExploration::allocate(const std::string& method, const CodecSettings& settings,
+                                         bool skip_infeasible, const JobControl& job) {
     ExploredRun out;
     out.method = method;
     out.settings = settings;
@@ -61,14 +85,13 @@ ExploredRun CaptureExploration::run(const std::string& method, const CodecSettin
         if (!a.analysis) throw InfeasibleBudget(a.infeasible);
         out.analyse_ms = a.analysis->analyse_ms();
         const auto t0 = Clock::now();
-        std::vector<LayerAllocation> alloc = a.analysis->allocate(settings);
+        out.allocations = a.analysis->allocate(settings);
+        for (size_t l = 0; l < out.allocations.size(); ++l) {
+            LayerDiagnostics& d = out.layers.emplace_back(std::move(out.allocations[l].diagnostics));
+            add_weighted_error(d, capture_.references[l]);
+        }
         out.allocate_ms = ms_since(t0);
-        const auto t1 = Clock::now();
-        out.kv = a.analysis->materialise(alloc);
-        out.materialise_ms = ms_since(t1);
-        for (LayerAllocation& l : alloc) out.layers.push_back(std::move(l.diagnostics));
-        spdlog::debug("{} kappa {}: analyse {:.1f} ms (shared), allocate {:.1f} ms, materialise {:.1f} ms",
-                      method, settings.budget, out.analyse_ms, out.allocate_ms, out.materialise_ms);
+        out.analysis = a.analysis.get();
     } catch (const InfeasibleBudget& e) {
         if (!skip_infeasible) throw;
         out = ExploredRun{};
@@ -77,6 +100,15 @@ ExploredRun CaptureExploration::run(const std::string& method, const CodecSettin
         out.infeasible = e.what();
     }
     return out;
+}
+
+void CaptureExploration::materialise(ExploredRun& r) const {
+    if (!r.infeasible.empty() || !r.kv.empty() || !r.analysis) return;
+    const auto t0 = Clock::now();
+    r.kv = r.analysis->materialise(r.allocations, r.layers);
+    r.materialise_ms = ms_since(t0);
+    spdlog::debug("{} kappa {}: analyse {:.1f} ms (shared), allocate {:.1f} ms, materialise {:.1f} ms",
+                  r.method, r.settings.budget, r.analyse_ms, r.allocate_ms, r.materialise_ms);
 }
 
 }  // namespace varrate

@@ -18,11 +18,21 @@ namespace varrate {
 struct ExploredRun {
     std::string method;
     CodecSettings settings;
-    std::vector<LayerDiagnostics> layers;  // per layer, distortion measures included
-    std::vector<LayerKV> kv;               // the compressed layers (cache_from_layers decodes from them)
-    std::string infeasible;                // why this capture cannot meet the budget; "" when it ran
-    double analyse_ms = 0;                 // of the (shared) analysis this run used
+    // Per layer. The salience-weighted error is there once allocated; the attention-output error (-1 until
+    // then) and the reconstruction time once materialised.
+    std::vector<LayerDiagnostics> layers;
+    std::vector<LayerKV> kv;  // the compressed layers (cache_from_layers decodes from them); empty until
+                              // materialised
+    std::string infeasible;   // why this capture cannot meet the budget; "" when it ran
+    double analyse_ms = 0;    // of the (shared) analysis this run used
     double allocate_ms = 0, materialise_ms = 0;
+
+    bool materialised() const { return infeasible.empty() && !kv.empty(); }
+
+  private:
+    friend class CaptureExploration;
+    const MethodAnalysis* analysis = nullptr;  // owned by the exploration that allocated this run
+    std::vector<LayerAllocation> allocations;  // what materialise() needs (diagnostics moved to `layers`)
 };
 
 class CaptureExploration {
@@ -43,6 +53,17 @@ class CaptureExploration {
     // throws InfeasibleBudget; an observation window longer than the capture's throws Error.
     ExploredRun run(const std::string& method, const CodecSettings& settings, bool skip_infeasible,
                     const JobControl& job = {});
+    // run() in two steps: allocate() gives every layer's ranks or kept positions and their diagnostics
+    // (milliseconds once the analysis exists: an interactive control calls it on every step), materialise()
+    // the compressed layers and the attention-output error, when the cache is needed (answers).
+    ExploredRun allocate(const std::string& method, const CodecSettings& settings, bool skip_infeasible,
+                         const JobControl& job = {});
+    void materialise(ExploredRun& run) const;  // no-op when infeasible or already materialised
+    // Drops the analyses made for structural settings (or R) other than `settings`' to bound memory; runs
+    // allocated on a dropped analysis must not be materialised afterwards.
+    void retain_analyses(const CodecSettings& settings);
+    // Whether `method` has an analysis for `settings`' structural settings and R.
+    bool has_analysis(const std::string& method, const CodecSettings& settings) const;
 
   private:
     struct Analysed {
@@ -53,6 +74,7 @@ class CaptureExploration {
         std::string infeasible;
     };
     Analysed& analysed(const std::string& method, const CodecSettings& settings, const JobControl& job);
+    static bool same_analysis(const CodecSettings& a, const CodecSettings& b);
 
     const Session& session_;
     std::shared_ptr<const Basis> basis_;

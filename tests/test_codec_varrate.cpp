@@ -78,6 +78,50 @@ class TestCodecVarRate : public QObject {
         }
     }
 
+    // An analysis allocated more than once keeps every coded token's error at every rank (the live controls'
+    // fast path): the second allocation reads its errors from that table instead of projecting, and must give
+    // the projection's ranks and errors (to fp32 rounding) and, materialised, the same cache bit for bit —
+    // in fp32 and bf16, with a complete basis (R = D) and a truncated one (R < D).
+    void repeatedAllocationsReadTheErrorTable() {
+        for (auto dtype : {at::kFloat, at::kBFloat16}) {
+            for (int64_t rank : {int64_t{64}, int64_t{24}}) {
+                const QString where = QString("%1 R=%2").arg(dtype == at::kFloat ? "fp32" : "bf16").arg(rank);
+                auto basis = random_basis(1, 64, rank, 16, 4, 21);
+                CodecSettings settings = synthetic_settings(0.3);
+                settings.rank = rank;
+                const LayerCapture cap = synthetic_capture(small_shape(), 23, 0, dtype);
+                VarRateMethod varrate(settings, basis, RankAllocation::Salience);
+                const auto analysis = varrate.analyse(cap);
+                // A fresh analysis per budget never keeps a table: the reference.
+                for (double kappa : {0.3, 0.3, 0.45, 0.35}) {
+                    CodecSettings b = settings;
+                    b.budget = kappa;
+                    const LayerAllocation a = varrate.allocate(*analysis, b);
+                    const LayerKV kv = varrate.materialise(cap, *analysis, a);
+                    VarRateMethod m(settings, basis, RankAllocation::Salience);
+                    const auto fresh = m.analyse(cap);
+                    const LayerAllocation ref = m.allocate(*fresh, b);
+                    QVERIFY2(ref.rank_groups.front().coefficients.defined(), qPrintable(where));
+                    const LayerKV ref_kv = m.materialise(cap, *fresh, ref);
+                    const LayerDiagnostics &x = a.diagnostics, &y = ref.diagnostics;
+                    QVERIFY2(at::equal(x.rank, y.rank), qPrintable(where));
+                    const double err = (x.rel_error - y.rel_error).abs().max().item<double>();
+                    QVERIFY2(err <= 2e-6,
+                             qPrintable(
+                                 QString("%1 kappa %2: errors differ by %3").arg(where).arg(kappa).arg(err)));
+                    QVERIFY2(std::abs(x.mean_rel_error - y.mean_rel_error) <= 1e-6, qPrintable(where));
+                    QVERIFY2(at::equal(kv.keys, ref_kv.keys) && at::equal(kv.values, ref_kv.values),
+                             qPrintable(where + " cache"));
+                }
+                // The table was used: the repeated allocations came without coefficients.
+                CodecSettings b = settings;
+                b.budget = 0.35;
+                QVERIFY2(!varrate.allocate(*analysis, b).rank_groups.front().coefficients.defined(),
+                         qPrintable(where));
+            }
+        }
+    }
+
     // Min-max normalisation over the coded tokens makes the allocation depend on how the salience ranks and
     // spaces the tokens, not on its scale or offset: a positive scale and a shift of the same signal give the
     // same ranks and the same reconstruction, bit for bit.

@@ -18,6 +18,7 @@
 #include "core/compare.h"
 #include "core/demo_corpus.h"
 #include "core/exploration.h"
+#include "core/live_compare.h"
 #include "core/prompt.h"
 #include "core/session.h"
 #include "models/rope.h"
@@ -243,6 +244,55 @@ class TestCapture : public QObject {
             const CompareResult updated = live.result();
             QCOMPARE(updated.runs.size(), size_t{7});
             expect_same_runs(updated, run_compare(s, req), what + " updated");
+
+            // An update allocates only: ranks, errors and footprints are run_compare's at once; the
+            // attention-output error waits for the caches (materialise, or decode).
+            req.budgets = {0.5};
+            live.update(req.settings, req.budgets);
+            QVERIFY(!live.materialised() && live.answers_stale());
+            for (const MethodRun& r : live.result().runs) {
+                QVERIFY2(r.answers.empty(), qPrintable(what + " stale answers shown"));
+                for (const LayerDiagnostics& d : r.layers)
+                    QVERIFY2(d.attn_output_error == -1 && d.weighted_rel_error >= 0, qPrintable(what));
+            }
+            live.materialise();
+            QVERIFY(live.materialised());
+            if (mode == CompressionMode::QueryAgnostic) {  // the same compressed ids without questions
+                CompareRequest compress_only = req;
+                compress_only.questions.clear();
+                CompareResult materialised = live.result();
+                expect_same_runs(materialised, run_compare(s, compress_only), what + " materialised");
+
+                // Rate-distortion over a grid, from the same capture: each point is run_compare's run at that
+                // kappa (footprint, K/V errors, attention-output error), full once at kappa 1.
+                const std::vector<double> grid = {0.35, 0.5, 0.8};
+                const int64_t before_rd = s.model().forward_calls();
+                const std::vector<RatePoint> rd = live.rate_distortion(grid, true);
+                QCOMPARE(s.model().forward_calls(), before_rd);
+                QCOMPARE(rd.size(), size_t{3 * 3 + 1});
+                compress_only.budgets = grid;
+                const CompareResult swept = run_compare(s, compress_only);
+                QCOMPARE(swept.runs.size(), rd.size());
+                for (size_t i = 0; i < rd.size(); ++i) {
+                    const RatePoint& p = rd[i];
+                    const MethodRun& r = swept.runs[i];
+                    const QString where =
+                        what + QString(" rd %1 %2").arg(QString::fromStdString(p.method)).arg(p.kappa);
+                    QVERIFY2(p.method == r.method && p.kappa == r.budget, qPrintable(where));
+                    QVERIFY2(p.infeasible == r.infeasible, qPrintable(where));
+                    if (!p.infeasible.empty()) continue;
+                    double kv = 0, attn = 0;
+                    for (const LayerDiagnostics& d : r.layers) {
+                        kv += d.mean_rel_error / static_cast<double>(r.layers.size());
+                        attn += d.attn_output_error / static_cast<double>(r.layers.size());
+                    }
+                    QVERIFY2(std::abs(p.footprint - r.footprint_fraction) <= 1e-9, qPrintable(where));
+                    QVERIFY2(std::abs(p.kv_error - kv) <= 1e-6, qPrintable(where));
+                    QVERIFY2(std::abs(p.attn_output_error - attn) <= 1e-6, qPrintable(where));
+                }
+                // The current runs are as they were.
+                expect_same_runs(live.result(), materialised, what + " after rd");
+            }
 
             req.settings.obs_window += 8;  // more window queries than captured: a new capture
             live.update(req.settings, req.budgets);
