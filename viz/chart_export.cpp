@@ -122,10 +122,12 @@ void copy_widget_to_clipboard(QWidget* widget) {
     QApplication::clipboard()->setImage(render_widget(widget, 2.0));
 }
 
-void install_export_menu(QWidget* widget, const QString& base_name) {
+void install_export_menu(QWidget* widget, const QString& base_name,
+                         std::function<void(QMenu& menu)> extra_actions) {
     widget->setContextMenuPolicy(Qt::CustomContextMenu);
     QObject::connect(
-        widget, &QWidget::customContextMenuRequested, widget, [widget, base_name](const QPoint& at) {
+        widget, &QWidget::customContextMenuRequested, widget,
+        [widget, base_name, extra_actions = std::move(extra_actions)](const QPoint& at) {
             QMenu menu(widget);
             struct Choice {
                 QString label, filter, suffix;
@@ -148,6 +150,7 @@ void install_export_menu(QWidget* widget, const QString& base_name) {
                     }
                 });
             }
+            if (extra_actions) extra_actions(menu);
             menu.addSeparator();
             menu.addAction(QStringLiteral("Copy image"), widget,
                            [widget] { copy_widget_to_clipboard(widget); });
