@@ -37,8 +37,24 @@ AnswersTable::AnswersTable(QWidget* parent) : QTableWidget(parent) {
 }
 
 int AnswersTable::correct_column() const {
-    return 1 + std::max(1, n_questions_);
+    const int nq = std::max(1, n_questions_);
+    return 1 + nq + (has_pinned_ ? nq : 0);
 }
+
+void AnswersTable::set_pinned(std::optional<CompareResult> pinned, const QString& label) {
+    pinned_ = std::move(pinned);
+    pinned_label_ = label;
+}
+
+namespace {
+
+const MethodRun* find_run(const CompareResult& r, const std::string& method) {
+    for (const MethodRun& m : r.runs)
+        if (m.method == method) return &m;
+    return nullptr;
+}
+
+}  // namespace
 
 void AnswersTable::clear_result() {
     n_questions_ = 0;
@@ -54,15 +70,22 @@ void AnswersTable::clear_result() {
 void AnswersTable::set_result(const CompareResult& result, const CompareRequest& request) {
     clear();
     n_questions_ = static_cast<int>(request.questions.size());
+    has_pinned_ = pinned_.has_value();
     const int nq = std::max(1, n_questions_);
     QStringList headers{"Method"};
     for (int q = 0; q < nq; ++q) {
         QString h = n_questions_ > 1 ? QString("Answer %1").arg(q + 1) : QString("Answer");
         headers << h;
     }
+    // Pinned: the frozen allocation's answers beside the live ones, its footprint beside the live one.
+    if (has_pinned_)
+        for (int q = 0; q < nq; ++q)
+            headers << (n_questions_ > 1 ? QString("Pinned %1 (%2)").arg(q + 1).arg(pinned_label_)
+                                         : QString("Pinned (%1)").arg(pinned_label_));
     headers << "Correct"
-            << "Accounted"
-            << "Prefill ms"
+            << "Accounted";
+    if (has_pinned_) headers << "Pinned accounted";
+    headers << "Prefill ms"
             << "Codec ms"
             << "Self-calibrated";
     setColumnCount(headers.size());
@@ -84,17 +107,27 @@ void AnswersTable::set_result(const CompareResult& result, const CompareRequest&
         name->setFont(f);
         setItem(r, 0, name);
         int n_correct = 0;
+        const auto answer_item = [&](const MethodRun& m, int q, bool stale) {
+            const bool has = q < static_cast<int>(m.answers.size());
+            QString text = has ? one_line(m.answers[q]) : QString(n_questions_ ? "–" : "(no question)");
+            if (!m.infeasible.empty())
+                text = QString("infeasible at κ %1").arg(m.budget);
+            else if (!has && stale && n_questions_)
+                text = "stale: decoded when the controls rest (Enter: now)";
+            auto* a = make_item(text);
+            if (has) a->setToolTip(QString::fromStdString(m.answers[q]));
+            if (!m.infeasible.empty()) a->setToolTip(QString::fromStdString(m.infeasible));
+            if (q < static_cast<int>(m.correct.size())) a->setBackground(m.correct[q] ? good : bad);
+            if (!has && stale) a->setForeground(palette().color(QPalette::Disabled, QPalette::Text));
+            return a;
+        };
         for (int q = 0; q < nq; ++q) {
-            const bool has = q < static_cast<int>(run.answers.size());
-            auto* a =
-                make_item(has ? one_line(run.answers[q]) : QString(n_questions_ ? "–" : "(no question)"));
-            if (has) a->setToolTip(QString::fromStdString(run.answers[q]));
-            if (q < static_cast<int>(run.correct.size())) {
-                a->setBackground(run.correct[q] ? good : bad);
-                n_correct += run.correct[q];
-            }
-            setItem(r, 1 + q, a);
+            if (q < static_cast<int>(run.correct.size())) n_correct += run.correct[q];
+            setItem(r, 1 + q, answer_item(run, q, stale_));
         }
+        const MethodRun* pinned = has_pinned_ ? find_run(*pinned_, run.method) : nullptr;
+        for (int q = 0; q < nq && has_pinned_; ++q)
+            setItem(r, 1 + nq + q, pinned ? answer_item(*pinned, q, false) : make_item("–"));
         const int c = correct_column();
         setItem(r, c,
                 make_item(run.correct.empty() ? QString("–")
@@ -108,12 +141,20 @@ void AnswersTable::set_result(const CompareResult& result, const CompareRequest&
                            .arg(run.basis_bytes)
                            .arg(QString::fromStdString(run.basis_accounting)));
         setItem(r, c + 1, fp);
-        setItem(r, c + 2, make_item(QString::number(run.prefill_ms, 'f', 1), right));
-        setItem(r, c + 3, make_item(QString::number(run.compress_ms, 'f', 1), right));
-        setItem(r, c + 4, make_item(run.self_calibrated ? "yes" : "no", Qt::AlignCenter));
+        int next = c + 2;
+        if (has_pinned_)
+            setItem(r, next++,
+                    make_item(pinned && pinned->infeasible.empty()
+                                  ? QString("%1 %").arg(100.0 * pinned->footprint_fraction, 0, 'f', 2)
+                                  : QString("–"),
+                              right));
+        setItem(r, next, make_item(QString::number(run.prefill_ms, 'f', 1), right));
+        setItem(r, next + 1, make_item(QString::number(run.compress_ms, 'f', 1), right));
+        setItem(r, next + 2, make_item(run.self_calibrated ? "yes" : "no", Qt::AlignCenter));
     }
     horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
-    for (int q = 0; q < nq; ++q) horizontalHeader()->setSectionResizeMode(1 + q, QHeaderView::Stretch);
+    for (int q = 0; q < nq * (has_pinned_ ? 2 : 1); ++q)
+        horizontalHeader()->setSectionResizeMode(1 + q, QHeaderView::Stretch);
 }
 
 QString AnswersTable::to_csv() const {

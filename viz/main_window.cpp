@@ -40,6 +40,7 @@
 #include "viz/chart_export.h"
 #include "viz/document_view.h"
 #include "viz/layer_summary.h"
+#include "viz/live_explorer.h"
 #include "viz/niah_heatmap_view.h"
 #include "viz/niah_tab.h"
 #include "viz/position_charts.h"
@@ -92,6 +93,7 @@ MainWindow::MainWindow(const QString& settings_file, QWidget* parent)
     build_views();
     build_menus();
     connect_worker();
+    build_live();
     set_theme(settings_->theme());
     if (!settings_->geometry().isEmpty())
         restoreGeometry(settings_->geometry());
@@ -424,8 +426,11 @@ void MainWindow::connect_worker() {
                    .arg(d.tokens)
                    .arg(d.depth_percent));
     });
-    connect(worker_, &RunWorker::compare_done, this,
-            [this](std::shared_ptr<const RunOutcome> o) { apply_outcome(std::move(o)); });
+    connect(worker_, &RunWorker::compare_done, this, [this](std::shared_ptr<const RunOutcome> o) {
+        unpin_allocation();  // a pin belongs to the tokens of the run it was taken from
+        apply_outcome(o);
+        live_->start(std::move(o));
+    });
     connect(worker_, &RunWorker::niah_progress, niah_, &NiahTab::set_progress);
     connect(worker_, &RunWorker::niah_done, this, [this](std::shared_ptr<const NiahOutcome> o) {
         niah_outcome_ = o;
@@ -465,7 +470,10 @@ void MainWindow::on_job_finished() {
     if (kind == JobKind::Compare || kind == JobKind::Calibrate)
         panel_->set_running(job_queued(JobKind::Compare) || job_queued(JobKind::Calibrate));
     if (kind == JobKind::Compare) {
-        if (!ok) panel_->set_progress(job_failed_ && error_text().isEmpty() ? "Cancelled" : "Stopped", 0, 0);
+        if (!ok) {
+            panel_->set_progress(job_failed_ && error_text().isEmpty() ? "Cancelled" : "Stopped", 0, 0);
+            live_->stop("The last run did not finish: Run again to explore its settings live.");
+        }
         Q_EMIT run_finished(ok);
     }
     if (kind == JobKind::Calibrate) {
@@ -489,6 +497,10 @@ void MainWindow::on_model_loaded(const ModelInfo& info) {
     const bool new_model = QDir::cleanPath(info.model_dir) != QDir::cleanPath(loaded_.model_dir);
     loaded_ = info;
     settings_->add_recent_model(info.model_dir);
+    if (new_model) {
+        live_->stop("A new model: Run to explore its settings live.");
+        unpin_allocation();
+    }
     if (new_model && apply_defaults_on_load_) {
         panel_->apply_model_defaults(info.defaults, info.codec_defaults.has_value(), info.defaults_text);
         niah_->apply_model(info);
@@ -638,11 +650,20 @@ bool MainWindow::job_queued(JobKind kind) const {
 }
 
 void MainWindow::apply_outcome(std::shared_ptr<const RunOutcome> o) {
+    // A live step re-allocates the same tokens: the zoom, the selectors and the tab stay as they are.
+    const bool live_step = o->step != "run" && !o->step.isEmpty() && outcome_ &&
+                           o->token_texts.size() == outcome_->token_texts.size();
+    const QStringList methods_before = model_->methods();
     outcome_ = std::move(o);
     model_->set_result(outcome_->result, outcome_->request, outcome_->token_texts);
-    model_->set_needle_span(outcome_->needle_span);
-    axis_->set_length(model_->n_tokens());
+    if (!live_step) model_->set_needle_span(outcome_->needle_span);
+    if (!live_step) axis_->set_length(model_->n_tokens());
+    answers_->set_stale(outcome_->answers_stale);
     answers_->set_result(outcome_->result, outcome_->request);
+    if (live_step && model_->methods() == methods_before) {
+        update_cache_label();
+        return;
+    }
     update_view_selectors();
     bool self_cal = false;
     for (const MethodRun& r : outcome_->result.runs) self_cal = self_cal || r.self_calibrated;

@@ -26,6 +26,8 @@ class AnswersTable;
 class AppSettings;
 class DocumentView;
 class LayerSummary;
+class LiveExplorer;
+class RdChart;
 class NiahTab;
 class PositionAxis;
 class PositionCharts;
@@ -93,6 +95,13 @@ class MainWindow : public QMainWindow {
     PositionCharts* charts() const { return charts_; }
     RankHeatmap* rank_heatmap() const { return heatmap_; }
     LayerSummary* layer_summary() const { return layers_; }
+    LiveExplorer* live() const { return live_; }
+    RdChart* rd_chart() const { return rd_chart_; }
+    // Pin: the current allocation frozen and overlaid on the live one (charts, answers, footprints).
+    void pin_allocation();
+    void unpin_allocation();
+    bool export_rate_distortion_csv(const QString& path);
+    QString cache_text() const;  // the status bar's "what is kept" label
     QWidget* current_chart() const { return current_chart_; }
     void set_current_chart(QWidget* w);
 
@@ -102,7 +111,8 @@ class MainWindow : public QMainWindow {
     void run_finished(bool ok);  // a comparison ended: true with results, false on error/cancel
     void niah_finished(bool ok);
     void calibration_finished(bool ok);
-    void idle();  // no job queued or running
+    void idle();          // no job queued or running
+    void live_applied();  // a live update or re-decode is in every view
 
   protected:
     void closeEvent(QCloseEvent* e) override;
@@ -112,6 +122,11 @@ class MainWindow : public QMainWindow {
 
   private:
     void build_menus();
+    void build_live();  // main_window_live.cpp: live controls, rate-distortion chart, pin
+    void apply_live_outcome(std::shared_ptr<const RunOutcome> outcome);
+    void apply_pin();
+    void show_current_rd_points();
+    void update_cache_label();
     void build_views();
     void connect_worker();
     void show_error(const QString& message);
@@ -142,6 +157,10 @@ class MainWindow : public QMainWindow {
     RankHeatmap* heatmap_ = nullptr;
     LayerSummary* layers_ = nullptr;
     QWidget* current_chart_ = nullptr;
+    LiveExplorer* live_ = nullptr;
+    RdChart* rd_chart_ = nullptr;
+    QLabel* cache_label_ = nullptr;
+    QAction *pin_action_ = nullptr, *unpin_action_ = nullptr;
     QPlainTextEdit* source_ = nullptr;  // the document's text (editable)
     QTabWidget* tabs_ = nullptr;
     QStackedWidget* stack_ = nullptr;  // welcome prompt | analysis

@@ -21,6 +21,7 @@
 #include "viz/answers_table.h"
 #include "viz/app_settings.h"
 #include "viz/chart_export.h"
+#include "viz/live_explorer.h"
 #include "viz/main_window.h"
 #include "viz/position_charts.h"
 #include "viz/run_model.h"
@@ -141,6 +142,8 @@ bool MainWindow::open_session(const QString& path) {
     clear_error();
     set_document(s.document, s.document_source, s.needle);
     panel_->set_settings(s.settings);
+    live_->stop("Opened from a session file: Run to explore its settings live.");
+    unpin_allocation();
     if (s.outcome) {
         apply_outcome(s.outcome);
     } else {

@@ -83,6 +83,21 @@ bool PositionChart::has_data() const {
     return false;
 }
 
+// The pinned allocation's series of this chart's method, drawn under the live one (exact tokens left out of
+// the rank, as for the live series).
+void PositionChart::add_pinned(TokenMetric metric, double* top) {
+    if (!model_->has_pinned()) return;
+    Series s{model_->pinned_label(), StyleColour::Pinned, model_->pinned_series(method_, metric, layer_), {}};
+    if (s.values.empty()) return;
+    if (metric == TokenMetric::Rank)
+        for (size_t i = 0; i < s.values.size() && i < exact_.size(); ++i)
+            if (exact_[i]) s.values[i] = kNaN;
+    for (float v : s.values)
+        if (std::isfinite(v)) *top = std::max<double>(*top, v);
+    s.deciles = decile_means(s.values);
+    series_.push_back(std::move(s));
+}
+
 void PositionChart::reload() {
     series_.clear();
     ref_lines_.clear();
@@ -119,6 +134,7 @@ void PositionChart::reload() {
             s.deciles = decile_means(s.values);
             if (!s.values.empty()) {
                 series_.push_back(std::move(s));
+                add_pinned(TokenMetric::Rank, &top);
                 const double floor = model_->rank_floor();
                 const double uniform = model_->uniform_rank(method_, layer_);
                 if (floor > 0 && method_ == QStringLiteral("varrate"))
@@ -144,6 +160,7 @@ void PositionChart::reload() {
                 s.deciles = decile_means(s.values);
                 series_.push_back(std::move(s));
             }
+            add_pinned(TokenMetric::RelError, &top);
             y_label_ = QStringLiteral("reconstruction error");
             break;
         }

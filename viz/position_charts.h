@@ -58,6 +58,7 @@ class PositionChart : public QWidget {
         StyleColour role;
     };
     void reload();
+    void add_pinned(TokenMetric metric, double* top);
     void draw_series(QPainter& p, const Series& s, const QRectF& area) const;
     void draw_axes(QPainter& p, const QRectF& area) const;
     double y_of(double value, const QRectF& area) const;

@@ -105,6 +105,7 @@ void RunModel::clear() {
     token_texts_.clear();
     series_cache_.clear();
     needle_.reset();
+    pinned_.reset();
     Q_EMIT changed();
 }
 
@@ -165,24 +166,43 @@ std::vector<float> to_floats(const at::Tensor& t) {
     return std::vector<float>(p, p + c.numel());
 }
 
+// One method's per-token values (layer -1: mean over layers); empty when it has none of length n.
+std::vector<float> series_of(const MethodRun* r, TokenMetric metric, int layer, int n) {
+    std::vector<float> out;
+    if (!r) return out;
+    std::vector<at::Tensor> parts;
+    for (const LayerDiagnostics& d : r->layers) {
+        if (layer >= 0 && d.layer != layer) continue;
+        const at::Tensor& t = metric_tensor(d, metric);
+        if (!t.defined() || t.numel() != n) continue;
+        parts.push_back(t.to(at::kFloat));
+    }
+    if (!parts.empty()) out = to_floats(parts.size() == 1 ? parts[0] : at::stack(parts).mean(0));
+    return out;
+}
+
 }  // namespace
 
 std::vector<float> RunModel::series(const QString& method, TokenMetric metric, int layer) const {
     const auto key = std::make_tuple(method, static_cast<int>(metric), layer);
     if (auto it = series_cache_.find(key); it != series_cache_.end()) return it->second;
-    std::vector<float> out;
-    if (const MethodRun* r = run(method)) {
-        std::vector<at::Tensor> parts;
-        for (const LayerDiagnostics& d : r->layers) {
-            if (layer >= 0 && d.layer != layer) continue;
-            const at::Tensor& t = metric_tensor(d, metric);
-            if (!t.defined() || t.numel() != n_tokens()) continue;
-            parts.push_back(t.to(at::kFloat));
-        }
-        if (!parts.empty()) out = to_floats(parts.size() == 1 ? parts[0] : at::stack(parts).mean(0));
-    }
+    std::vector<float> out = series_of(run(method), metric, layer, n_tokens());
     series_cache_[key] = out;
     return out;
+}
+
+void RunModel::set_pinned(std::optional<CompareResult> pinned, const QString& label) {
+    pinned_ = std::move(pinned);
+    pinned_label_ = label;
+    Q_EMIT changed();
+}
+
+std::vector<float> RunModel::pinned_series(const QString& method, TokenMetric metric, int layer) const {
+    if (!pinned_) return {};
+    const MethodRun* r = nullptr;
+    for (const MethodRun& m : pinned_->runs)
+        if (m.method == method.toStdString()) r = &m;
+    return series_of(r, metric, layer, n_tokens());
 }
 
 std::vector<uint8_t> RunModel::exact_mask(const QString& method, int layer) const {
@@ -293,4 +313,4 @@ void PositionAxis::set_cursor(int position) {
     Q_EMIT cursor_changed(cursor_);
 }
 
-}  // namespace varrate::viz
+}  // namespace

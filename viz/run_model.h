@@ -73,6 +73,12 @@ class RunModel : public QObject {
     const MethodRun* run(const QString& method) const;
     // The full (uncompressed) dimension D of a coded token (0 without a result).
     int joint_dim() const;
+    // A frozen result (pin) on the same tokens, whose series the rank and error charts overlay; label
+    // e.g. "pinned κ 0.20". Kept across set_result (clear it with nullopt); clear() drops it.
+    void set_pinned(std::optional<CompareResult> pinned, const QString& label = {});
+    bool has_pinned() const { return pinned_.has_value(); }
+    const QString& pinned_label() const { return pinned_label_; }
+    std::vector<float> pinned_series(const QString& method, TokenMetric metric, int layer) const;
     // Rank floor r_min of the request's settings.
     int rank_floor() const { return static_cast<int>(request_.settings.r_min); }
     // Uniform rank B/|C| of one layer (layer -1: mean over layers); 0 when the method codes no token.
@@ -87,6 +93,8 @@ class RunModel : public QObject {
     CompareRequest request_;
     std::vector<QString> token_texts_;
     std::optional<std::pair<int, int>> needle_;
+    std::optional<CompareResult> pinned_;
+    QString pinned_label_;
     // series() results by (method, metric, layer): views ask for the same series on every setter change.
     mutable std::map<std::tuple<QString, int, int>, std::vector<float>> series_cache_;
 };

@@ -10,16 +10,20 @@
 #include <QGroupBox>
 #include <QHBoxLayout>
 #include <QHeaderView>
+#include <QKeyEvent>
 #include <QLabel>
 #include <QLineEdit>
 #include <QProgressBar>
 #include <QPushButton>
 #include <QScrollArea>
+#include <QSignalBlocker>
+#include <QSlider>
 #include <QSpinBox>
 #include <QTableWidget>
 #include <QVBoxLayout>
 
 #include <algorithm>
+#include <cmath>
 
 #include "codec/registry.h"
 #include "core/base/error.h"
@@ -126,9 +130,41 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
     budget_->setSingleStep(0.05);
     budget_->setDecimals(3);
     budget_->setToolTip("kappa: fraction of the full cache kept");
-    cf->addRow("Budget κ", budget_);
     r_min_ = int_box(0, 65536, "rank floor of every coded token");
     rank_ = int_box(1, 1 << 20, "R: basis rank and per-token rank cap (clamped to D)");
+    // kappa, r_min and R are live after a run: slider and spin box move together, and every step
+    // re-allocates the kept run (live_settings_changed). Slider units: kappa in thousandths.
+    kappa_slider_ = new QSlider(Qt::Horizontal);
+    kappa_slider_->setObjectName("kappa_slider");
+    kappa_slider_->setRange(10, 1000);
+    r_min_slider_ = new QSlider(Qt::Horizontal);
+    r_min_slider_->setObjectName("r_min_slider");
+    r_min_slider_->setRange(0, 128);
+    rank_slider_ = new QSlider(Qt::Horizontal);
+    rank_slider_->setObjectName("rank_slider");
+    rank_slider_->setRange(1, 1024);
+    const auto slider_row = [](QSlider* slider, QWidget* box) {
+        auto* row = new QWidget;
+        auto* l = new QHBoxLayout(row);
+        l->setContentsMargins(0, 0, 0, 0);
+        l->addWidget(slider, 1);
+        box->setMinimumWidth(76);
+        l->addWidget(box);
+        return row;
+    };
+    connect(kappa_slider_, &QSlider::valueChanged, this, [this](int v) { budget_->setValue(v / 1000.0); });
+    connect(budget_, &QDoubleSpinBox::valueChanged, this, [this](double v) {
+        const QSignalBlocker b(kappa_slider_);
+        kappa_slider_->setValue(static_cast<int>(std::lround(v * 1000)));
+    });
+    for (auto [slider, box] : {std::pair{r_min_slider_, r_min_}, std::pair{rank_slider_, rank_}}) {
+        connect(slider, &QSlider::valueChanged, box, &QSpinBox::setValue);
+        connect(box, &QSpinBox::valueChanged, slider, [slider](int v) {
+            const QSignalBlocker b(slider);
+            slider->setValue(v);
+        });
+    }
+    cf->addRow("Budget κ", slider_row(kappa_slider_, budget_));
     stride_ = int_box(1, 1 << 20, "Δ: anchors at 0, Δ, 2Δ, ... are stored exactly");
     anchors_ = int_box(1, 64, "c: a coded token is predicted by the mean of its c nearest anchors");
     window_ = int_box(0, 1 << 20, "w: the last w tokens are stored exactly");
@@ -139,8 +175,8 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
     stride_->setObjectName("stride");
     window_->setObjectName("window");
     obs_window_->setObjectName("obs_window");
-    cf->addRow("r_min", r_min_);
-    cf->addRow("Rank R", rank_);
+    cf->addRow("r_min", slider_row(r_min_slider_, r_min_));
+    cf->addRow("Rank R", slider_row(rank_slider_, rank_));
     cf->addRow("Stride Δ", stride_);
     cf->addRow("Anchors c", anchors_);
     cf->addRow("Window w", window_);
@@ -155,7 +191,22 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
     defaults_->setWordWrap(true);
     defaults_->setStyleSheet("color: palette(mid); font-size: 11px;");
     cf->addRow(defaults_);
+    live_hint_ = new QLabel;
+    live_hint_->setObjectName("live_hint");
+    live_hint_->setWordWrap(true);
+    live_hint_->setStyleSheet("font-size: 11px;");
+    cf->addRow(live_hint_);
     root->addWidget(cbox);
+    // Every codec setting is live once a run is kept; Enter in any of them asks for the answers at once.
+    for (QAbstractSpinBox* box : std::initializer_list<QAbstractSpinBox*>{
+             budget_, r_min_, rank_, stride_, anchors_, window_, obs_window_, pool_kernel_}) {
+        box->installEventFilter(this);
+        if (auto* d = qobject_cast<QDoubleSpinBox*>(box))
+            connect(d, &QDoubleSpinBox::valueChanged, this, &RunPanel::emit_live_change);
+        else
+            connect(qobject_cast<QSpinBox*>(box), &QSpinBox::valueChanged, this, &RunPanel::emit_live_change);
+    }
+    connect(paper_accounting_, &QCheckBox::toggled, this, &RunPanel::emit_live_change);
 
     // Run settings.
     auto* rbox = new QGroupBox("Run");
@@ -320,7 +371,35 @@ RunSettings RunPanel::settings() const {
     return s;
 }
 
+void RunPanel::emit_live_change() {
+    if (quiet_ == 0) Q_EMIT live_settings_changed();
+}
+
+bool RunPanel::eventFilter(QObject* watched, QEvent* e) {
+    if (e->type() == QEvent::KeyPress) {
+        const int key = static_cast<QKeyEvent*>(e)->key();
+        if (key == Qt::Key_Return || key == Qt::Key_Enter) Q_EMIT decode_requested();
+    }
+    return QWidget::eventFilter(watched, e);
+}
+
+void RunPanel::set_live(bool live, const QString& hint) {
+    live_ = live;
+    live_hint_->setText(hint);
+}
+
+void RunPanel::set_rank_limit(int dim) {
+    if (dim <= 0) return;
+    const QSignalBlocker b1(rank_slider_), b2(r_min_slider_);
+    rank_slider_->setRange(1, dim);
+    r_min_slider_->setRange(0, dim);
+    rank_slider_->setValue(rank_->value());
+    r_min_slider_->setValue(r_min_->value());
+}
+
 void RunPanel::set_settings(const RunSettings& s) {
+    // One change, not one per editor: a live run re-allocates once, when the caller says so.
+    ++quiet_;
     set_questions(s.questions, s.answers, s.answer_prefixes);
     for (QCheckBox* c : methods_)
         c->setChecked(std::find(s.methods.begin(), s.methods.end(), c->text().toStdString()) !=
@@ -346,6 +425,7 @@ void RunPanel::set_settings(const RunSettings& s) {
     dtype_->setCurrentIndex(t >= 0 ? t : 0);
     basis_->setCurrentIndex(std::max(0, basis_->findData(QString::fromStdString(to_string(s.basis)))));
     basis_file_->setText(QString::fromStdString(s.basis_file));
+    --quiet_;
 }
 
 void RunPanel::apply_model_defaults(const CodecSettings& defaults, bool recorded,
@@ -359,6 +439,10 @@ void RunPanel::apply_model_defaults(const CodecSettings& defaults, bool recorded
     if (!recorded) s.codec.anchors = anchors_->value();
     set_settings(s);
     defaults_->setText(description);
+}
+
+QString RunPanel::live_hint() const {
+    return live_hint_->text();
 }
 
 QString RunPanel::defaults_text() const {

@@ -18,6 +18,7 @@ class QLabel;
 class QLineEdit;
 class QProgressBar;
 class QPushButton;
+class QSlider;
 class QSpinBox;
 class QTableWidget;
 
@@ -66,11 +67,33 @@ class RunPanel : public QWidget {
     QPushButton* cancel_button() const { return cancel_; }
     QProgressBar* progress_bar() const { return progress_; }
 
+    // After a run the worker keeps (live exploration): every codec setting change emits
+    // live_settings_changed; `hint` says what is live and what needs a new run.
+    void set_live(bool live, const QString& hint);
+    bool live() const { return live_; }
+    QString live_hint() const;
+    // The model's D bounds the r_min and R sliders.
+    void set_rank_limit(int dim);
+    QSlider* kappa_slider() const { return kappa_slider_; }
+    QSlider* r_min_slider() const { return r_min_slider_; }
+    QSlider* rank_slider() const { return rank_slider_; }
+    QDoubleSpinBox* budget_box() const { return budget_; }
+    QSpinBox* r_min_box() const { return r_min_; }
+    QSpinBox* rank_box() const { return rank_; }
+
   Q_SIGNALS:
     void run_requested();
     void cancel_requested();
+    // A codec setting changed by the user (not by set_settings / apply_model_defaults).
+    void live_settings_changed();
+    // Enter in a codec setting: decode the answers now rather than when the controls rest.
+    void decode_requested();
+
+  protected:
+    bool eventFilter(QObject* watched, QEvent* e) override;
 
   private:
+    void emit_live_change();
     void add_question_row(const QString& q, const QString& prefix, const QString& a);
     void update_dtypes();
 
@@ -86,8 +109,11 @@ class RunPanel : public QWidget {
     QLabel *defaults_ = nullptr, *basis_status_ = nullptr, *stage_ = nullptr;
     QPushButton *run_ = nullptr, *cancel_ = nullptr;
     QProgressBar* progress_ = nullptr;
+    QSlider *kappa_slider_ = nullptr, *r_min_slider_ = nullptr, *rank_slider_ = nullptr;
+    QLabel* live_hint_ = nullptr;
     QString current_method_;
-    bool running_ = false, self_calibrated_ = false;
+    bool running_ = false, self_calibrated_ = false, live_ = false;
+    int quiet_ = 0;  // > 0 while set_settings changes the editors
 };
 
 }  // namespace varrate::viz

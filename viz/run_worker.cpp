@@ -41,6 +41,8 @@ QString to_string(JobKind kind) {
             return QStringLiteral("niah");
         case JobKind::Calibrate:
             return QStringLiteral("calibrate");
+        case JobKind::Explore:
+            return QStringLiteral("explore");
     }
     return {};
 }
@@ -52,6 +54,10 @@ int64_t default_document_length(int64_t max_positions) {
 
 struct RunWorker::State {
     std::shared_ptr<Session> session;
+    // The last comparison, kept for live exploration (it refers to `session`: dropped before it), and what
+    // its outcomes share (token texts, needle, model).
+    std::unique_ptr<LiveCompare> live;
+    std::shared_ptr<const RunOutcome> live_base;
     QString dir;
     std::string device, dtype;
     std::shared_ptr<const Tokenizer> gui_tokenizer;
@@ -67,6 +73,8 @@ struct RunWorker::State {
         const QFileInfo fi(clean);
         if (!fi.exists()) throw Error(clean.toStdString() + ": model directory does not exist");
         if (!fi.isDir()) throw Error(clean.toStdString() + ": not a directory (a model is a directory)");
+        live.reset();  // it refers to the session
+        live_base.reset();
         session.reset();  // free the previous model before loading the next
         dir.clear();
         RuntimeOptions ro;
@@ -119,6 +127,25 @@ struct RunWorker::State {
             throw Error("basis: 'File' is selected but no basis file is given (Run panel > Basis file)");
         session->select_basis(rs.basis, rs.basis_file, context_ids, rs.codec, job);
     }
+
+    // The kept comparison as an outcome: `step` made it in `ms`.
+    std::shared_ptr<const RunOutcome> live_outcome(const QString& step, double ms) const {
+        auto out = std::make_shared<RunOutcome>(*live_base);
+        out->request = live->request();
+        out->result = live->result();
+        out->answers_stale = live->answers_stale();
+        out->materialised = live->materialised();
+        out->captures = live->captures();
+        out->held_bytes = live->held_bytes();
+        out->step = step;
+        out->step_ms = ms;
+        return out;
+    }
+
+    LiveCompare& kept() const {
+        if (!live) throw Error("nothing to explore: run a comparison first");
+        return *live;
+    }
 };
 
 RunWorker::RunWorker(QObject* parent) : QObject(parent), state_(std::make_unique<State>()) {
@@ -128,6 +155,7 @@ RunWorker::RunWorker(QObject* parent) : QObject(parent), state_(std::make_unique
     qRegisterMetaType<GeneratedDocument>();
     qRegisterMetaType<std::shared_ptr<const RunOutcome>>();
     qRegisterMetaType<std::shared_ptr<const NiahOutcome>>();
+    qRegisterMetaType<std::shared_ptr<const RateGrid>>();
     thread_ = new QThread(this);
     thread_->setObjectName("varrate-worker");
     executor_ = new QObject;
@@ -145,6 +173,9 @@ RunWorker::~RunWorker() {
 
 void RunWorker::cancel() {
     for (auto& f : flags_) f->store(true);
+    // A queued live update will not run now: the next update_live posts one again.
+    const std::lock_guard<std::mutex> lock(live_mutex_);
+    live_pending_.reset();
 }
 
 void RunWorker::post(JobKind kind, Job job) {
@@ -241,16 +272,72 @@ void RunWorker::run_compare(const QString& dir, const RunSettings& settings, con
         if (settings.methods.empty()) throw Error("no method selected: tick at least one in the Run panel");
         if (document.trimmed().isEmpty()) throw Error("the document is empty: open, paste or generate one");
         Session& s = st.ensure(*this, dir, settings, job);
-        auto out = std::make_shared<RunOutcome>();
-        out->request = settings.request(document.toStdString());
-        st.select_basis(settings, out->request.context, job);
-        out->result = varrate::run_compare(s, out->request, job);
-        if (!out->result.runs.empty())
-            out->token_texts = token_display_texts(s.tokenizer(), out->result.runs[0].context_ids);
-        out->needle_span = text_token_span(out->token_texts, needle.trimmed());
-        out->model_dir = st.dir;
-        out->wall_s = seconds_since(t0);
-        Q_EMIT compare_done(out);
+        st.live.reset();  // a new run replaces what was explored (and its memory) first
+        st.live_base.reset();
+        auto base = std::make_shared<RunOutcome>();
+        CompareRequest request = settings.request(document.toStdString());
+        // A budget a method cannot meet is marked in its row rather than stopping the run (and every live
+        // step that passes through it).
+        request.skip_infeasible = true;
+        st.select_basis(settings, request.context, job);
+        // The run is kept alive: the live controls re-allocate it (update_live) without a prefill.
+        auto live = std::make_unique<LiveCompare>(s, request, job);
+        live->decode(job);
+        const CompareResult first = live->result();
+        if (!first.runs.empty())
+            base->token_texts = token_display_texts(s.tokenizer(), first.runs[0].context_ids);
+        base->needle_span = text_token_span(base->token_texts, needle.trimmed());
+        base->model_dir = st.dir;
+        base->wall_s = seconds_since(t0);
+        st.live = std::move(live);
+        st.live_base = base;
+        Q_EMIT compare_done(st.live_outcome("run", base->wall_s * 1000));
+    });
+}
+
+bool RunWorker::update_live(const RunSettings& settings) {
+    {
+        const std::lock_guard<std::mutex> lock(live_mutex_);
+        const bool queued = live_pending_.has_value();
+        live_pending_ = settings;
+        if (queued) return false;  // the queued update takes these settings
+    }
+    post(JobKind::Explore, [this](State& st, const JobControl& job) {
+        std::optional<RunSettings> rs;
+        {
+            const std::lock_guard<std::mutex> lock(live_mutex_);
+            rs.swap(live_pending_);
+        }
+        if (!rs) return;
+        LiveCompare& live = st.kept();
+        const auto t0 = Clock::now();
+        const LiveUpdateCost cost = live.update_cost(rs->codec);
+        live.update(rs->codec, {rs->codec.budget}, job);
+        const QString step = cost == LiveUpdateCost::Allocate  ? QStringLiteral("allocate")
+                             : cost == LiveUpdateCost::Analyse ? QStringLiteral("analyse")
+                                                               : QStringLiteral("capture");
+        Q_EMIT live_updated(st.live_outcome(step, seconds_since(t0) * 1000));
+    });
+    return true;
+}
+
+void RunWorker::decode_live() {
+    post(JobKind::Explore, [this](State& st, const JobControl& job) {
+        LiveCompare& live = st.kept();
+        const auto t0 = Clock::now();
+        live.decode(job);
+        Q_EMIT live_updated(st.live_outcome(QStringLiteral("decode"), seconds_since(t0) * 1000));
+    });
+}
+
+void RunWorker::live_rate_distortion(const std::vector<double>& kappas, bool attention_output) {
+    post(JobKind::Explore, [this, kappas, attention_output](State& st, const JobControl& job) {
+        LiveCompare& live = st.kept();
+        auto grid = std::make_shared<RateGrid>();
+        grid->points = live.rate_distortion(kappas, attention_output, job);
+        grid->settings = live.request().settings;
+        grid->attention_output = attention_output;
+        Q_EMIT rate_distortion_ready(grid);
     });
 }
 

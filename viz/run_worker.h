@@ -11,11 +11,13 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <utility>
 #include <vector>
 
 #include "core/compare.h"
+#include "core/live_compare.h"
 #include "core/niah.h"
 #include "viz/run_panel.h"
 
@@ -24,8 +26,9 @@ class QThread;
 namespace varrate::viz {
 
 // What a job is; the worker reports it with started(), the window keeps its queue by it.
-enum class JobKind { Load, Generate, Compare, Niah, Calibrate };
-QString to_string(JobKind kind);  // "load", "generate", "compare", "niah", "calibrate"
+// Explore: a live update, re-decode or rate-distortion grid of the kept comparison.
+enum class JobKind { Load, Generate, Compare, Niah, Calibrate, Explore };
+QString to_string(JobKind kind);  // "load", "generate", "compare", "niah", "calibrate", "explore"
 
 struct ModelInfo {
     QString model_dir, name;
@@ -64,6 +67,20 @@ struct RunOutcome {
     std::optional<std::pair<int, int>> needle_span;  // token positions [begin, end)
     QString model_dir;
     double wall_s = 0;
+    // Live exploration (RunWorker::update_live): the worker keeps the run's capture, so settings re-allocate.
+    bool answers_stale = false;  // settings changed since the answers were decoded (none shown)
+    bool materialised = true;    // attention-output errors measured (else -1 until the caches are built)
+    int64_t captures = 0;        // prefill captures of the kept comparison so far
+    int64_t held_bytes = 0;      // what the kept captures hold
+    QString step;                // what made this outcome: "run", "allocate", "analyse", "capture", "decode"
+    double step_ms = 0;          // how long that took on the worker
+};
+
+// A rate-distortion grid of the kept comparison (RunWorker::live_rate_distortion).
+struct RateGrid {
+    std::vector<RatePoint> points;
+    CodecSettings settings;  // the settings other than kappa the grid was made with
+    bool attention_output = false;
 };
 
 // "Calibrate on files...": a basis from text files, written beside the model (or to `out`).
@@ -107,6 +124,14 @@ class RunWorker : public QObject {
     // Calibrates a basis on the files with the settings' stride, anchors, window and rank and saves it;
     // later runs with the "shipped" basis use it.
     void calibrate(const QString& dir, const RunSettings& settings, const CalibrationRequest& request);
+    // Live exploration of the last comparison, which the worker keeps (its captures and analyses) until the
+    // model or a new run replaces it. update_live re-allocates at the settings' codec settings without a
+    // prefill; updates coalesce (a queued update takes the latest settings): returns false when an update
+    // already queued will take these. decode_live builds the caches and decodes the answers;
+    // live_rate_distortion measures every method over a kappa grid. All fail when nothing is kept.
+    bool update_live(const RunSettings& settings);
+    void decode_live();
+    void live_rate_distortion(const std::vector<double>& kappas, bool attention_output);
     // Raises the cancel flag of the running and of every queued job.
     void cancel();
 
@@ -116,6 +141,8 @@ class RunWorker : public QObject {
     void model_loaded(varrate::viz::ModelInfo info);
     void document_ready(varrate::viz::GeneratedDocument doc);
     void compare_done(std::shared_ptr<const varrate::viz::RunOutcome> outcome);
+    void live_updated(std::shared_ptr<const varrate::viz::RunOutcome> outcome);
+    void rate_distortion_ready(std::shared_ptr<const varrate::viz::RateGrid> grid);
     void niah_progress(QString cell, qint64 done, qint64 total, QString stage);
     void niah_done(std::shared_ptr<const varrate::viz::NiahOutcome> outcome);
     void calibrated(varrate::viz::CalibrationOutcome outcome);
@@ -133,6 +160,8 @@ class RunWorker : public QObject {
     std::unique_ptr<State> state_;                           // touched only on thread_
     std::vector<std::shared_ptr<std::atomic<bool>>> flags_;  // of queued + running jobs (GUI thread)
     int pending_ = 0;
+    std::mutex live_mutex_;
+    std::optional<RunSettings> live_pending_;  // the latest settings of a queued live update
 };
 
 }  // namespace varrate::viz
@@ -143,3 +172,4 @@ Q_DECLARE_METATYPE(varrate::viz::CalibrationOutcome)
 Q_DECLARE_METATYPE(varrate::viz::GeneratedDocument)
 Q_DECLARE_METATYPE(std::shared_ptr<const varrate::viz::RunOutcome>)
 Q_DECLARE_METATYPE(std::shared_ptr<const varrate::viz::NiahOutcome>)
+Q_DECLARE_METATYPE(std::shared_ptr<const varrate::viz::RateGrid>)

@@ -26,6 +26,8 @@ QColor style_colour(StyleColour which, const QPalette& palette) {
             return dark ? QColor(0xFF, 0x6B, 0x6B) : QColor(0xC6, 0x28, 0x28);
         case StyleColour::Uniform:
             return dark ? QColor(0xC0, 0xC0, 0xC0) : QColor(0x55, 0x55, 0x55);
+        case StyleColour::Pinned:  // a frozen allocation under the live one: violet, apart from both methods
+            return dark ? QColor(0xC0, 0x8C, 0xFF) : QColor(0x7B, 0x3F, 0xC4);
         case StyleColour::Grid: {
             QColor c = palette.color(QPalette::WindowText);
             c.setAlpha(dark ? 45 : 35);

@@ -11,7 +11,7 @@
 
 namespace varrate::viz {
 
-enum class StyleColour { Method, Reference, Exact, Needle, Floor, Uniform, Grid };
+enum class StyleColour { Method, Reference, Exact, Needle, Floor, Uniform, Grid, Pinned };
 
 bool is_dark(const QPalette& palette);
 QColor style_colour(StyleColour which, const QPalette& palette);
