@@ -122,10 +122,10 @@ void copy_widget_to_clipboard(QWidget* widget) {
     QApplication::clipboard()->setImage(render_widget(widget, 2.0));
 }
 
-void install_export_menu(QWidget* widget, const QString& base_name) {
+void install_export_menu(QWidget* widget, const QString& base_name, std::function<void(QMenu*)> extra) {
     widget->setContextMenuPolicy(Qt::CustomContextMenu);
     QObject::connect(
-        widget, &QWidget::customContextMenuRequested, widget, [widget, base_name](const QPoint& at) {
+        widget, &QWidget::customContextMenuRequested, widget, [widget, base_name, extra](const QPoint& at) {
             QMenu menu(widget);
             struct Choice {
                 QString label, filter, suffix;
@@ -151,6 +151,10 @@ void install_export_menu(QWidget* widget, const QString& base_name) {
             menu.addSeparator();
             menu.addAction(QStringLiteral("Copy image"), widget,
                            [widget] { copy_widget_to_clipboard(widget); });
+            if (extra) {
+                menu.addSeparator();
+                extra(&menu);
+            }
             menu.exec(widget->mapToGlobal(at));
         });
 }

@@ -5,6 +5,9 @@
 #include <QImage>
 #include <QString>
 
+#include <functional>
+
+class QMenu;
 class QWidget;
 
 namespace varrate::viz {
@@ -22,7 +25,8 @@ void export_widget(QWidget* widget, const QString& path);
 // Puts the widget's image on the clipboard.
 void copy_widget_to_clipboard(QWidget* widget);
 // Adds a context menu to the widget with "Export PNG/SVG/PDF..." and "Copy image" (file dialogs; errors in
-// a message box), so every view exports the same way.
-void install_export_menu(QWidget* widget, const QString& base_name);
+// a message box), so every view exports the same way. `extra`, when set, adds a view's own entries (its data
+// as CSV, ...) after a separator each time the menu opens.
+void install_export_menu(QWidget* widget, const QString& base_name, std::function<void(QMenu*)> extra = {});
 
 }  // namespace varrate::viz
