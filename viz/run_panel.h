@@ -69,6 +69,7 @@ class RunPanel : public QWidget {
   Q_SIGNALS:
     void run_requested();
     void cancel_requested();
+    void settings_changed();  // any editor changed (also through set_settings): views mirroring them refresh
 
   private:
     void add_question_row(const QString& q, const QString& prefix, const QString& a);
