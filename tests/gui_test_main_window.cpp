@@ -22,6 +22,7 @@
 #include "viz/document_view.h"
 #include "viz/layer_summary.h"
 #include "viz/main_window.h"
+#include "viz/niah_accuracy_chart.h"
 #include "viz/niah_heatmap_view.h"
 #include "viz/niah_tab.h"
 #include "viz/position_charts.h"
@@ -370,7 +371,14 @@ class GuiTestMainWindow : public QObject {
         tab->set_lengths("64, 128");
         tab->set_depths("25 75");
         tab->set_samples(1);
-        tab->set_methods({"full", "snapkv"});
+        // Methods and mode come from the Run panel; the tab's line follows it.
+        const RunSettings before = w.run_panel()->settings();
+        RunSettings run = before;
+        run.methods = {"full", "snapkv"};
+        run.mode = CompressionMode::QueryAgnostic;
+        w.run_panel()->set_settings(run);
+        QVERIFY2(tab->run_settings_text().startsWith("run panel: full, snapkv · query-agnostic · "),
+                 qPrintable(tab->run_settings_text()));
         tab->set_budgets("0.3, 0.5");
         const QString out = tmp_.filePath("niah");
         tab->set_output_dir(out);
@@ -380,12 +388,19 @@ class GuiTestMainWindow : public QObject {
         QVERIFY2(done.takeFirst().at(0).toBool(), qPrintable(w.error_text()));
         const NiahSummary& s = tab->heatmaps()->summary();
         QCOMPARE(s.methods, (std::vector<std::string>{"full", "snapkv"}));
+        QCOMPARE(s.mode, std::string("query-agnostic"));
         // One heatmap per method and budget: full once, SnapKV at 0.3 and 0.5.
         QCOMPARE(s.series.size(), size_t{3});
         QCOMPARE(s.cells.size(), size_t{3 * 2 * 2});
         for (const NiahCell& c : s.cells) QCOMPARE(c.n, int64_t{1});
         QCOMPARE(s.cell(2, 0, 0).budget, 0.5);
         QVERIFY(QFile::exists(out + "/summary.json"));
+        // Accuracy vs budget from the same summary: SnapKV's line at both budgets, full as the reference.
+        const NiahAccuracyChart* chart = tab->accuracy_chart();
+        QCOMPARE(chart->series_count(), 1);
+        QVERIFY(chart->has_reference());
+        for (size_t i : {size_t{1}, size_t{2}})
+            QCOMPARE(chart->value_at("snapkv", s.series[i].budget), s.overall(i).accuracy());
         // The overall line of each method and budget, and the cells' tooltips, carry the 95 % interval.
         const QString overall = tab->overall_text();
         QVERIFY2(overall.contains("snapkv, budget 0.5: ") && overall.contains("95 % interval"),
@@ -407,6 +422,7 @@ class GuiTestMainWindow : public QObject {
         w.run_niah();
         QVERIFY(done.wait(kRunTimeoutMs));
         QVERIFY(tab->status_text().contains("0 computed"));
+        w.run_panel()->set_settings(before);
     }
 
     // Run > Calibrate on Files: a basis from text files, written beside the model through the worker (with

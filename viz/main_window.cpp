@@ -251,10 +251,13 @@ void MainWindow::build_views() {
     tabs_->addTab(niah_, "NIAH sweep");
     connect(niah_, &NiahTab::run_requested, this, &MainWindow::run_niah);
     connect(niah_, &NiahTab::cancel_requested, this, &MainWindow::cancel);
+    connect(panel_, &RunPanel::settings_changed, niah_,
+            [this] { niah_->show_run_settings(panel_->settings()); });
+    niah_->show_run_settings(panel_->settings());
     connect(niah_, &NiahTab::load_requested, this, [this] {
         try {
             auto o = std::make_shared<NiahOutcome>();
-            NiahSweepOptions opts = niah_->options(panel_->settings().codec);
+            NiahSweepOptions opts = niah_->options(panel_->settings());
             o->summary = summarize_niah(opts);
             o->out_dir = QString::fromStdString(opts.out_dir.string());
             for (const NiahCell& c : o->summary.cells) o->stats.total += c.n;
@@ -632,7 +635,7 @@ void MainWindow::run_niah() {
     }
     try {
         const RunSettings s = panel_->settings();
-        const NiahSweepOptions opts = niah_->options(s.codec);
+        const NiahSweepOptions opts = niah_->options(s);
         niah_->set_running(true);
         jobs_.push_back(JobKind::Niah);
         worker_->run_niah(model_dir_, s, opts);

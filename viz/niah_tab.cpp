@@ -1,6 +1,5 @@
 #include "viz/niah_tab.h"
 
-#include <QCheckBox>
 #include <QComboBox>
 #include <QDir>
 #include <QFileDialog>
@@ -9,17 +8,21 @@
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QLineEdit>
+#include <QMenu>
+#include <QMessageBox>
 #include <QProgressBar>
 #include <QPushButton>
 #include <QRegularExpression>
 #include <QSpinBox>
+#include <QSplitter>
 #include <QStandardPaths>
 #include <QVBoxLayout>
 
 #include <algorithm>
 
-#include "codec/registry.h"
 #include "core/base/error.h"
+#include "viz/chart_export.h"
+#include "viz/niah_accuracy_chart.h"
 #include "viz/niah_heatmap_view.h"
 
 namespace varrate::viz {
@@ -66,6 +69,17 @@ NiahTab::NiahTab(QWidget* parent) : QWidget(parent) {
     auto* sl = new QVBoxLayout(side);
     sl->setContentsMargins(0, 0, 0, 0);
 
+    // The settings the sweep shares with the Run panel are edited there only; this line says which they are.
+    run_settings_ = new QLabel;
+    run_settings_->setObjectName("niah_run_settings");
+    run_settings_->setWordWrap(true);
+    run_settings_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    run_settings_->setStyleSheet("color: palette(mid); font-size: 11px;");
+    run_settings_->setToolTip(
+        "The sweep runs the Run panel's methods, mode, codec settings, max new tokens and chat template: "
+        "change them there. Its budget κ is swept only when the budget list below is empty.");
+    sl->addWidget(run_settings_);
+
     auto* grid = new QGroupBox("Sweep");
     auto* f = new QFormLayout(grid);
     lengths_ = new QLineEdit("128, 256, 400");
@@ -83,16 +97,12 @@ NiahTab::NiahTab(QWidget* parent) : QWidget(parent) {
     seed_ = new QSpinBox;
     seed_->setRange(0, 1 << 30);
     seed_->setValue(42);
-    max_new_ = new QSpinBox;
-    max_new_->setRange(1, 512);
-    max_new_->setValue(16);
-    budgets_ = new QLineEdit("0.3");
+    budgets_ = new QLineEdit;
     budgets_->setObjectName("niah_budget");
+    budgets_->setPlaceholderText("empty: the Run panel's κ only");
     budgets_->setToolTip(
-        "kappa: fractions of the KV cache kept, one heatmap per method and budget (full runs "
-        "once)");
-    mode_ = new QComboBox;
-    mode_->addItems({"query-agnostic", "query-aware"});
+        "kappa: fractions of the KV cache kept, one heatmap per method and budget (full runs once); empty: "
+        "the Run panel's budget alone");
     needles_ = new QComboBox;
     needles_->setObjectName("niah_needles");
     needles_->addItems({"fresh", "fixed"});
@@ -106,21 +116,8 @@ NiahTab::NiahTab(QWidget* parent) : QWidget(parent) {
     f->addRow("Distractors", distractors_);
     f->addRow("Seed", seed_);
     f->addRow("Budgets κ", budgets_);
-    f->addRow("Mode", mode_);
     f->addRow("Needles", needles_);
-    f->addRow("Max new tokens", max_new_);
     sl->addWidget(grid);
-
-    auto* mbox = new QGroupBox("Methods");
-    auto* ml = new QVBoxLayout(mbox);
-    for (const auto& name : method_names()) {
-        auto* c = new QCheckBox(QString::fromStdString(name));
-        c->setChecked(true);
-        c->setToolTip(QString::fromStdString(method_description(name)));
-        ml->addWidget(c);
-        methods_.push_back(c);
-    }
-    sl->addWidget(mbox);
 
     auto* obox = new QGroupBox("Records");
     auto* ol = new QHBoxLayout(obox);
@@ -178,28 +175,52 @@ NiahTab::NiahTab(QWidget* parent) : QWidget(parent) {
 
     heatmaps_ = new NiahHeatmapView;
     heatmaps_->setObjectName("niah_heatmaps");
+    accuracy_ = new NiahAccuracyChart;
+    accuracy_->setObjectName("niah_accuracy");
+    // The main window installs the other views' export menus; this chart lives only here, so the tab does,
+    // with its data as CSV beside the images.
+    install_export_menu(accuracy_, "niah-accuracy", [chart = accuracy_](QMenu& menu) {
+        menu.addAction("Export data (CSV)...", chart, [chart] {
+            const QString path =
+                QFileDialog::getSaveFileName(chart, "Export data (CSV)", "niah-accuracy.csv", "CSV (*.csv)");
+            if (path.isEmpty()) return;
+            try {
+                chart->export_csv(path);
+            } catch (const std::exception& e) {
+                QMessageBox::warning(chart, "Export failed", QString::fromStdString(e.what()));
+            }
+        });
+    });
+    auto* views = new QSplitter(Qt::Vertical);
+    views->addWidget(heatmaps_);
+    views->addWidget(accuracy_);
+    views->setStretchFactor(0, 3);
+    views->setStretchFactor(1, 2);
+    views->setSizes({600, 400});  // the heatmaps' size hint would leave the chart its minimum height
+    views->setChildrenCollapsible(false);
     root->addWidget(side);
-    root->addWidget(heatmaps_, 1);
+    root->addWidget(views, 1);
     set_output_dir(QStandardPaths::writableLocation(QStandardPaths::AppLocalDataLocation) + "/niah/default");
 }
 
-NiahSweepOptions NiahTab::options(const CodecSettings& base) const {
+NiahSweepOptions NiahTab::options(const RunSettings& run) const {
     NiahSweepOptions o;
     o.lengths = parse_int_list(lengths_->text(), "NIAH lengths");
     o.depths = parse_double_list(depths_->text(), "NIAH depths", 0, 100);
     o.samples = samples_->value();
-    o.methods.clear();
-    for (const QCheckBox* c : methods_)
-        if (c->isChecked()) o.methods.push_back(c->text().toStdString());
-    if (o.methods.empty()) throw Error("NIAH sweep: tick at least one method");
-    o.settings = base;
-    o.budgets = parse_double_list(budgets_->text(), "NIAH budgets", 0.001, 1.0);
+    o.methods = run.methods;
+    if (o.methods.empty()) throw Error("NIAH sweep: tick at least one method in the Run panel");
+    o.settings = run.codec;
+    o.budgets = budgets_->text().trimmed().isEmpty()
+                    ? std::vector<double>{run.codec.budget}
+                    : parse_double_list(budgets_->text(), "NIAH budgets", 0.001, 1.0);
     o.settings.budget = o.budgets.front();
-    o.mode = parse_mode(mode_->currentText().toStdString());
+    o.mode = run.mode;
+    o.max_new_tokens = run.max_new_tokens;
+    o.doc.chat = run.chat;  // the documents' lengths are counted as the chat prompt tokenizes them
     o.doc.needles = parse_needle_protocol(needles_->currentText().toStdString());
     o.doc.seed = static_cast<uint64_t>(seed_->value());
     o.doc.distractors = distractors_->value();
-    o.max_new_tokens = max_new_->value();
     const QString out = out_dir_->text().trimmed();
     if (out.isEmpty()) throw Error("NIAH sweep: choose an output folder");
     o.out_dir = QDir::cleanPath(out).toStdString();
@@ -236,9 +257,12 @@ void NiahTab::set_needles(NeedleProtocol p) {
     needles_->setCurrentText(QString::fromStdString(to_string(p)));
 }
 
-void NiahTab::set_methods(const std::vector<std::string>& methods) {
-    for (QCheckBox* c : methods_)
-        c->setChecked(std::find(methods.begin(), methods.end(), c->text().toStdString()) != methods.end());
+void NiahTab::show_run_settings(const RunSettings& run) {
+    run_settings_->setText(niah_run_settings_text(run));
+}
+
+QString NiahTab::run_settings_text() const {
+    return run_settings_->text();
 }
 
 void NiahTab::set_running(bool running) {
@@ -263,6 +287,7 @@ void NiahTab::set_progress(const QString& cell, qint64 done, qint64 total, const
 
 void NiahTab::show_outcome(const NiahOutcome& o) {
     heatmaps_->set_summary(o.summary);
+    accuracy_->set_summary(o.summary);
     QString text = QString("%1 records (%2 computed, %3 reused) in %4")
                        .arg(o.stats.total)
                        .arg(o.stats.computed)
@@ -293,6 +318,26 @@ QString niah_overall_text(const NiahSummary& s) {
                      .arg(all.n);
     }
     return lines.join('\n');
+}
+
+QString niah_run_settings_text(const RunSettings& run) {
+    QStringList methods;
+    for (const std::string& m : run.methods) methods << QString::fromStdString(m);
+    const CodecSettings& c = run.codec;
+    QStringList parts = {methods.isEmpty() ? QStringLiteral("no methods") : methods.join(", "),
+                         QString::fromStdString(to_string(run.mode)),
+                         QStringLiteral("κ %1").arg(c.budget),
+                         QStringLiteral("r_min %1").arg(c.r_min),
+                         QStringLiteral("R %1").arg(c.rank),
+                         QStringLiteral("stride %1").arg(c.stride),
+                         QStringLiteral("anchors %1").arg(c.anchors),
+                         QStringLiteral("window %1").arg(c.window),
+                         QStringLiteral("obs. window %1").arg(c.obs_window),
+                         QStringLiteral("pool %1").arg(c.pool_kernel),
+                         QStringLiteral("%1 new tokens").arg(run.max_new_tokens)};
+    if (c.paper_accounting) parts << QStringLiteral("paper accounting");
+    if (run.chat) parts << QStringLiteral("chat");
+    return QStringLiteral("run panel: ") + parts.join(QStringLiteral(" · "));
 }
 
 QString niah_retention_text(const NiahSummary& s) {

@@ -1,15 +1,17 @@
 #pragma once
-// The NIAH sweep tab: lengths x depths x samples for the chosen methods at a list of budgets and one mode and
-// needle protocol, written as resumable records into an output folder, with progress/cancel, the accuracy
-// heatmaps per method and budget, and each one's overall accuracy with its 95 % interval.
+// The NIAH sweep tab: lengths x depths x samples at a list of budgets and one needle protocol, written as
+// resumable records into an output folder, with progress/cancel, the accuracy heatmaps per method and budget,
+// each one's overall accuracy with its 95 % interval, and accuracy against the budget (NiahAccuracyChart).
+// Methods, mode, codec settings, answer length and chat come from the run panel (one set of settings in the
+// window); the tab shows which in one read-only line and keeps only what is NIAH's own.
 #include <QWidget>
 
 #include <vector>
 
 #include "core/niah.h"
+#include "viz/run_panel.h"
 #include "viz/run_worker.h"
 
-class QCheckBox;
 class QComboBox;
 class QLabel;
 class QLineEdit;
@@ -19,6 +21,7 @@ class QSpinBox;
 
 namespace varrate::viz {
 
+class NiahAccuracyChart;
 class NiahHeatmapView;
 
 // "128, 256 512" -> {128, 256, 512}; throws Error naming `what` for anything but positive numbers.
@@ -30,14 +33,22 @@ QString niah_overall_text(const NiahSummary& summary);
 // layer, over right and wrong answers (and the distractors'), from the summary's retention; "" when there is
 // none.
 QString niah_retention_text(const NiahSummary& summary);
+// The run-panel settings a sweep takes, in one line: "run panel: varrate, flat · query-agnostic · κ 0.2 ·
+// r_min 2 · R 128 · stride 32 · ...".
+QString niah_run_settings_text(const RunSettings& run);
 
 class NiahTab : public QWidget {
     Q_OBJECT
   public:
     explicit NiahTab(QWidget* parent = nullptr);
 
-    // The sweep the tab describes; `base` supplies the codec settings other than the budget. Throws Error.
-    NiahSweepOptions options(const CodecSettings& base) const;
+    // The sweep the tab describes: its own lengths, depths, samples, budgets, distractors, needles, seed and
+    // folder with the run panel's methods, mode, codec settings, answer length and chat. An empty budget list
+    // sweeps run.codec.budget alone. Throws Error.
+    NiahSweepOptions options(const RunSettings& run) const;
+    // Refreshes the line that says which run-panel settings a sweep takes.
+    void show_run_settings(const RunSettings& run);
+    QString run_settings_text() const;
     // Sensible lengths for the model's positions and an output folder per model.
     void apply_model(const ModelInfo& info);
     void set_output_dir(const QString& dir);
@@ -45,15 +56,15 @@ class NiahTab : public QWidget {
     void set_lengths(const QString& text);
     void set_depths(const QString& text);
     void set_samples(int n);
-    void set_budgets(const QString& text);  // "0.1, 0.2"
+    void set_budgets(const QString& text);  // "0.1, 0.2"; "": the run panel's budget
     void set_needles(NeedleProtocol p);
-    void set_methods(const std::vector<std::string>& methods);
 
     void set_running(bool running);
     bool running() const { return running_; }
     void set_progress(const QString& cell, qint64 done, qint64 total, const QString& stage);
     void show_outcome(const NiahOutcome& outcome);
     NiahHeatmapView* heatmaps() const { return heatmaps_; }
+    NiahAccuracyChart* accuracy_chart() const { return accuracy_; }
     QString status_text() const;
     QString retention_text() const;
     QString overall_text() const;
@@ -65,13 +76,13 @@ class NiahTab : public QWidget {
 
   private:
     QLineEdit *lengths_ = nullptr, *depths_ = nullptr, *budgets_ = nullptr, *out_dir_ = nullptr;
-    QSpinBox *samples_ = nullptr, *distractors_ = nullptr, *seed_ = nullptr, *max_new_ = nullptr;
-    QComboBox *mode_ = nullptr, *needles_ = nullptr;
-    std::vector<QCheckBox*> methods_;
+    QSpinBox *samples_ = nullptr, *distractors_ = nullptr, *seed_ = nullptr;
+    QComboBox* needles_ = nullptr;
     QPushButton *run_ = nullptr, *cancel_ = nullptr, *load_ = nullptr;
     QProgressBar* progress_ = nullptr;
-    QLabel *status_ = nullptr, *overall_ = nullptr, *retention_ = nullptr;
+    QLabel *run_settings_ = nullptr, *status_ = nullptr, *overall_ = nullptr, *retention_ = nullptr;
     NiahHeatmapView* heatmaps_ = nullptr;
+    NiahAccuracyChart* accuracy_ = nullptr;
     bool running_ = false;
 };
 

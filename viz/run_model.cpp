@@ -313,4 +313,4 @@ void PositionAxis::set_cursor(int position) {
     Q_EMIT cursor_changed(cursor_);
 }
 
-}  // namespace
+}  // namespace varrate::viz

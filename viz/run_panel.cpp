@@ -297,6 +297,19 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
     connect(run_, &QPushButton::clicked, this, &RunPanel::run_requested);
     connect(cancel_, &QPushButton::clicked, this, &RunPanel::cancel_requested);
 
+    // One change signal for every editor, so that views that show these settings (the NIAH tab) follow them.
+    for (QCheckBox* c : methods_) connect(c, &QCheckBox::toggled, this, &RunPanel::settings_changed);
+    for (QCheckBox* c : {paper_accounting_, precise_timing_, chat_})
+        connect(c, &QCheckBox::toggled, this, &RunPanel::settings_changed);
+    connect(budget_, &QDoubleSpinBox::valueChanged, this, &RunPanel::settings_changed);
+    for (QSpinBox* b : {r_min_, rank_, stride_, anchors_, window_, obs_window_, pool_kernel_, max_new_})
+        connect(b, &QSpinBox::valueChanged, this, &RunPanel::settings_changed);
+    for (QComboBox* b : {mode_, device_, dtype_, basis_})
+        connect(b, &QComboBox::currentIndexChanged, this, &RunPanel::settings_changed);
+    connect(basis_file_, &QLineEdit::textChanged, this, &RunPanel::settings_changed);
+    connect(questions_, &QTableWidget::cellChanged, this, &RunPanel::settings_changed);
+    connect(questions_->model(), &QAbstractItemModel::rowsRemoved, this, &RunPanel::settings_changed);
+
     RunSettings defaults;
     defaults.codec = width_codec_defaults(0);
     set_settings(defaults);

@@ -84,6 +84,7 @@ class RunPanel : public QWidget {
   Q_SIGNALS:
     void run_requested();
     void cancel_requested();
+    void settings_changed();  // any editor changed (also through set_settings): views mirroring them refresh
     // A codec setting changed by the user (not by set_settings / apply_model_defaults).
     void live_settings_changed();
     // Enter in a codec setting: decode the answers now rather than when the controls rest.

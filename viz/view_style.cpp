@@ -37,6 +37,18 @@ QColor style_colour(StyleColour which, const QPalette& palette) {
     return palette.color(QPalette::WindowText);
 }
 
+QColor method_colour(const QString& method, const QPalette& palette) {
+    if (method == QLatin1String("varrate")) return style_colour(StyleColour::Method, palette);
+    if (method == QLatin1String("flat")) return style_colour(StyleColour::Reference, palette);
+    if (method == QLatin1String("full")) return style_colour(StyleColour::Uniform, palette);
+    const bool dark = is_dark(palette);
+    if (method == QLatin1String("snapkv")) return dark ? QColor(0xC3, 0x8B, 0xFF) : QColor(0x7B, 0x3F, 0xC4);
+    // Methods registered later: a stable hue from the name (qHash is seeded per process, so not that).
+    uint h = 0;
+    for (QChar c : method) h = h * 31 + c.unicode();
+    return QColor::fromHsv(static_cast<int>(h % 360), dark ? 150 : 200, dark ? 240 : 170);
+}
+
 QColor metric_colour(TokenMetric metric) {
     switch (metric) {
         case TokenMetric::Salience:

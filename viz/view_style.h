@@ -15,6 +15,10 @@ enum class StyleColour { Method, Reference, Exact, Needle, Floor, Uniform, Grid,
 
 bool is_dark(const QPalette& palette);
 QColor style_colour(StyleColour which, const QPalette& palette);
+// One colour per compression method, so that a method reads the same in every chart that shows several:
+// varrate and flat keep the position charts' Method and Reference colours, full is the grey of a reference
+// (Uniform); other methods get fixed hues of their own.
+QColor method_colour(const QString& method, const QPalette& palette);
 // Shading hue of a document metric (mixed with the base colour by value).
 QColor metric_colour(TokenMetric metric);
 // a + t (b - a) per channel, t in [0, 1].
