@@ -136,6 +136,25 @@ KVCache cache_from_layers(const LlamaModel& model, const std::vector<LayerKV>& l
     return cache;
 }
 
+PrefillCapture with_references(const PrefillCapture& capture, int64_t obs_window, int64_t pool_kernel,
+                               bool attention_output) {
+    if (obs_window > kept_window_queries(capture))
+        throw Error(fmt::format("the capture kept {} window queries, the observation window is {}",
+                                kept_window_queries(capture), obs_window));
+    PrefillCapture out = capture;
+    out.obs_window = obs_window;
+    out.pool_kernel = pool_kernel;
+    for (size_t l = 0; l < out.layers.size(); ++l)
+        out.references[l] =
+            distortion_reference(out.layers[l], obs_window, pool_kernel, {}, attention_output);
+    return out;
+}
+
+int64_t kept_window_queries(const PrefillCapture& capture) {
+    if (capture.layers.empty() || !capture.layers.front().window_queries.defined()) return capture.obs_window;
+    return std::max(capture.obs_window, capture.layers.front().window_queries.size(1));
+}
+
 DistortionReference distortion_reference(const LayerCapture& capture, int64_t obs_window, int64_t pool_kernel,
                                          const at::Tensor& salience, bool attention_output) {
     DistortionReference r;

@@ -62,6 +62,13 @@ PrefillCapture capture_prefill(const LlamaModel& model, const std::vector<int64_
                                int64_t chunk_size = ForwardOptions().chunk_size,
                                bool attention_output = true);
 
+// The same capture measured with another observation window (at most the queries it kept) and pool kernel:
+// its distortion references computed again from the kept layers, no prefill; tensors shared.
+PrefillCapture with_references(const PrefillCapture& capture, int64_t obs_window, int64_t pool_kernel,
+                               bool attention_output);
+// How many window queries a capture kept (what an observation window may use without a new prefill).
+int64_t kept_window_queries(const PrefillCapture& capture);
+
 // A cache holding `layers` (one per model layer) that decodes from `next_position`.
 KVCache cache_from_layers(const LlamaModel& model, const std::vector<LayerKV>& layers, int64_t next_position);
 

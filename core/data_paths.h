@@ -3,12 +3,24 @@
 // tree and an installed or extracted package alike: a data root is a directory with models/, configs/ and
 // eval/, namely resources/ in the source tree or <prefix>/share/varrate-studio once installed. Installed
 // programs find it relative to their own location, so a package unpacked anywhere runs in place.
+#include <cstdint>
 #include <string>
 #include <vector>
 
 namespace varrate {
 
 inline constexpr const char* kDemoModelName = "varrate-demo";
+
+// The first-run regime on the demo model, shared by `varrate demo` and the app's start-up: a needle document
+// with three distractor needles, kappa 0.1, query-agnostic, where the methods part ways (at the model's
+// recorded budget 0.2, or without distractors, every method answers right and nothing is learnt).
+struct DemoRegime {
+    double budget = 0.1;
+    int64_t length = 1024;  // tokens
+    int64_t distractors = 3;
+    double depth_percent = 50;
+    uint64_t seed = 2026;
+};
 
 // Directory of the running executable (from /proc/self/exe); empty when it cannot be read.
 std::string executable_dir();

@@ -23,11 +23,15 @@ CaptureExploration::CaptureExploration(const Session& session, const std::vector
                                        bool attention_output, const JobControl& job)
     : session_(session),
       basis_(std::move(basis)),
-      capture_(capture_prefill(session.model(), ids, settings, job, ForwardOptions().chunk_size,
-                               attention_output)) {
-    spdlog::debug("capture of {} tokens: prefill {:.1f} ms, {:.1f} MiB", ids.size(), capture_.prefill_ms,
-                  static_cast<double>(capture_.bytes()) / (1024.0 * 1024.0));
+      capture_(std::make_shared<const PrefillCapture>(capture_prefill(
+          session.model(), ids, settings, job, ForwardOptions().chunk_size, attention_output))) {
+    spdlog::debug("capture of {} tokens: prefill {:.1f} ms, {:.1f} MiB", ids.size(), capture_->prefill_ms,
+                  static_cast<double>(capture_->bytes()) / (1024.0 * 1024.0));
 }
+
+CaptureExploration::CaptureExploration(const Session& session, std::shared_ptr<const PrefillCapture> capture,
+                                       std::shared_ptr<const Basis> basis)
+    : session_(session), basis_(std::move(basis)), capture_(std::move(capture)) {}
 
 bool CaptureExploration::same_analysis(const CodecSettings& a, const CodecSettings& b) {
     return structural_difference(a, b).empty() && a.rank == b.rank &&
@@ -60,7 +64,7 @@ CaptureExploration::Analysed& CaptureExploration::analysed(const std::string& me
     for (const auto& o : analysed_)
         if (o->analysis) others.push_back(o->analysis.get());
     try {
-        a->analysis = std::make_unique<MethodAnalysis>(*a->impl, capture_, job, others);
+        a->analysis = std::make_unique<MethodAnalysis>(*a->impl, *capture_, job, others);
     } catch (const InfeasibleBudget& e) {
         a->infeasible = e.what();  // no budget can be met with these structural settings
     }
@@ -88,7 +92,7 @@ ExploredRun CaptureExploration::allocate(const std::string& method, const CodecS
         out.allocations = a.analysis->allocate(settings);
         for (size_t l = 0; l < out.allocations.size(); ++l) {
             LayerDiagnostics& d = out.layers.emplace_back(std::move(out.allocations[l].diagnostics));
-            add_weighted_error(d, capture_.references[l]);
+            add_weighted_error(d, capture_->references[l]);
         }
         out.allocate_ms = ms_since(t0);
         out.analysis = a.analysis.get();

@@ -42,10 +42,14 @@ class CaptureExploration {
     // the methods that need one.
     CaptureExploration(const Session& session, const std::vector<int64_t>& ids, const CodecSettings& settings,
                        std::shared_ptr<const Basis> basis, bool attention_output, const JobControl& job = {});
+    // Another basis on an existing capture (no prefill): a basis fitted on the context again.
+    CaptureExploration(const Session& session, std::shared_ptr<const PrefillCapture> capture,
+                       std::shared_ptr<const Basis> basis);
     CaptureExploration(const CaptureExploration&) = delete;  // analyses refer to the capture
     CaptureExploration& operator=(const CaptureExploration&) = delete;
 
-    const PrefillCapture& capture() const { return capture_; }
+    const PrefillCapture& capture() const { return *capture_; }
+    const std::shared_ptr<const PrefillCapture>& shared_capture() const { return capture_; }
 
     // Allocates and materialises `method` at `settings` (budget, r_min, R and structural settings). The
     // method's analysis is made once per structural setting and R and kept (flat and VarRate derive theirs
@@ -78,7 +82,7 @@ class CaptureExploration {
 
     const Session& session_;
     std::shared_ptr<const Basis> basis_;
-    PrefillCapture capture_;
+    std::shared_ptr<const PrefillCapture> capture_;  // shared by explorations with other bases
     std::vector<std::unique_ptr<Analysed>> analysed_;
 };
 

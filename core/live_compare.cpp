@@ -9,6 +9,7 @@
 #include "codec/registry.h"
 #include "core/base/error.h"
 #include "core/base/stopwatch.h"
+#include "core/capture.h"
 #include "core/compare_internal.h"
 #include "core/exploration.h"
 
@@ -90,18 +91,30 @@ LiveCompare::~LiveCompare() = default;
 
 namespace {
 
-// A basis fitted on the context depends on the structural settings; captures keep the basis they had.
+// A basis fitted on the context depends on what it was fitted on: the coded tokens' residuals (stride,
+// anchors, window) and how many rows were kept (min(R, D)). The observation window and the pool kernel do
+// not enter it.
 bool basis_refit(const ComparePlan& plan, const CodecSettings& from, const CodecSettings& to) {
-    return plan.basis && plan.basis->info().self_calibrated && !structural_difference(from, to).empty();
+    if (!plan.basis || !plan.basis->info().self_calibrated) return false;
+    const BasisInfo& info = plan.basis->info();
+    return from.stride != to.stride || from.anchors != to.anchors || from.window != to.window ||
+           std::min(to.rank, info.dim) > info.rank;
 }
 
 }  // namespace
 
+// The distortion references depend on the observation window and the pool kernel: another of either
+// measures the kept captures again (no prefill).
+bool new_references(const PrefillCapture& capture, const CodecSettings& to) {
+    return capture.obs_window != to.obs_window || capture.pool_kernel != to.pool_kernel;
+}
+
 LiveUpdateCost LiveCompare::update_cost(const CodecSettings& settings) const {
     const State& st = *st_;
-    if (basis_refit(st.plan, st.req.settings, settings) ||
-        settings.obs_window > st.explored.front()->capture().obs_window)
-        return LiveUpdateCost::Capture;
+    const PrefillCapture& capture = st.explored.front()->capture();
+    if (settings.obs_window > kept_window_queries(capture)) return LiveUpdateCost::Capture;
+    if (basis_refit(st.plan, st.req.settings, settings)) return LiveUpdateCost::Refit;
+    if (new_references(capture, settings)) return LiveUpdateCost::Analyse;
     for (const std::string& method : st.req.methods)
         if (!st.explored.front()->has_analysis(method, settings)) return LiveUpdateCost::Analyse;
     return LiveUpdateCost::Allocate;
@@ -111,8 +124,10 @@ void LiveCompare::update(const CodecSettings& settings, const std::vector<double
                          const JobControl& job) {
     State& st = *st_;
     const std::vector<double> checked = request_budgets(budgets, settings);  // before anything changes
+    const PrefillCapture& kept = st.explored.front()->capture();
     const bool refit = basis_refit(st.plan, st.req.settings, settings);
-    const bool recapture = refit || settings.obs_window > st.explored.front()->capture().obs_window;
+    const bool recapture = settings.obs_window > kept_window_queries(kept);
+    const bool remeasure = new_references(kept, settings);
     // A cancelled or failed update leaves the comparison as it was: what it replaces is kept until it is
     // done.
     const CompareRequest old_req = st.req;
@@ -126,10 +141,22 @@ void LiveCompare::update(const CodecSettings& settings, const std::vector<double
         st.req.budgets = budgets;
         st.plan.budgets = checked;
         if (refit) st.plan.basis = st.s.basis_for(st.plan.parts[0].context_ids, settings, job);
-        if (recapture)
+        if (recapture) {
             fresh = st.capture(job);
-        else
+        } else if (refit || remeasure) {
+            // The same captures (measured again when the references change) with the current basis: no
+            // prefill.
+            for (const auto& e : st.explored) {
+                check_cancel(job);
+                std::shared_ptr<const PrefillCapture> capture = e->shared_capture();
+                if (remeasure)
+                    capture = std::make_shared<const PrefillCapture>(with_references(
+                        *capture, settings.obs_window, settings.pool_kernel, st.req.attention_output_error));
+                fresh.push_back(std::make_unique<CaptureExploration>(st.s, capture, st.plan.basis));
+            }
+        } else {
             st.allocate(job);
+        }
     } catch (...) {
         st.req = old_req;
         st.plan = old_plan;
@@ -140,8 +167,8 @@ void LiveCompare::update(const CodecSettings& settings, const std::vector<double
         throw;
     }
     old_runs.clear();  // they refer to analyses that go now
-    if (recapture) {
-        // The new captures replace the old ones: allocate on them to the end (a cancel here would leave
+    if (!fresh.empty()) {
+        // The new explorations replace the old ones: allocate on them to the end (a cancel here would leave
         // runs of neither).
         st.runs.clear();
         st.explored = std::move(fresh);

@@ -5,7 +5,8 @@
 // salience-weighted error — and re-analyses at new structural settings, without a prefill. What needs the
 // compressed caches (answers, the attention-output error) follows in decode() or materialise(), when the user
 // rests. A prefill runs again only when the observation window grows past what was captured or a basis fitted
-// on the context must be fitted again (stride, anchors, window changed).
+// on the context must be fitted again (stride, anchors, window changed, or R above the rows fitted), whose
+// calibration prefills the context (the capture is kept).
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -29,7 +30,9 @@ struct RatePoint {
 enum class LiveUpdateCost {
     Allocate,  // budget, r_min (or structural settings analysed before): milliseconds
     Analyse,   // new structural settings or R: every method analyses the capture again
-    Capture,   // a longer observation window or a basis fitted again: a prefill
+    Refit,     // a basis fitted on the context again (stride, anchors, window, a larger R): its calibration
+               // prefill, then new analyses on the kept capture
+    Capture,   // a longer observation window: a new capture (prefill)
 };
 
 class LiveCompare {

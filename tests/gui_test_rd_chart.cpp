@@ -40,7 +40,8 @@ std::vector<RdChartPoint> grid() {
     return v;
 }
 
-const RdChartPoint& find(const std::vector<RdChartPoint>& v, const QString& method, double kappa) {
+// A copy, not a reference: callers pass the temporary grid(), which is gone at the end of their statement.
+RdChartPoint find(const std::vector<RdChartPoint>& v, const QString& method, double kappa) {
     for (const RdChartPoint& p : v)
         if (p.method == method && p.kappa == kappa) return p;
     throw Error("no such point");
@@ -138,7 +139,7 @@ class GuiTestRdChart : public QObject {
 
     void switching_measure_moves_points() {
         auto chart = make_chart();
-        const RdChartPoint& p = find(grid(), "varrate", 0.1);
+        const RdChartPoint p = find(grid(), "varrate", 0.1);
         const QPointF kv = chart->point_position(p);
         chart->set_measure(RdMeasure::WeightedError);
         const QPointF weighted = chart->point_position(p);
@@ -186,7 +187,7 @@ class GuiTestRdChart : public QObject {
     // under the K/V error it is.
     void unmeasured_points_are_not_hit() {
         auto chart = make_chart();
-        const RdChartPoint& p = find(grid(), "snapkv", 0.05);
+        const RdChartPoint p = find(grid(), "snapkv", 0.05);
         const QPointF kv = chart->point_position(p);
         QVERIFY(same(chart->point_at(kv), p));
         chart->set_measure(RdMeasure::AttentionOutput);

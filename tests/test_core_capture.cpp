@@ -299,6 +299,24 @@ class TestCapture : public QObject {
             QCOMPARE(live.captures(), 2 * captures);
             live.decode();
             expect_same_runs(live.result(), run_compare(s, req), what + " wider window");
+
+            // The fixture's basis is fitted on the context: a new window fits it again (one calibration
+            // prefill) and re-analyses the kept captures; the pool kernel only re-analyses.
+            req.settings.window += 8;
+            QCOMPARE(live.update_cost(req.settings), LiveUpdateCost::Refit);
+            const int64_t before_refit = s.model().forward_calls();
+            live.update(req.settings, req.budgets);
+            QCOMPARE(live.captures(), 2 * captures);
+            QCOMPARE(s.model().forward_calls(), before_refit + 1);
+            live.decode();
+            expect_same_runs(live.result(), run_compare(s, req), what + " refit");
+            req.settings.pool_kernel += 2;
+            QCOMPARE(live.update_cost(req.settings), LiveUpdateCost::Analyse);
+            const int64_t before_pool = s.model().forward_calls();
+            live.update(req.settings, req.budgets);
+            QCOMPARE(s.model().forward_calls(), before_pool);
+            live.decode();
+            expect_same_runs(live.result(), run_compare(s, req), what + " pool kernel");
         }
         CompareRequest bad;
         bad.context = context_;

@@ -82,6 +82,22 @@ QPalette dark_palette() {
 
 }  // namespace
 
+bool is_demo_model(const QString& dir) {
+    const QString demo = MainWindow::find_demo_model();
+    return !demo.isEmpty() && QDir::cleanPath(demo) == QDir::cleanPath(dir);
+}
+
+NiahDocRequest startup_document(const QString& model_dir) {
+    NiahDocRequest r;
+    if (!is_demo_model(model_dir)) return r;
+    const DemoRegime demo;
+    r.length = demo.length;
+    r.depth_percent = demo.depth_percent;
+    r.seed = demo.seed;
+    r.distractors = demo.distractors;
+    return r;
+}
+
 MainWindow::MainWindow(const QString& settings_file, QWidget* parent)
     : QMainWindow(parent), settings_(std::make_unique<AppSettings>(settings_file)) {
     setWindowTitle("VarRate Studio");
@@ -506,6 +522,14 @@ void MainWindow::on_model_loaded(const ModelInfo& info) {
     }
     if (new_model && apply_defaults_on_load_) {
         panel_->apply_model_defaults(info.defaults, info.codec_defaults.has_value(), info.defaults_text);
+        if (is_demo_model(info.model_dir)) {
+            // The first-run regime (core/data_paths.h): where the methods part ways, so that a newcomer sees
+            // what the allocation changes, and where it fails.
+            RunSettings s = panel_->settings();
+            s.codec.budget = DemoRegime{}.budget;
+            s.mode = CompressionMode::QueryAgnostic;
+            panel_->set_settings(s);
+        }
         niah_->apply_model(info);
     }
     apply_defaults_on_load_ = true;
@@ -528,7 +552,7 @@ void MainWindow::start(const StartupOptions& o) {
         model_dir_ = QDir::cleanPath(model);
         jobs_.push_back(JobKind::Load);
         std::optional<NiahDocRequest> doc;
-        if (!have_doc) doc = NiahDocRequest{};
+        if (!have_doc) doc = startup_document(model_dir_);
         worker_->load_model(model_dir_, panel_->settings(), doc);
         status("Loading " + model_dir_ + " …");
     } else {
@@ -545,7 +569,7 @@ void MainWindow::open_model(const QString& dir) {
     apply_defaults_on_load_ = true;
     std::optional<NiahDocRequest> doc;
     // A generated document belongs to the previous model's tokenizer and positions: make a new one.
-    if (document().trimmed().isEmpty() || document_source_ == "generated") doc = NiahDocRequest{};
+    if (document().trimmed().isEmpty() || document_source_ == "generated") doc = startup_document(clean);
     jobs_.push_back(JobKind::Load);
     worker_->load_model(clean, panel_->settings(), doc);
     status("Loading " + clean + " …");

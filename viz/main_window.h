@@ -43,6 +43,11 @@ struct StartupOptions {
     bool use_defaults = true;  // false: no demo / last-used model (tests of the empty state)
 };
 
+// Whether `dir` is the embedded demo model, and the document the window generates for a model when it has
+// none: the demo model's first-run regime (core/data_paths.h DemoRegime), else NiahDocRequest's defaults.
+bool is_demo_model(const QString& dir);
+NiahDocRequest startup_document(const QString& model_dir);
+
 class MainWindow : public QMainWindow {
     Q_OBJECT
   public:
@@ -102,6 +107,8 @@ class MainWindow : public QMainWindow {
     void unpin_allocation();
     bool export_rate_distortion_csv(const QString& path);
     QString cache_text() const;  // the status bar's "what is kept" label
+    // Prefill forward passes of the loaded model as of the outcome shown (a live step adds none).
+    int64_t prefills() const { return outcome_ ? outcome_->prefills : 0; }
     QWidget* current_chart() const { return current_chart_; }
     void set_current_chart(QWidget* w);
 

@@ -148,8 +148,7 @@ void MainWindow::build_live() {
 void MainWindow::apply_live_outcome(std::shared_ptr<const RunOutcome> o) {
     const QString step = o->step;
     const double ms = o->step_ms;
-    apply_outcome(std::move(o));
-    apply_pin();  // the answers table was rebuilt without the pinned columns' data
+    apply_outcome(std::move(o));  // the answers table keeps its pinned columns (set_pinned persists)
     show_current_rd_points();
     QString msg = QString("%1 · %2 %3 ms").arg(kappa_label(*outcome_), step).arg(ms, 0, 'f', 1);
     if (outcome_->answers_stale) msg += " · answers stale (Enter: decode now)";

@@ -192,6 +192,7 @@ std::vector<float> RunModel::series(const QString& method, TokenMetric metric, i
 }
 
 void RunModel::set_pinned(std::optional<CompareResult> pinned, const QString& label) {
+    if (!pinned && !pinned_) return;  // nothing to redraw
     pinned_ = std::move(pinned);
     pinned_label_ = label;
     Q_EMIT changed();

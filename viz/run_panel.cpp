@@ -175,6 +175,8 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
     stride_->setObjectName("stride");
     window_->setObjectName("window");
     obs_window_->setObjectName("obs_window");
+    anchors_->setObjectName("anchors");
+    pool_kernel_->setObjectName("pool_kernel");
     cf->addRow("r_min", slider_row(r_min_slider_, r_min_));
     cf->addRow("Rank R", slider_row(rank_slider_, rank_));
     cf->addRow("Stride Δ", stride_);
@@ -214,6 +216,12 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
     mode_ = new QComboBox;
     mode_->setObjectName("mode");
     mode_->addItems({"query-aware", "query-agnostic"});
+    // Query-agnostic first (kvpress's default): the cache is compressed before the question is known, the
+    // regime where the allocation has to guess what will matter.
+    mode_->setCurrentText("query-agnostic");
+    mode_->setToolTip(
+        "query-aware: the question is part of what is compressed (one prefill per question); "
+        "query-agnostic: the context alone is compressed and the question comes after");
     rf->addRow("Mode", mode_);
     device_ = new QComboBox;
     device_->setObjectName("device");

@@ -30,7 +30,7 @@ struct RunSettings {
     std::vector<std::string> answer_prefixes;           // the start of each reply: empty, or one per question
     std::vector<std::string> methods = method_names();  // every registered method
     CodecSettings codec;
-    CompressionMode mode = CompressionMode::QueryAware;
+    CompressionMode mode = CompressionMode::QueryAgnostic;
     int64_t max_new_tokens = 32;
     bool chat = false;
     std::string device = "cpu", dtype = "fp32";

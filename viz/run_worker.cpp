@@ -137,6 +137,7 @@ struct RunWorker::State {
         out->materialised = live->materialised();
         out->captures = live->captures();
         out->held_bytes = live->held_bytes();
+        out->prefills = session->model().forward_calls();
         out->step = step;
         out->step_ms = ms;
         return out;
@@ -315,6 +316,7 @@ bool RunWorker::update_live(const RunSettings& settings) {
         live.update(rs->codec, {rs->codec.budget}, job);
         const QString step = cost == LiveUpdateCost::Allocate  ? QStringLiteral("allocate")
                              : cost == LiveUpdateCost::Analyse ? QStringLiteral("analyse")
+                             : cost == LiveUpdateCost::Refit   ? QStringLiteral("refit")
                                                                : QStringLiteral("capture");
         Q_EMIT live_updated(st.live_outcome(step, seconds_since(t0) * 1000));
     });

@@ -72,8 +72,9 @@ struct RunOutcome {
     bool materialised = true;    // attention-output errors measured (else -1 until the caches are built)
     int64_t captures = 0;        // prefill captures of the kept comparison so far
     int64_t held_bytes = 0;      // what the kept captures hold
-    QString step;                // what made this outcome: "run", "allocate", "analyse", "capture", "decode"
-    double step_ms = 0;          // how long that took on the worker
+    int64_t prefills = 0;        // the session model's prefill forward passes so far (none per live step)
+    QString step;        // what made this outcome: "run", "allocate", "analyse", "refit", "capture", "decode"
+    double step_ms = 0;  // how long that took on the worker
 };
 
 // A rate-distortion grid of the kept comparison (RunWorker::live_rate_distortion).

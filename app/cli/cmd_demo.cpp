@@ -20,18 +20,18 @@ namespace varrate::cli {
 
 namespace {
 
-constexpr double kDemoBudget =
-    0.1;  // unless --budget is given (the model's recorded budget is for general use)
+// kappa unless --budget is given (the model's recorded budget is for general use).
+constexpr double kDemoBudget = DemoRegime{}.budget;
 
 struct DemoArgs {
     std::string model;  // empty: the embedded demo model
     std::string basis;
     std::string methods = join_method_names();  // every registered method
-    // The regime where the methods part ways on the demo model (three distractor needles, kappa 0.1), so that
-    // a first run shows what the allocation changes rather than identical right answers.
-    int64_t length = 1024, distractors = 3;
-    double depth = 50;
-    uint64_t seed = 2026;
+    // The regime where the methods part ways on the demo model (core/data_paths.h DemoRegime), so that a
+    // first run shows what the allocation changes rather than identical right answers.
+    int64_t length = DemoRegime{}.length, distractors = DemoRegime{}.distractors;
+    double depth = DemoRegime{}.depth_percent;
+    uint64_t seed = DemoRegime{}.seed;
     CodecSettings settings;
     CodecFlags codec_flags;
     RuntimeArgs runtime;

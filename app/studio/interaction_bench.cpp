@@ -7,6 +7,7 @@
 #include <QApplication>
 #include <QComboBox>
 #include <QDir>
+#include <QDoubleSpinBox>
 #include <QElapsedTimer>
 #include <QEventLoop>
 #include <QFile>
@@ -15,6 +16,7 @@
 #include <QMouseEvent>
 #include <QPixmap>
 #include <QScrollBar>
+#include <QSpinBox>
 #include <QTimer>
 #include <QToolTip>
 #include <QWheelEvent>
@@ -30,6 +32,7 @@
 #include "core/base/error.h"
 #include "viz/document_view.h"
 #include "viz/layer_summary.h"
+#include "viz/live_explorer.h"
 #include "viz/main_window.h"
 #include "viz/position_charts.h"
 #include "viz/rank_heatmap.h"
@@ -150,6 +153,7 @@ class Bench {
     // setup (untimed, then flushed) prepares the event; act is the timed event and must paint what it
     // changes.
     void measure(const QString& kind, const QString& description, const Step& setup, const Step& act);
+    void add(InteractionStats s);  // statistics of s.ms, logged and reported
 
     // A point of the document viewport over a token, after scrolling to a random place.
     QPoint random_token_point(int* token);
@@ -180,14 +184,19 @@ void Bench::measure(const QString& kind, const QString& description, const Step&
         s.ms.push_back(ms);
         painted += paints_.count;
     }
+    s.paints_per_event = static_cast<double>(painted) / static_cast<double>(s.ms.size());
+    add(std::move(s));
+}
+
+void Bench::add(InteractionStats s) {
     s.median_ms = percentile_ms(s.ms, 50);
     s.p95_ms = percentile_ms(s.ms, 95);
-    s.max_ms = *std::max_element(s.ms.begin(), s.ms.end());
-    s.mean_ms = std::accumulate(s.ms.begin(), s.ms.end(), 0.0) / static_cast<double>(s.ms.size());
-    s.paints_per_event = static_cast<double>(painted) / static_cast<double>(s.ms.size());
+    s.max_ms = s.ms.empty() ? 0 : *std::max_element(s.ms.begin(), s.ms.end());
+    s.mean_ms =
+        s.ms.empty() ? 0 : std::accumulate(s.ms.begin(), s.ms.end(), 0.0) / static_cast<double>(s.ms.size());
     if (log_)
         log_(QString("  %1: median %2 ms, p95 %3 ms, max %4 ms (%5 paints/event)")
-                 .arg(kind)
+                 .arg(s.kind)
                  .arg(s.median_ms, 0, 'f', 2)
                  .arg(s.p95_ms, 0, 'f', 2)
                  .arg(s.max_ms, 0, 'f', 2)
@@ -339,6 +348,57 @@ std::vector<InteractionStats> Bench::run_all() {
             });
     method_box->setCurrentIndex(std::max(0, method_box->findText(QStringLiteral("varrate"))));
     flush();
+
+    // Live controls: a step of kappa or r_min re-allocates the kept run on the worker (no prefill) and
+    // every view, the answers table and the rate-distortion chart show it. Timed from the spin box's change
+    // to the repainted window. Answers are not decoded on rest here (a drag does not rest).
+    LiveExplorer* live = w_.live();
+    if (!live->active()) throw Error("interaction benchmark: the run is not kept for live exploration");
+    live->set_auto_decode(false);
+    const int64_t prefills_before = w_.prefills();
+    std::vector<double> worker_ms;  // of the timed steps: the update on the worker alone
+    const auto live_step = [&](const std::function<void()>& change) {
+        QEventLoop loop;
+        bool applied = false;
+        const auto c1 = QObject::connect(&w_, &MainWindow::live_applied, &loop, [&] {
+            applied = true;
+            loop.quit();
+        });
+        QTimer limit;
+        limit.setSingleShot(true);
+        QObject::connect(&limit, &QTimer::timeout, &loop, &QEventLoop::quit);
+        limit.start(60000);
+        change();
+        if (!applied) loop.exec();
+        QObject::disconnect(c1);
+        if (!applied) throw Error("interaction benchmark: a live step was not applied within 60 s");
+        flush();
+        worker_ms.push_back(w_.outcome()->step_ms);
+    };
+    // The worker's share of the steps just measured (warm-up steps left out).
+    const auto add_worker_share = [&](const QString& kind) {
+        InteractionStats s;
+        s.kind = kind + "_worker";
+        s.description = "of " + kind + ": the re-allocation on the worker thread alone (LiveCompare::update)";
+        s.ms.assign(worker_ms.end() - std::min<ptrdiff_t>(repeats_, worker_ms.size()), worker_ms.end());
+        add(std::move(s));
+        worker_ms.clear();
+    };
+    QDoubleSpinBox* kappa = w_.run_panel()->budget_box();
+    const double kappa0 = kappa->value();
+    measure("budget_step", "kappa +/- 0.01 in the run panel: re-allocation on the worker, every view updated",
+            {}, [&](int i) { live_step([&] { kappa->setValue(kappa0 + (i % 2 == 0 ? 0.01 : 0.0)); }); });
+    add_worker_share("budget_step");
+    live_step([&] { kappa->setValue(kappa0 + 0.005); });
+    live_step([&] { kappa->setValue(kappa0); });
+    QSpinBox* r_min = w_.run_panel()->r_min_box();
+    const int r0 = r_min->value();
+    measure("rmin_step", "r_min +/- 1 in the run panel: re-allocation on the worker, every view updated", {},
+            [&](int i) { live_step([&] { r_min->setValue(r0 + (i % 2 == 0 ? 1 : 0)); }); });
+    add_worker_share("rmin_step");
+    if (r_min->value() != r0) live_step([&] { r_min->setValue(r0); });
+    if (w_.prefills() != prefills_before) throw Error("interaction benchmark: a live step ran a prefill");
+    live->set_auto_decode(true);
 
     measure("grab_window", "the whole window rendered to a pixmap (QWidget::grab)", {}, [&](int) {
         const QPixmap pm = w_.grab();
