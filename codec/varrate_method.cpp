@@ -88,10 +88,11 @@ struct VarRateAnalysis : LayerAnalysis {
     int64_t n_kv_head = 0, head_dim = 0, dim = 0, rank = 0;  // rank: the basis rows a budget may use, R
     at::ScalarType dtype = at::kFloat;
     AnchorLayout layout;
-    at::Tensor coded;     // [n_coded] int64 positions on the device
-    at::Tensor exact;     // [n_exact] int64 positions on the device
-    at::Tensor salience;  // [L] CPU fp32 raw salience (VarRate only)
-    at::Tensor s_hat;     // [n_coded] fp32, normalised over the coded set (flat: ones)
+    at::Tensor coded;      // [n_coded] int64 positions on the device
+    at::Tensor exact;      // [n_exact] int64 positions on the device
+    at::Tensor salience;   // [L] CPU fp32 raw salience (VarRate only)
+    at::Tensor s_hat;      // [n_coded] fp32, normalised over the coded set (flat: ones)
+    WaterFillSignal fill;  // s_hat sorted, for every budget's water-filling
     // Residuals, their energies and nearest anchors; z-bar is formed again from the anchors when
     // materialised, rather than held as another [n_coded, D].
     AnchorResiduals res;
@@ -260,6 +261,7 @@ std::shared_ptr<const LayerAnalysis> VarRateMethod::analyse_with_salience(const 
     a->z_norm = z.norm(2, {1}).index_select(0, a->coded);
     // Salience over the coded set, normalised once: every budget water-fills the same signal.
     a->s_hat = normalise_salience(salience.to(dev, at::kFloat).index_select(0, a->coded));
+    a->fill = water_fill_signal(a->s_hat);
     if (allocation_ == RankAllocation::Salience) a->salience = salience.to(at::kCPU, at::kFloat);
     sync_for_timing(a->s_hat, sync);
     a->timing.anchor_search = lap_ms(t);
@@ -279,9 +281,11 @@ std::shared_ptr<const LayerAnalysis> VarRateMethod::derive(const LayerCapture& c
     if (allocation_ == RankAllocation::Uniform) {
         a->salience = at::Tensor();
         a->s_hat = at::ones_like(o->s_hat);  // exactly what analyse() normalises a constant signal to
+        a->fill = water_fill_signal(a->s_hat);
     } else {
         const at::Tensor s = varrate_salience(capture, settings_.obs_window, settings_.pool_kernel);
         a->s_hat = normalise_salience(s.to(at::kFloat).index_select(0, a->coded));
+        a->fill = water_fill_signal(a->s_hat);
         a->salience = s.to(at::kCPU, at::kFloat);
         sync_for_timing(a->s_hat, settings_.precise_timing);
         a->timing.salience = lap_ms(t);
@@ -305,15 +309,21 @@ LayerAllocation VarRateMethod::allocate(const LayerAnalysis& analysis, const Cod
 
     // 4-11: water-filling of B by the normalised salience into integer ranks with sum B.
     LayerAllocation out;
-    out.coded_ranks = water_fill(a.s_hat, plan.budget_B, budget.r_min, rank);  // [n_coded] int64
+    out.coded_ranks = water_fill(a.fill, plan.budget_B, budget.r_min, rank);  // [n_coded] int64
     const at::Tensor& ranks = out.coded_ranks;
     const int64_t n_coded = ranks.size(0);
     // Tokens by decreasing GEMM width (equal widths in position order), one GEMM per width. The GEMM shapes
     // are the one host copy this needs.
-    auto by_width = at::sort(gemm_widths(ranks, a.rank), /*stable=*/true, 0, /*descending=*/true);
-    out.rank_order = std::get<1>(by_width);  // [n_coded]
-    const at::Tensor widths = std::get<0>(by_width).to(at::kCPU);
-    out.rank_groups = plan_rank_groups(widths.data_ptr<int64_t>(), n_coded);
+    if (a.rank <= 128) {
+        // One width (gemm_widths): position order, one group, nothing to sort or copy.
+        out.rank_order = at::arange(n_coded, ranks.options());
+        if (n_coded > 0) out.rank_groups = {RankGroup{n_coded, a.rank, at::Tensor()}};
+    } else {
+        auto by_width = at::sort(gemm_widths(ranks, a.rank), /*stable=*/true, 0, /*descending=*/true);
+        out.rank_order = std::get<1>(by_width);  // [n_coded]
+        const at::Tensor widths = std::get<0>(by_width).to(at::kCPU);
+        out.rank_groups = plan_rank_groups(widths.data_ptr<int64_t>(), n_coded);
+    }
     const at::Tensor& order = out.rank_order;
     double fill_ms = lap_ms(t);
 

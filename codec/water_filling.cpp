@@ -34,19 +34,32 @@ at::Tensor normalise_salience(const at::Tensor& s) {
     return at::where(range > 0, (f - lo) / range, at::ones_like(f));
 }
 
+WaterFillSignal water_fill_signal(const at::Tensor& s_hat) {
+    WaterFillSignal w;
+    w.s = s_hat.to(at::kDouble).clamp_min(0.0);
+    w.sorted = std::get<0>(at::sort(w.s, /*stable=*/true, 0, /*descending=*/true));
+    w.suffix = w.sorted.flip({0}).cumsum(0).flip({0});
+    return w;
+}
+
 at::Tensor water_fill_levels(const at::Tensor& s_hat, int64_t budget, int64_t r_min, int64_t rank_cap) {
-    const int64_t n = s_hat.size(0);
+    check_budget(s_hat.size(0), budget, r_min, rank_cap);
+    return water_fill_levels(water_fill_signal(s_hat), budget, r_min, rank_cap);
+}
+
+at::Tensor water_fill_levels(const WaterFillSignal& signal, int64_t budget, int64_t r_min, int64_t rank_cap) {
+    const at::Tensor& s = signal.s;
+    const int64_t n = s.size(0);
     check_budget(n, budget, r_min, rank_cap);
-    if (n == 0) return at::empty({0}, s_hat.options().dtype(at::kDouble));
+    if (n == 0) return at::empty({0}, s.options().dtype(at::kDouble));
     const double B = static_cast<double>(budget), lo = static_cast<double>(r_min),
                  hi = static_cast<double>(rank_cap);
-    const at::Tensor s = s_hat.to(at::kDouble).clamp_min(0.0);
 
     // Regular case: the k most salient tokens are capped at R, the rest sit at r_min + lambda_k * s with
     // lambda_k = (B - k R - (n - k) r_min) / (sum of the n - k smallest saliences). The solution is the
     // smallest k whose largest uncapped token stays at or below R.
-    const at::Tensor sorted = std::get<0>(at::sort(s, /*stable=*/true, 0, /*descending=*/true));
-    const at::Tensor suffix = sorted.flip({0}).cumsum(0).flip({0});  // suffix[k] = sum_{i >= k} sorted[i]
+    const at::Tensor& sorted = signal.sorted;
+    const at::Tensor& suffix = signal.suffix;  // suffix[k] = sum_{i >= k} sorted[i]
     const at::Tensor k = at::arange(n, s.options());
     const at::Tensor lambda = (B - k * hi - (static_cast<double>(n) - k) * lo) /
                               at::where(suffix > 0, suffix, at::ones_like(suffix));
@@ -90,6 +103,10 @@ at::Tensor integer_ranks(const at::Tensor& levels, int64_t budget, int64_t r_min
 
 at::Tensor water_fill(const at::Tensor& s_hat, int64_t budget, int64_t r_min, int64_t rank_cap) {
     return integer_ranks(water_fill_levels(s_hat, budget, r_min, rank_cap), budget, r_min, rank_cap);
+}
+
+at::Tensor water_fill(const WaterFillSignal& signal, int64_t budget, int64_t r_min, int64_t rank_cap) {
+    return integer_ranks(water_fill_levels(signal, budget, r_min, rank_cap), budget, r_min, rank_cap);
 }
 
 }  // namespace varrate

@@ -40,7 +40,8 @@ DocumentView::DocumentView(RunModel* model, PositionAxis* axis, QWidget* parent)
     viewport()->setBackgroundRole(QPalette::Base);
     setMinimumSize(240, 120);
     connect(model_, &RunModel::changed, this, [this] {
-        layout_width_ = -1;
+        // The text is laid out again only when it changed: a live re-allocation of the same tokens reshades.
+        if (model_->tokens_revision() != laid_out_revision_) layout_width_ = -1;
         reload();
     });
     connect(axis_, &PositionAxis::cursor_changed, this, [this](int position) {
@@ -149,6 +150,7 @@ void DocumentView::relayout() {
 }
 
 void DocumentView::layout_tokens(int width) {
+    laid_out_revision_ = model_->tokens_revision();
     const int n = model_->n_tokens();
     const QFontMetrics fm(font());
     layout_width_ = width;

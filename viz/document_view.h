@@ -65,6 +65,7 @@ class DocumentView : public QAbstractScrollArea {
     std::vector<QRect> boxes_;  // [L] in document coordinates
     std::vector<Line> lines_;
     int layout_width_ = -1;
+    int64_t laid_out_revision_ = -1;  // RunModel::tokens_revision() of the layout
     int line_height_ = 0;
     int hover_ = -1;
 };

@@ -507,7 +507,8 @@ void MainWindow::on_job_finished() {
         run_when_ready_ = false;
         run();
     }
-    if (kind == JobKind::Load) panel_->set_progress("Ready", 0, 0);
+    if (kind == JobKind::Load || (kind == JobKind::Explore && jobs_.empty()))
+        panel_->set_progress("Ready", 0, 0);
     update_empty_state();
     if (jobs_.empty()) Q_EMIT idle();
 }

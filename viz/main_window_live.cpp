@@ -1,6 +1,7 @@
 // The main window's live exploration: the LiveExplorer wired to the run panel, the worker and the views; the
 // rate-distortion chart; pin + compare; the status bar's "what is kept" label.
 #include <QAction>
+#include <QBoxLayout>
 #include <QComboBox>
 #include <QDoubleSpinBox>
 #include <QLabel>
@@ -11,6 +12,7 @@
 
 #include "viz/answers_table.h"
 #include "viz/chart_export.h"
+#include "viz/document_view.h"
 #include "viz/layer_summary.h"
 #include "viz/live_explorer.h"
 #include "viz/main_window.h"
@@ -101,12 +103,21 @@ void MainWindow::build_live() {
     connect(live_, &LiveExplorer::pinned_changed, this, &MainWindow::apply_pin);
     connect(live_, &LiveExplorer::state_changed, this, &MainWindow::update_cache_label);
 
-    // The rate-distortion chart beside the layer summary; the "Layer error" selector picks its measure too.
+    // The rate-distortion chart in a column right of the linked views (its own axes, the full height); the
+    // "Layer error" selector picks its measure too.
     rd_chart_ = new RdChart;
     rd_chart_->setObjectName("rd_chart");
-    if (auto* split = qobject_cast<QSplitter*>(layers_->parentWidget())) {
-        split->addWidget(rd_chart_);
-        split->setStretchFactor(2, 2);
+    auto* views = qobject_cast<QSplitter*>(doc_view_->parentWidget());
+    auto* box = views ? qobject_cast<QBoxLayout*>(views->parentWidget()->layout()) : nullptr;
+    if (box) {
+        auto* columns = new QSplitter(Qt::Horizontal);
+        columns->setObjectName("analysis_columns");
+        box->insertWidget(box->indexOf(views), columns, 1);
+        columns->addWidget(views);  // moves it out of the layout
+        columns->addWidget(rd_chart_);
+        columns->setStretchFactor(0, 3);
+        columns->setStretchFactor(1, 1);
+        columns->setSizes({900, 340});  // proportions: the chart keeps room for its axis labels
     }
     install_export_menu(rd_chart_, "rate-distortion", [this](QMenu& menu) {
         menu.addAction("Export data (CSV)…", this, [this] {

@@ -91,6 +91,7 @@ void RunModel::set_result(const CompareResult& result, const CompareRequest& req
     }
     result_ = result;
     request_ = request;
+    if (token_texts != token_texts_) ++tokens_revision_;
     token_texts_ = std::move(token_texts);
     series_cache_.clear();
     if (needle_ && needle_->second > static_cast<int>(n)) needle_.reset();
@@ -103,6 +104,7 @@ void RunModel::clear() {
     result_ = {};
     request_ = {};
     token_texts_.clear();
+    ++tokens_revision_;
     series_cache_.clear();
     needle_.reset();
     pinned_.reset();

@@ -52,6 +52,9 @@ class RunModel : public QObject {
                     std::vector<QString> token_texts);
     void clear();
     bool has_result() const { return has_result_; }
+    // Changes whenever the token texts do (not on a live re-allocation of the same tokens): views that lay
+    // the text out redo it only then.
+    int64_t tokens_revision() const { return tokens_revision_; }
 
     const CompareResult& result() const { return result_; }
     const CompareRequest& request() const { return request_; }
@@ -89,6 +92,7 @@ class RunModel : public QObject {
 
   private:
     bool has_result_ = false;
+    int64_t tokens_revision_ = 0;
     CompareResult result_;
     CompareRequest request_;
     std::vector<QString> token_texts_;

@@ -507,6 +507,8 @@ void RunPanel::set_progress(const QString& stage, qint64 done, qint64 total) {
         text = QString("Calibrating basis (%1/%2)").arg(done).arg(total);
     else if (stage == "done")
         text = "Done";
+    else if (total <= 0)
+        text = stage;
     else
         text = QString("%1 (%2/%3)").arg(stage).arg(done).arg(total);
     stage_->setText(text);
