@@ -95,6 +95,13 @@ target_include_directories(varrate_torch SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})
 separate_arguments(_torch_flags UNIX_COMMAND "${TORCH_CXX_FLAGS}")
 target_compile_options(varrate_torch INTERFACE ${_torch_flags})
 
+# A LibTorch built with the pre-C++11 std::string ABI (PyPI's torch wheels before 2.7) makes every translation unit
+# that includes it use that ABI. Our libraries pass std::string to each other (varrate_base has no LibTorch), so
+# they all must: use the LibTorch's setting for the whole tree when it is not the compiler's default.
+if(TORCH_CXX_FLAGS MATCHES "_GLIBCXX_USE_CXX11_ABI=0")
+  add_compile_definitions(_GLIBCXX_USE_CXX11_ABI=0)
+endif()
+
 # A LibTorch built with the pre-C++11 std::string ABI (older PyTorch wheels) cannot link the system's compiled
 # spdlog and fmt, whose functions take std::string: use their header-only forms with such a LibTorch.
 option(VARRATE_HEADER_ONLY_LOGGING "Use spdlog and fmt header-only" OFF)
