@@ -5,6 +5,7 @@
 #include "tests/test_support.h"
 
 #include <QApplication>
+#include <QComboBox>
 #include <QDoubleSpinBox>
 #include <QFile>
 #include <QHeaderView>
@@ -99,6 +100,7 @@ class GuiTestLive : public QObject {
         MainWindow& w = window();
         QVERIFY(w.live()->active());
         QVERIFY(w.run_panel()->live_hint().contains("Live"));
+        QVERIFY(w.live()->waiting_for_run().isEmpty());
         const int64_t prefills = w.prefills();
         QVERIFY(prefills > 0);
         const double kappa0 = w.run_panel()->budget_box()->value();
@@ -206,6 +208,26 @@ class GuiTestLive : public QObject {
         }));
         wait_idle();
         QVERIFY2(w.error_text().isEmpty(), qPrintable(w.error_text()));
+    }
+
+    // Methods, mode and questions are not live: changing them re-allocates nothing and the panel says they
+    // wait for a Run; changing them back clears that.
+    void other_settings_wait_for_run() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        MainWindow& w = window();
+        wait_idle();
+        auto* mode = w.run_panel()->findChild<QComboBox*>("mode");
+        QVERIFY(mode);
+        const int64_t posted = w.live()->updates_posted();
+        const int before = mode->currentIndex();
+        mode->setCurrentIndex(1 - before);
+        QCOMPARE(w.live()->waiting_for_run(), QStringList{"mode"});
+        QVERIFY(w.run_panel()->live_hint().contains("press Run"));
+        QCOMPARE(w.live()->updates_posted(), posted);
+        QVERIFY(!w.busy());
+        mode->setCurrentIndex(before);
+        QVERIFY(w.live()->waiting_for_run().isEmpty());
+        QVERIFY(!w.run_panel()->live_hint().contains("press Run"));
     }
 
     // Pin: the frozen allocation is overlaid on the live one in the rank and error charts, and its answers
