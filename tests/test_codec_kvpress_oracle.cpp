@@ -279,7 +279,7 @@ class TestKvpressOracle : public QObject {
         qInfo("bf16, %s: %ld of %ld kept positions shared with kvpress; at most %ld differ in one head",
               qPrintable(case_name(c)), static_cast<long>(same), static_cast<long>(total),
               static_cast<long>(worst_head));
-        QVERIFY2(same * 100 >= total * 95, "bf16 kept sets share less than 95 % with kvpress's");
+        QVERIFY2(same * 100 >= total * 97, "bf16 kept sets share less than 97 % with kvpress's");
     }
 
     // The greedy answer decoded from our compressed cache (positions continuing after the compressed ids,
