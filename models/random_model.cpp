@@ -1,6 +1,7 @@
 #include "models/random_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -26,7 +27,7 @@ bool is_norm(const std::string& name) {
     return name.find("norm.weight") != std::string::npos;
 }
 
-at::Tensor random_tensor(const TensorSpec& spec, uint64_t seed) {
+at::Tensor random_tensor(const TensorSpec& spec, uint64_t seed, double std) {
     const auto options = at::TensorOptions().dtype(spec.dtype);
     if (is_norm(spec.name)) return at::ones(spec.shape, options);
     at::Tensor out = at::empty(spec.shape, options);
@@ -41,7 +42,7 @@ at::Tensor random_tensor(const TensorSpec& spec, uint64_t seed) {
             at::Generator gen =
                 at::detail::createCPUGenerator(splitmix64(tensor_seed + static_cast<uint64_t>(c)));
             at::Tensor values = at::empty({len}, at::kFloat);
-            values.normal_(0.0, 0.02, gen);
+            values.normal_(0.0, std, gen);
             flat.narrow(0, start, len).copy_(values);
         }
     });
@@ -80,7 +81,11 @@ void write_json(const std::filesystem::path& path, const nlohmann::json& j) {
 }  // namespace
 
 void write_random_model(const ModelConfig& config, const std::filesystem::path& out_dir, uint64_t seed,
-                        c10::ScalarType dtype, uint64_t max_shard_bytes) {
+                        c10::ScalarType dtype, uint64_t max_shard_bytes, double init_std) {
+    if (!(init_std > 0) || !std::isfinite(init_std))
+        throw Error(out_dir.string() +
+                    ": the initialisation standard deviation must be positive and finite, not " +
+                    std::to_string(init_std));
     const char* dtype_str = hf_dtype_name(dtype);
     if (!dtype_str) {
         throw Error(out_dir.string() + ": random weights can be float32, bfloat16 or float16, not " +
@@ -145,7 +150,7 @@ void write_random_model(const ModelConfig& config, const std::filesystem::path& 
         }
         const auto& specs = shards[k];
         write_safetensors_streamed(
-            tmp / file, specs, [&](size_t i) { return random_tensor(specs[i], seed); }, metadata);
+            tmp / file, specs, [&](size_t i) { return random_tensor(specs[i], seed, init_std); }, metadata);
         for (const auto& s : specs) weight_map[s.name] = file;
         files.push_back(file);
     }
