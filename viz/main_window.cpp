@@ -469,6 +469,12 @@ void MainWindow::on_job_finished() {
         if (!ok) panel_->set_progress(error_text().isEmpty() ? "Cancelled" : "Stopped", 0, 0);
         Q_EMIT calibration_finished(ok);
     }
+    if (kind == JobKind::Explore && !ok && live_->active() && live_->outcome()) {
+        // A live update that failed or was cancelled left the kept run as it was: so is the panel again.
+        RunSettings s = panel_->settings();
+        s.codec = live_->outcome()->request.settings;
+        panel_->set_settings(s);
+    }
     if (kind == JobKind::Niah) {
         niah_->set_running(job_queued(JobKind::Niah));
         Q_EMIT niah_finished(ok);
