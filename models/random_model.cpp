@@ -27,9 +27,16 @@ bool is_norm(const std::string& name) {
     return name.find("norm.weight") != std::string::npos;
 }
 
-at::Tensor random_tensor(const TensorSpec& spec, uint64_t seed, double std) {
+// Qwen3's per-head query and key norms: random around 1, so that a swap of the two, or a norm left out,
+// changes the logits.
+bool is_head_norm(const std::string& name) {
+    return name.find("self_attn.q_norm.weight") != std::string::npos ||
+           name.find("self_attn.k_norm.weight") != std::string::npos;
+}
+
+// N(mean, std^2) values of spec's shape and dtype, from seed and the tensor's name.
+at::Tensor normal_tensor(const TensorSpec& spec, uint64_t seed, double mean, double std) {
     const auto options = at::TensorOptions().dtype(spec.dtype);
-    if (is_norm(spec.name)) return at::ones(spec.shape, options);
     at::Tensor out = at::empty(spec.shape, options);
     at::Tensor flat = out.view({-1});
     const int64_t n = flat.numel();
@@ -42,11 +49,17 @@ at::Tensor random_tensor(const TensorSpec& spec, uint64_t seed, double std) {
             at::Generator gen =
                 at::detail::createCPUGenerator(splitmix64(tensor_seed + static_cast<uint64_t>(c)));
             at::Tensor values = at::empty({len}, at::kFloat);
-            values.normal_(0.0, std, gen);
+            values.normal_(mean, std, gen);
             flat.narrow(0, start, len).copy_(values);
         }
     });
     return out;
+}
+
+at::Tensor random_tensor(const TensorSpec& spec, uint64_t seed, double std) {
+    if (is_head_norm(spec.name)) return normal_tensor(spec, seed, 1.0, kHeadNormStd);
+    if (is_norm(spec.name)) return at::ones(spec.shape, at::TensorOptions().dtype(spec.dtype));
+    return normal_tensor(spec, seed, 0.0, std);
 }
 
 const char* hf_dtype_name(c10::ScalarType t) {

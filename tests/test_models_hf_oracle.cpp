@@ -3,10 +3,11 @@
 // Runtime vs Hugging Face transformers (AutoModelForCausalLM, eager attention, CPU) on tiny random
 // checkpoints that `varrate make-model` wrote (tests/data/oracles/<model>/): Llama with Llama-3.1 rope
 // scaling, an untied lm_head and GQA 4:1; Llama with GQA 1:1, tied embeddings and attention/MLP biases; Qwen2
-// (q/k/v biases); Mistral with a sliding window shorter than the sequence. The references (hf_reference.json,
-// made by scripts/oracles/generate.sh with the versions named in their "generator" field) hold the logits at
-// 8 positions of a 300-id sequence (the top 32 ids, every 16th id and checksums of the whole row) in fp32 and
-// bf16, and 32 greedy ids after the sequence.
+// (q/k/v biases); Mistral with a sliding window shorter than the sequence; Qwen3 (per-head q/k RMSNorm with
+// weights random around 1, head_dim 32 over hidden_size 64 with 4 heads, tied embeddings). The references
+// (hf_reference.json, made by scripts/oracles/generate.sh with the versions named in their "generator" field)
+// hold the logits at 8 positions of a 300-id sequence (the top 32 ids, every 16th id and checksums of the
+// whole row) in fp32 and bf16, and 32 greedy ids after the sequence.
 #include <ATen/ATen.h>
 
 #include <QCryptographicHash>
@@ -25,11 +26,12 @@ namespace {
 constexpr double kFp32Tolerance = 1e-4;
 // bf16: weights and activations rounded to bf16 on both sides, but with different operation orders and
 // roundings (transformers' eager attention multiplies in bf16 and soft-maxes in fp32; our attention kernels
-// round in other places), so logits differ by a few bf16 steps of their magnitude: up to 0.023 here, where
-// logits reach about 3 and one bf16 step at 2-4 is 1/64.
+// round in other places), so logits differ by a few bf16 steps of their magnitude: up to 0.023 here (0.039 on
+// Qwen3, as much as transformers' own sdpa and eager attention differ there), where logits reach about 3 and
+// one bf16 step at 2-4 is 1/64.
 constexpr double kBf16Tolerance = 5e-2;
 
-const char* const kModels[] = {"llama31-gqa4", "llama-mha-bias", "qwen2", "mistral-swa"};
+const char* const kModels[] = {"llama31-gqa4", "llama-mha-bias", "qwen2", "mistral-swa", "qwen3"};
 
 std::filesystem::path oracle_dir() {
     return test::source_dir() / "tests" / "data" / "oracles";
@@ -158,6 +160,12 @@ class TestHfOracle : public QObject {
         } else if (model == "mistral-swa") {
             QVERIFY(c.sliding_window.has_value());
             QVERIFY(*c.sliding_window < static_cast<int64_t>(ref["input_ids"].size()));
+        } else if (model == "qwen3") {
+            QVERIFY(c.qk_norm && c.tie_word_embeddings && !c.attention_bias && !c.sliding_window);
+            QVERIFY(c.head_dim * c.n_head != c.hidden_size);
+            // Unit q_norm or k_norm weights would change transformers' last logits by more than 1e-2.
+            QVERIFY(ref["hf"]["unit_q_norm_changes_last_logits_by"].get<double>() > 1e-2);
+            QVERIFY(ref["hf"]["unit_k_norm_changes_last_logits_by"].get<double>() > 1e-2);
         }
     }
 

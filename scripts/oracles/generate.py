@@ -56,6 +56,7 @@ MODELS = [
     {"name": "llama-mha-bias", "config": "llama-mha-bias.json", "seed": 11, "init_std": 0.1},
     {"name": "qwen2", "config": "qwen2.json", "seed": 2, "init_std": 0.1},
     {"name": "mistral-swa", "config": "mistral-swa.json", "seed": 7, "init_std": 0.1},
+    {"name": "qwen3", "config": "qwen3.json", "seed": 5, "init_std": 0.1},
 ]
 
 SEQ_LEN = 300  # longer than Mistral's sliding window (64)
@@ -225,6 +226,14 @@ def check_hf_model(model, m):
         assert model.model.layers[0].self_attn.o_proj.bias is not None
         assert model.model.layers[0].mlp.down_proj.bias is not None
         assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    if m["name"] == "qwen3":
+        attn = model.model.layers[0].self_attn
+        assert attn.head_dim == 32 and attn.head_dim != cfg.hidden_size // cfg.num_attention_heads
+        assert attn.q_proj.bias is None and attn.o_proj.bias is None
+        assert not torch.allclose(attn.q_norm.weight, torch.ones_like(attn.q_norm.weight))
+        assert not torch.allclose(attn.q_norm.weight, attn.k_norm.weight)
+        assert cfg.sliding_window is None and all(t == "full_attention" for t in cfg.layer_types)
+        assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
 
 
 @torch.no_grad()
@@ -248,6 +257,24 @@ def check_sliding_window_matters(model_dir, ids):
     diff = float((windowed - full).abs().max())
     assert diff > 1e-2, f"the sliding window changes the last logits by only {diff}"
     return diff
+
+
+@torch.no_grad()
+def check_qk_norm_matters(model_dir, ids):
+    """On the Qwen3 checkpoint the q_norm/k_norm weights (random around 1) must change the last logits, else
+    the test would not notice them left out or swapped."""
+    model = load_hf(model_dir, torch.float32)
+    normed = model(input_ids=torch.tensor([ids])).logits[0, -1]
+    diffs = {}
+    for which in ("q_norm", "k_norm"):
+        saved = [getattr(layer.self_attn, which).weight.clone() for layer in model.model.layers]
+        for layer in model.model.layers:
+            getattr(layer.self_attn, which).weight.fill_(1.0)
+        diffs[which] = float((model(input_ids=torch.tensor([ids])).logits[0, -1] - normed).abs().max())
+        for layer, w in zip(model.model.layers, saved):
+            getattr(layer.self_attn, which).weight.copy_(w)
+        assert diffs[which] > 1e-2, f"unit {which} weights change the last logits by only {diffs[which]}"
+    return diffs
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -452,6 +479,10 @@ def main():
         ref = hf_reference(model_dir, m, ids)
         if m["name"] == "mistral-swa":
             ref["hf"]["sliding_window_changes_last_logits_by"] = f(check_sliding_window_matters(model_dir, ids))
+        if m["name"] == "qwen3":
+            diffs = check_qk_norm_matters(model_dir, ids)
+            ref["hf"]["unit_q_norm_changes_last_logits_by"] = f(diffs["q_norm"])
+            ref["hf"]["unit_k_norm_changes_last_logits_by"] = f(diffs["k_norm"])
         write_json(model_dir / "hf_reference.json", ref)
         print(f"{m['name']}: greedy {ref['fp32']['greedy_ids']} (smallest gap "
               f"{ref['fp32']['greedy_min_gap']:.3g})", flush=True)
