@@ -27,15 +27,8 @@ namespace {
 // kvpress computes the scores in fp32 too, in another operation order: they agree to a few float steps.
 constexpr double kScoreRelTolerance = 2e-6;
 
-std::filesystem::path oracle_dir() {
-    return test::source_dir() / "tests" / "data" / "oracles";
-}
-
-nlohmann::json read_json(const std::filesystem::path& p) {
-    std::ifstream in(p);
-    if (!in) throw std::runtime_error(p.string() + ": cannot open");
-    return nlohmann::json::parse(in);
-}
+using test::oracle_dir;
+using test::read_json;
 
 const nlohmann::json& reference() {
     static const nlohmann::json ref = read_json(oracle_dir() / "kvpress_snapkv.json");

@@ -33,15 +33,8 @@ constexpr double kBf16Tolerance = 5e-2;
 
 const char* const kModels[] = {"llama31-gqa4", "llama-mha-bias", "qwen2", "mistral-swa", "qwen3"};
 
-std::filesystem::path oracle_dir() {
-    return test::source_dir() / "tests" / "data" / "oracles";
-}
-
-nlohmann::json read_json(const std::filesystem::path& p) {
-    std::ifstream in(p);
-    if (!in) throw std::runtime_error(p.string() + ": cannot open");
-    return nlohmann::json::parse(in);
-}
+using test::oracle_dir;
+using test::read_json;
 
 std::string sha256_hex(const std::filesystem::path& p) {
     QFile file(QString::fromStdString(p.string()));
