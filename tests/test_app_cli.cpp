@@ -39,7 +39,7 @@ class TestCli : public QObject {
                                              "--prompt-ids", ids_arg(c["prompt_ids"]), "--max-new-tokens",
                                              "200", "--json", "--threads", "2"});
             QCOMPARE(r.exit_code, 0);
-            const auto j = nlohmann::json::parse(r.out.toStdString());
+            const auto j = nlohmann::json::parse(varrate::test::utf8(r.out));
             QCOMPARE(j["prompt_ids"], c["prompt_ids"]);
             QCOMPARE(j["generated_ids"].dump(), c["generated_ids"].dump());
             QCOMPARE(QString::fromStdString(j["text"].get<std::string>()),
@@ -55,7 +55,7 @@ class TestCli : public QObject {
                                              "--prompt-ids", ids_arg(c["prompt_ids"]), "--max-new-tokens",
                                              "200", "--json", "--dtype", "bf16"});
             QCOMPARE(r.exit_code, 0);
-            const auto got = nlohmann::json::parse(r.out.toStdString())["generated_ids"];
+            const auto got = nlohmann::json::parse(varrate::test::utf8(r.out))["generated_ids"];
             const auto& want = c["generated_ids"];
             size_t same = 0;
             while (same < got.size() && same < want.size() && got[same] == want[same]) ++same;
@@ -75,7 +75,7 @@ class TestCli : public QObject {
                 {"generate", "--model", QString::fromStdString(dir.string()), "--prompt",
                  QString::fromStdString(c["prompt"].get<std::string>()), "--max-new-tokens", "20", "--json"});
             QCOMPARE(r.exit_code, 0);
-            const auto j = nlohmann::json::parse(r.out.toStdString());
+            const auto j = nlohmann::json::parse(varrate::test::utf8(r.out));
             QCOMPARE(j["prompt_ids"].dump(), c["prompt_ids"].dump());
             for (size_t i = 0; i < 20; ++i) QCOMPARE(j["generated_ids"][i], c["generated_ids"][i]);
         }

@@ -178,7 +178,7 @@ class TestTrain : public QObject {
         const auto dir = varrate::test::temp_dir("train_embed_std");
         for (const auto& [flag, lo, hi] : {std::tuple<QString, double, double>{"0.5", 0.45, 0.55},
                                            std::tuple<QString, double, double>{"0", 0.015, 0.025}}) {
-            const auto out = dir / ("out" + flag.toStdString());
+            const auto out = dir / ("out" + varrate::test::utf8(flag));
             QStringList args = tiny(out, 1);
             args << "--untied"
                  << "--embed-init-std" << flag;

@@ -70,7 +70,7 @@ class TestChatTemplate : public QObject {
     }
     void fixture_chats() {
         QFETCH(QString, family);
-        VARRATE_REQUIRE_FIXTURE(chat, "tokenizers/" + family.toStdString() + "/chat.jsonl");
+        VARRATE_REQUIRE_FIXTURE(chat, "tokenizers/" + varrate::test::utf8(family) + "/chat.jsonl");
         const Tokenizer tok = Tokenizer::load(chat.parent_path());
         const ChatFormat expected_format = family == "llama3" ? ChatFormat::Llama3 : ChatFormat::Qwen3;
         QCOMPARE(q(to_string(varrate::detect_chat_format(tok.chat_template()))),

@@ -3,6 +3,7 @@
 // Runtime vs the stories260k references produced by llama2.c run.c (real weights): logits at positions 0..15
 // and 200 greedy tokens for each of the 3 prompts.
 #include <ATen/ATen.h>
+#include <torch/version.h>
 
 #include <fstream>
 
@@ -164,8 +165,20 @@ class TestRuntimeReference : public QObject {
         }
         // bf16 logits are rounded to bf16 by the lm_head (as in HF), so near-ties (an fp32 gap of 0.13 at
         // logit 16 is one bf16 step) become exact ties that go to the lowest id: free-running paths drift
-        // apart after a while (here after 16, 101 and 200 tokens), while teacher-forced argmaxes stay almost
-        // all equal.
+        // apart after a while, while teacher-forced argmaxes stay almost all equal and teacher-forced logits
+        // stay within 1 % (relative L2) of the fp32 runtime's.
+        // Where a path parts is decided by which near-tie the rounding tips, not by the size of the error,
+        // so it moves with the attention kernel. LibTorch 1.13 (bf16 scores and output product, fp32
+        // softmax): the prompts follow the fp32 ids for 200, 200 and 101 tokens (teacher-forced: 199, 199,
+        // 198 of 200; logits 0.72, 0.73, 0.61 % off). LibTorch 2.x (scaled_dot_product_attention): 20, 16
+        // and 101 tokens (198, 198, 196; 0.70, 0.72, 0.62 %), as close to fp32 but tipped elsewhere, so the
+        // sum of the three is asked to reach less there.
+#if TORCH_VERSION_MAJOR >= 2
+        const size_t min_total_prefix = 100;
+#else
+        const size_t min_total_prefix = 200;
+#endif
+        auto fp32_model = load_model(dir, at::kFloat);
         size_t total_prefix = 0;
         for (const auto& c : greedy["cases"]) {
             const auto prompt = c["prompt_ids"].get<std::vector<int64_t>>();
@@ -183,18 +196,24 @@ class TestRuntimeReference : public QObject {
             KVCache forced = model->new_cache();
             ForwardOptions fo;
             fo.all_logits = true;
-            const at::Tensor argmax = model->forward(all, forced, fo).argmax(1);  // [n]
+            const at::Tensor forced_logits = model->forward(all, forced, fo);  // [n, vocab] fp32
+            const at::Tensor argmax = forced_logits.argmax(1);                 // [n]
             int64_t agree = 0;
             for (size_t i = 0; i < expected.size(); ++i)
                 agree += argmax[int64_t(prompt.size() + i - 1)].item<int64_t>() == expected[i];
+            KVCache forced32 = fp32_model->new_cache();
+            const at::Tensor logits32 = fp32_model->forward(all, forced32, fo);  // [n, vocab]
+            const double rel = ((forced_logits - logits32).norm() / logits32.norm()).item<double>();
             qInfo(
                 "bf16 %s: %zu of 200 greedy ids match the fp32 reference before diverging; teacher-forced "
-                "argmax agrees on %ld of 200",
-                c["name"].get<std::string>().c_str(), same, static_cast<long>(agree));
+                "argmax agrees on %ld of 200, logits within %.3f %% of fp32's",
+                c["name"].get<std::string>().c_str(), same, static_cast<long>(agree), 100 * rel);
             QVERIFY2(same >= 10, qPrintable(QString("only %1 leading ids match").arg(same)));
             QVERIFY2(agree >= 190, qPrintable(QString("teacher-forced agreement %1 of 200").arg(agree)));
+            QVERIFY2(rel < 0.01,
+                     qPrintable(QString("teacher-forced bf16 logits %1 % off fp32's").arg(100 * rel)));
         }
-        QVERIFY2(total_prefix >= 200,
+        QVERIFY2(total_prefix >= min_total_prefix,
                  qPrintable(QString("%1 leading ids match over 3 cases").arg(total_prefix)));
     }
 

@@ -257,7 +257,7 @@ class TestTokenizer : public QObject {
     }
     void round_trip_random_text() {
         QFETCH(QString, rel);
-        VARRATE_REQUIRE_FIXTURE(dir, rel.toStdString());
+        VARRATE_REQUIRE_FIXTURE(dir, varrate::test::utf8(rel));
         const Tokenizer tok = Tokenizer::load(dir);
         std::vector<int64_t> prefix;
         if (auto bos = tok.bos_id(); bos && rel != "tokenizers/qwen3") prefix.push_back(*bos);

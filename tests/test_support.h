@@ -41,6 +41,14 @@ std::filesystem::path oracle_dir();
 // A fresh empty directory under the system temp dir.
 std::filesystem::path temp_dir(const std::string& tag);
 
+// The UTF-8 bytes of `s` as a std::string, made here rather than by QString::toStdString, whose std::string
+// comes from inside Qt (QByteArray::toStdString) with Debian's C++11 string ABI: the suites then also link
+// against a LibTorch built with the pre-C++11 ABI (PyPI's torch 2.6; scripts/check-libtorch2.sh).
+inline std::string utf8(const QString& s) {
+    const QByteArray bytes = s.toUtf8();
+    return std::string(bytes.constData(), static_cast<size_t>(bytes.size()));
+}
+
 // The message of the varrate::Error that `f` throws, or "<no error thrown>" when it returns normally.
 // Any other exception propagates (Qt Test reports it as a failure).
 std::string error_message(const std::function<void()>& f);

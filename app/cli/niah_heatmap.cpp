@@ -24,12 +24,14 @@ namespace {
 // Text needs a QGuiApplication; the CLI has none, so make an offscreen one for the duration of the render.
 std::unique_ptr<QGuiApplication> ensure_gui_app() {
     if (QGuiApplication::instance()) return nullptr;
-    // The offscreen platform's notices (XDG_RUNTIME_DIR and the like) are not the user's concern.
+    // The offscreen platform's notices (XDG_RUNTIME_DIR and the like) are not the user's concern. (constData,
+    // not toStdString: that one is compiled into Qt with its std::string ABI, which a LibTorch may not
+    // share.)
     qInstallMessageHandler([](QtMsgType type, const QMessageLogContext&, const QString& msg) {
         if (type == QtCriticalMsg || type == QtFatalMsg)
-            spdlog::warn("heatmap: {}", msg.toStdString());
+            spdlog::warn("heatmap: {}", msg.toUtf8().constData());
         else
-            spdlog::debug("heatmap: {}", msg.toStdString());
+            spdlog::debug("heatmap: {}", msg.toUtf8().constData());
     });
     static int argc = 3;
     static char arg0[] = "varrate", arg1[] = "-platform", arg2[] = "offscreen";
