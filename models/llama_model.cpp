@@ -32,6 +32,7 @@ struct LayerWeights {
     at::Tensor qkv_bias;        // [(n_head + 2 n_kv_head) head_dim] or undefined
     at::Tensor o;               // [hidden, n_head head_dim]
     at::Tensor o_bias;          // [hidden] or undefined
+    at::Tensor q_norm, k_norm;  // [head_dim] (Qwen3) or undefined
     at::Tensor gate_up;         // [2 intermediate, hidden]
     at::Tensor gate_up_bias;    // [2 intermediate] or undefined
     at::Tensor down;            // [hidden, intermediate]
@@ -125,6 +126,10 @@ std::unique_ptr<LlamaModel::Weights> LlamaModel::Weights::load(const ModelConfig
                       get(p + "self_attn.v_proj.bias", {kv_dim})});
         l.o = place(get(p + "self_attn.o_proj.weight", {h, q_dim}));
         if (c.o_proj_bias) l.o_bias = place(get(p + "self_attn.o_proj.bias", {h}));
+        if (c.qk_norm) {
+            l.q_norm = place(get(p + "self_attn.q_norm.weight", {hd}));
+            l.k_norm = place(get(p + "self_attn.k_norm.weight", {hd}));
+        }
         l.gate_up =
             fuse({get(p + "mlp.gate_proj.weight", {inter, h}), get(p + "mlp.up_proj.weight", {inter, h})});
         l.down = place(get(p + "mlp.down_proj.weight", {h, inter}));
@@ -224,8 +229,12 @@ std::array<at::Tensor, 3> attention_inputs(const at::Tensor& x, const LayerWeigh
     auto heads = [&](int64_t offset, int64_t width, int64_t n) {
         return qkv.narrow(1, offset, width).view({batch, m, n, hd}).transpose(1, 2);  // [batch, n, m, hd]
     };
-    return {heads(0, q_dim, c.n_head), heads(q_dim, kv_dim, c.n_kv_head),
-            heads(q_dim + kv_dim, kv_dim, c.n_kv_head)};
+    at::Tensor q = heads(0, q_dim, c.n_head), k = heads(q_dim, kv_dim, c.n_kv_head);
+    if (c.qk_norm) {  // Qwen3: RMSNorm of every query and key head over head_dim, before RoPE
+        q = rms_norm(q, lw.q_norm, c.rms_norm_eps);
+        k = rms_norm(k, lw.k_norm, c.rms_norm_eps);
+    }
+    return {q, k, heads(q_dim + kv_dim, kv_dim, c.n_kv_head)};
 }
 
 // The rest of the layer once attention is done: x += o(attn_rows), x += mlp(norm(x)). attn_rows: [rows,
@@ -237,8 +246,8 @@ void finish_layer(at::Tensor& x, const at::Tensor& attn_rows, const LayerWeights
 
 // One decoder layer over a chunk x [m, hidden] (updated in place) whose RoPE tables are cos/sin [m,
 // head_dim]. Appends the chunk's K/V to layer l of the cache. With `observed`, keeps the chunk's pre-RoPE
-// keys at `context_offset`; with `capture` as well (last chunk), hands the layer to the observer and returns
-// whether it replaced the layer's cache.
+// keys (Qwen3: after k_norm, as the cache holds them rotated) at `context_offset`; with `capture` as well
+// (last chunk), hands the layer to the observer and returns whether it replaced the layer's cache.
 bool decoder_layer(at::Tensor& x, const LayerWeights& lw, const ModelConfig& c, int64_t l,
                    const at::Tensor& cos, const at::Tensor& sin, KVCache& cache, ObservedPrefill* observed,
                    int64_t context_offset, bool capture, const LayerObserver& observer) {
@@ -252,7 +261,7 @@ bool decoder_layer(at::Tensor& x, const LayerWeights& lw, const ModelConfig& c, 
 
     // Grouped-query attention against the whole cache: the query heads of one kv head are stacked as rows.
     const at::Tensor attn = gqa_causal_attention(q_rot.view({n_kv, (n_head / n_kv) * m, hd}), cache.keys(l),
-                                                 cache.values(l), m, c.sliding_window.value_or(0));
+                                                 cache.values(l), m, c.layer_window(l));
     const at::Tensor attn_rows = attn.reshape({n_head, m, hd}).transpose(0, 1).reshape({m, n_head * hd});
 
     bool replaced = false;
@@ -426,7 +435,7 @@ at::Tensor LlamaModel::forward_batch(const std::vector<std::vector<int64_t>>& id
         cache.append(l, apply_rope(qkv[1], cos, sin), qkv[2]);
         const at::Tensor attn =
             gqa_rows_attention(q_rot.view({B, n_kv, group * m, hd}), cache.keys(l), cache.values(l),
-                               cache.seen(l), m, c.sliding_window.value_or(0));  // [B, n_kv, group m, hd]
+                               cache.seen(l), m, c.layer_window(l));  // [B, n_kv, group m, hd]
         finish_layer(x, attn.reshape({B, n_head, m, hd}).transpose(1, 2).reshape({B * m, n_head * hd}), lw,
                      c);
     }

@@ -1,7 +1,7 @@
 #pragma once
-// Llama-family decoder (Llama 2/3/3.x, Mistral, Qwen2/2.5, SmolLM2) in LibTorch, readable in one sitting:
-// embeddings, RMSNorm, RoPE (HF rotate_half layout), grouped-query attention, SwiGLU MLP, tied or separate
-// lm_head, Qwen2 q/k/v biases. One code path for CPU and CUDA.
+// Llama-family decoder (Llama 2/3/3.x, Mistral, Qwen2/2.5, Qwen3, SmolLM2) in LibTorch, readable in one
+// sitting: embeddings, RMSNorm, RoPE (HF rotate_half layout), grouped-query attention, SwiGLU MLP, tied or
+// separate lm_head, Qwen2 q/k/v biases, Qwen3 per-head q/k RMSNorm. One code path for CPU and CUDA.
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
@@ -29,7 +29,7 @@ class SafetensorsArchive;
 // layer's cache (during the last chunk's pass through the layer, as kvpress hooks do).
 struct LayerCapture {
     int64_t layer = 0;
-    at::Tensor keys_pre_rope;   // [n_kv_head, L, head_dim]
+    at::Tensor keys_pre_rope;   // [n_kv_head, L, head_dim], the keys before RoPE (Qwen3: after k_norm)
     at::Tensor keys;            // [n_kv_head, L, head_dim], post-RoPE (what the cache holds)
     at::Tensor values;          // [n_kv_head, L, head_dim]
     at::Tensor window_queries;  // [n_head, w_obs, head_dim], post-RoPE queries of the last w_obs tokens

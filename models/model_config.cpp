@@ -138,12 +138,14 @@ struct ArchInfo {
     const char* architecture;
     const char* model_type;
     int64_t default_max_positions;  // the transformers config class default
+    int64_t default_head_dim;       // the config class default; 0: hidden_size / num_attention_heads
 };
 
 const ArchInfo kArchitectures[] = {
-    {"LlamaForCausalLM", "llama", 2048},
-    {"MistralForCausalLM", "mistral", 4096 * 32},
-    {"Qwen2ForCausalLM", "qwen2", 32768},
+    {"LlamaForCausalLM", "llama", 2048, 0},
+    {"MistralForCausalLM", "mistral", 4096 * 32, 0},
+    {"Qwen2ForCausalLM", "qwen2", 32768, 0},
+    {"Qwen3ForCausalLM", "qwen3", 32768, 128},
 };
 
 const ArchInfo* find_arch(const std::string& architecture, const std::string& model_type) {
@@ -194,12 +196,14 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& where) {
     const ArchInfo* arch = find_arch(architecture, model_type);
     if (!arch) {
         fail(where, "unsupported architecture '" + (architecture.empty() ? model_type : architecture) +
-                        "' (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM)");
+                        "' (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
+                        "Qwen3ForCausalLM)");
     }
     c.architecture = arch->architecture;
     c.model_type = arch->model_type;
     const bool is_llama = c.model_type == "llama";
     const bool is_qwen2 = c.model_type == "qwen2";
+    const bool is_qwen3 = c.model_type == "qwen3";
 
     c.hidden_size = int_field(j, "hidden_size", where);
     c.intermediate_size = int_field(j, "intermediate_size", where);
@@ -221,6 +225,8 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& where) {
     if (auto hd = optional_int(j, "head_dim", where)) {
         c.head_dim = *hd;
         require_positive(c.head_dim, "head_dim", where);
+    } else if (arch->default_head_dim > 0) {
+        c.head_dim = arch->default_head_dim;
     } else {
         if (c.hidden_size % c.n_head != 0) {
             fail(where, "hidden_size (" + std::to_string(c.hidden_size) +
@@ -242,27 +248,37 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& where) {
     c.rope_scaling = parse_rope_scaling(j, where);
     c.tie_word_embeddings = optional_bool(j, "tie_word_embeddings", false, where);
 
-    // Qwen2 always has q/k/v biases and no o_proj bias; Llama's attention_bias covers q/k/v/o.
-    // Mistral's attention has no biases at all (its modeling code ignores attention_bias).
+    // Qwen2 always has q/k/v biases and no o_proj bias; Llama's and Qwen3's attention_bias covers q/k/v/o.
+    // Mistral's attention has no biases at all (its modeling code ignores attention_bias). Qwen3 norms every
+    // query and key head.
     if (is_qwen2) {
         c.attention_bias = true;
-    } else if (is_llama) {
+    } else if (is_llama || is_qwen3) {
         c.attention_bias = optional_bool(j, "attention_bias", false, where);
         c.o_proj_bias = c.attention_bias;
-        c.mlp_bias = optional_bool(j, "mlp_bias", false, where);
+        if (is_llama) c.mlp_bias = optional_bool(j, "mlp_bias", false, where);
     }
+    c.qk_norm = is_qwen3;
 
     const auto bos = token_ids(j, "bos_token_id", where);
     if (bos.size() > 1) fail(where, "field 'bos_token_id' must be a single integer or null");
     if (!bos.empty()) c.bos_token_id = bos[0];
     c.eos_token_ids = token_ids(j, "eos_token_id", where);
 
+    // Mistral: the window (if any) on every layer. Qwen2/Qwen3: only with use_sliding_window, and then (as
+    // the layer_types transformers derives) on layers from max_window_layers (default 28) on.
     if (!is_llama) {
-        const bool use_sliding = is_qwen2 ? optional_bool(j, "use_sliding_window", false, where) : true;
+        const bool is_qwen = is_qwen2 || is_qwen3;
+        const bool use_sliding = is_qwen ? optional_bool(j, "use_sliding_window", false, where) : true;
         auto window = optional_int(j, "sliding_window", where);
+        if (use_sliding && is_qwen && !j.contains("sliding_window")) window = 4096;  // the classes' default
         if (use_sliding && window) {
             require_positive(*window, "sliding_window", where);
             c.sliding_window = window;
+            if (is_qwen) {
+                c.first_sliding_layer = optional_int(j, "max_window_layers", where).value_or(28);
+                if (c.first_sliding_layer < 0) fail(where, "field 'max_window_layers' must not be negative");
+            }
         }
     }
 
@@ -341,7 +357,11 @@ json ModelConfig::to_json() const {
         j["attention_bias"] = attention_bias;
         j["mlp_bias"] = mlp_bias;
     }
-    if (model_type == "qwen2") j["use_sliding_window"] = sliding_window.has_value();
+    if (model_type == "qwen3") j["attention_bias"] = attention_bias;
+    if (model_type == "qwen2" || model_type == "qwen3") {
+        j["use_sliding_window"] = sliding_window.has_value();
+        if (sliding_window) j["max_window_layers"] = first_sliding_layer;
+    }
     if (model_type != "llama") j["sliding_window"] = sliding_window ? json(*sliding_window) : json(nullptr);
     j["bos_token_id"] = bos_token_id ? json(*bos_token_id) : json(nullptr);
     if (eos_token_ids.empty())
@@ -370,6 +390,10 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> ModelConfig::expected_
         if (attention_bias) t.push_back({p + "self_attn.v_proj.bias", {kv_dim}});
         t.push_back({p + "self_attn.o_proj.weight", {hidden_size, q_dim}});
         if (o_proj_bias) t.push_back({p + "self_attn.o_proj.bias", {hidden_size}});
+        if (qk_norm) {
+            t.push_back({p + "self_attn.q_norm.weight", {head_dim}});
+            t.push_back({p + "self_attn.k_norm.weight", {head_dim}});
+        }
         t.push_back({p + "post_attention_layernorm.weight", {hidden_size}});
         t.push_back({p + "mlp.gate_proj.weight", {intermediate_size, hidden_size}});
         if (mlp_bias) t.push_back({p + "mlp.gate_proj.bias", {intermediate_size}});

@@ -1,6 +1,7 @@
 #include "models/random_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -26,9 +27,16 @@ bool is_norm(const std::string& name) {
     return name.find("norm.weight") != std::string::npos;
 }
 
-at::Tensor random_tensor(const TensorSpec& spec, uint64_t seed) {
+// Qwen3's per-head query and key norms: random around 1, so that a swap of the two, or a norm left out,
+// changes the logits.
+bool is_head_norm(const std::string& name) {
+    return name.find("self_attn.q_norm.weight") != std::string::npos ||
+           name.find("self_attn.k_norm.weight") != std::string::npos;
+}
+
+// N(mean, std^2) values of spec's shape and dtype, from seed and the tensor's name.
+at::Tensor normal_tensor(const TensorSpec& spec, uint64_t seed, double mean, double std) {
     const auto options = at::TensorOptions().dtype(spec.dtype);
-    if (is_norm(spec.name)) return at::ones(spec.shape, options);
     at::Tensor out = at::empty(spec.shape, options);
     at::Tensor flat = out.view({-1});
     const int64_t n = flat.numel();
@@ -41,11 +49,17 @@ at::Tensor random_tensor(const TensorSpec& spec, uint64_t seed) {
             at::Generator gen =
                 at::detail::createCPUGenerator(splitmix64(tensor_seed + static_cast<uint64_t>(c)));
             at::Tensor values = at::empty({len}, at::kFloat);
-            values.normal_(0.0, 0.02, gen);
+            values.normal_(mean, std, gen);
             flat.narrow(0, start, len).copy_(values);
         }
     });
     return out;
+}
+
+at::Tensor random_tensor(const TensorSpec& spec, uint64_t seed, double std) {
+    if (is_head_norm(spec.name)) return normal_tensor(spec, seed, 1.0, kHeadNormStd);
+    if (is_norm(spec.name)) return at::ones(spec.shape, at::TensorOptions().dtype(spec.dtype));
+    return normal_tensor(spec, seed, 0.0, std);
 }
 
 const char* hf_dtype_name(c10::ScalarType t) {
@@ -80,7 +94,11 @@ void write_json(const std::filesystem::path& path, const nlohmann::json& j) {
 }  // namespace
 
 void write_random_model(const ModelConfig& config, const std::filesystem::path& out_dir, uint64_t seed,
-                        c10::ScalarType dtype, uint64_t max_shard_bytes) {
+                        c10::ScalarType dtype, uint64_t max_shard_bytes, double init_std) {
+    if (!(init_std > 0) || !std::isfinite(init_std))
+        throw Error(out_dir.string() +
+                    ": the initialisation standard deviation must be positive and finite, not " +
+                    std::to_string(init_std));
     const char* dtype_str = hf_dtype_name(dtype);
     if (!dtype_str) {
         throw Error(out_dir.string() + ": random weights can be float32, bfloat16 or float16, not " +
@@ -145,7 +163,7 @@ void write_random_model(const ModelConfig& config, const std::filesystem::path& 
         }
         const auto& specs = shards[k];
         write_safetensors_streamed(
-            tmp / file, specs, [&](size_t i) { return random_tensor(specs[i], seed); }, metadata);
+            tmp / file, specs, [&](size_t i) { return random_tensor(specs[i], seed, init_std); }, metadata);
         for (const auto& s : specs) weight_map[s.name] = file;
         files.push_back(file);
     }

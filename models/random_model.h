@@ -11,11 +11,16 @@
 
 namespace varrate {
 
-// Projections and embeddings ~ N(0, 0.02), norm weights = 1, biases ~ N(0, 0.02). The values depend only on
-// `seed` and the tensor name. Memory stays at about one tensor; everything is written into a temporary
-// directory first and then moved into `out_dir` (created if needed; older weight files there are replaced).
-// dtype: float32, bfloat16 or float16. Above max_shard_bytes the weights are split into shards.
+// Projections, embeddings and biases ~ N(0, init_std^2) (HF's initializer_range, 0.02 by default), norm
+// weights = 1 except Qwen3's per-head q_norm/k_norm ~ 1 + N(0, kHeadNormStd^2). The values depend only on
+// `seed`, `init_std` and the tensor name. Memory stays at about one tensor; everything is written into a
+// temporary directory first and then moved into `out_dir` (created if needed; older weight files there are
+// replaced). dtype: float32, bfloat16 or float16. Above max_shard_bytes the weights are split into shards.
+constexpr uint64_t kDefaultMaxShardBytes = 2'000'000'000ull;
+constexpr double kDefaultInitStd = 0.02;
+constexpr double kHeadNormStd = 0.1;
 void write_random_model(const ModelConfig& config, const std::filesystem::path& out_dir, uint64_t seed,
-                        c10::ScalarType dtype, uint64_t max_shard_bytes = 2'000'000'000ull);
+                        c10::ScalarType dtype, uint64_t max_shard_bytes = kDefaultMaxShardBytes,
+                        double init_std = kDefaultInitStd);
 
 }  // namespace varrate

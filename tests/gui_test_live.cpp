@@ -5,6 +5,7 @@
 #include "tests/test_support.h"
 
 #include <QApplication>
+#include <QComboBox>
 #include <QDoubleSpinBox>
 #include <QFile>
 #include <QHeaderView>
@@ -99,6 +100,7 @@ class GuiTestLive : public QObject {
         MainWindow& w = window();
         QVERIFY(w.live()->active());
         QVERIFY(w.run_panel()->live_hint().contains("Live"));
+        QVERIFY(w.live()->waiting_for_run().isEmpty());
         const int64_t prefills = w.prefills();
         QVERIFY(prefills > 0);
         const double kappa0 = w.run_panel()->budget_box()->value();
@@ -206,6 +208,50 @@ class GuiTestLive : public QObject {
         }));
         wait_idle();
         QVERIFY2(w.error_text().isEmpty(), qPrintable(w.error_text()));
+    }
+
+    // A setting the kept run cannot take (r_min above R) is refused with one message, and the panel shows the
+    // kept run's settings again; the next step works.
+    void refused_update_restores_the_panel() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        MainWindow& w = window();
+        wait_idle();
+        QSpinBox* r_min = w.run_panel()->r_min_box();
+        const int kept = r_min->value();
+        QSignalSpy idle(&w, &MainWindow::idle);
+        r_min->setValue(static_cast<int>(w.run_panel()->rank_box()->value()) + 1);
+        QVERIFY(idle.wait(kStepTimeoutMs));
+        wait_idle();
+        QVERIFY2(w.error_text().contains("r_min"), qPrintable(w.error_text()));
+        QCOMPARE(r_min->value(), kept);
+        QCOMPARE(w.outcome()->request.settings.r_min, int64_t(kept));
+        w.clear_error();
+        QVERIFY(step(
+            [&] { w.run_panel()->budget_box()->setValue(w.run_panel()->budget_box()->value() + 0.05); }));
+        QVERIFY(w.error_text().isEmpty());
+        QVERIFY(step(
+            [&] { w.run_panel()->budget_box()->setValue(w.run_panel()->budget_box()->value() - 0.05); }));
+        wait_idle();
+    }
+
+    // Methods, mode and questions are not live: changing them re-allocates nothing and the panel says they
+    // wait for a Run; changing them back clears that.
+    void other_settings_wait_for_run() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        MainWindow& w = window();
+        wait_idle();
+        auto* mode = w.run_panel()->findChild<QComboBox*>("mode");
+        QVERIFY(mode);
+        const int64_t posted = w.live()->updates_posted();
+        const int before = mode->currentIndex();
+        mode->setCurrentIndex(1 - before);
+        QCOMPARE(w.live()->waiting_for_run(), QStringList{"mode"});
+        QVERIFY(w.run_panel()->live_hint().contains("press Run"));
+        QCOMPARE(w.live()->updates_posted(), posted);
+        QVERIFY(!w.busy());
+        mode->setCurrentIndex(before);
+        QVERIFY(w.live()->waiting_for_run().isEmpty());
+        QVERIFY(!w.run_panel()->live_hint().contains("press Run"));
     }
 
     // Pin: the frozen allocation is overlaid on the live one in the rank and error charts, and its answers

@@ -1,4 +1,4 @@
-// config.json / generation_config.json parsing for Llama, Mistral and Qwen2 checkpoints, the tensor
+// config.json / generation_config.json parsing for Llama, Mistral, Qwen2 and Qwen3 checkpoints, the tensor
 // list derived from it, and the clear errors for bad configs. Also device/dtype option parsing.
 #include "tests/test_support.h"
 
@@ -44,6 +44,18 @@ json mistral_7b() {
       "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8, "rms_norm_eps": 1e-05,
       "rope_theta": 10000.0, "sliding_window": 4096, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
       "vocab_size": 32000})");
+}
+
+// Qwen/Qwen3-0.6B (tied, per-head q/k norms, head_dim 128 with hidden_size 1024 over 16 heads).
+json qwen3_06b() {
+    return json::parse(R"({
+      "architectures": ["Qwen3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+      "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
+      "hidden_size": 1024, "initializer_range": 0.02, "intermediate_size": 3072,
+      "max_position_embeddings": 40960, "max_window_layers": 28, "model_type": "qwen3",
+      "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 8, "rms_norm_eps": 1e-06,
+      "rope_scaling": null, "rope_theta": 1000000, "sliding_window": null, "tie_word_embeddings": true,
+      "torch_dtype": "bfloat16", "use_cache": true, "use_sliding_window": false, "vocab_size": 151936})");
 }
 
 json tiny_llama() {
@@ -143,6 +155,67 @@ class TestModelConfig : public QObject {
         QCOMPARE(*ModelConfig::from_json(j, "config.json").sliding_window, int64_t(32768));
     }
 
+    void qwen3_qk_norm_head_dim_and_biases() {
+        const ModelConfig c = ModelConfig::from_json(qwen3_06b(), "config.json");
+        QCOMPARE(c.architecture, std::string("Qwen3ForCausalLM"));
+        QCOMPARE(c.model_type, std::string("qwen3"));
+        QVERIFY(c.qk_norm);
+        QCOMPARE(c.head_dim, int64_t(128));  // not hidden_size / heads = 64
+        QVERIFY(!c.attention_bias && !c.o_proj_bias && !c.mlp_bias);
+        QVERIFY(c.tie_word_embeddings);
+        QVERIFY(!c.sliding_window);
+        QCOMPARE(shape_of(c, "model.layers.5.self_attn.q_proj.weight"), std::vector<int64_t>({2048, 1024}));
+        QCOMPARE(shape_of(c, "model.layers.5.self_attn.o_proj.weight"), std::vector<int64_t>({1024, 2048}));
+        QCOMPARE(shape_of(c, "model.layers.5.self_attn.q_norm.weight"), std::vector<int64_t>({128}));
+        QCOMPARE(shape_of(c, "model.layers.5.self_attn.k_norm.weight"), std::vector<int64_t>({128}));
+        QVERIFY(!names_tensor(c, "lm_head.weight"));
+        QCOMPARE(c.expected_tensors().size(), size_t(1 + 28 * 11 + 1));
+        QCOMPARE(c.parameter_count(), int64_t(596049920));  // transformers' count for Qwen3-0.6B
+        QCOMPARE(c.kv_bytes_per_token(2), int64_t(2 * 28 * 8 * 128 * 2));
+
+        json j = qwen3_06b();
+        j.erase("head_dim");  // Qwen3Config's default is 128, not hidden_size / heads
+        j["hidden_size"] = 512;
+        QCOMPARE(ModelConfig::from_json(j, "config.json").head_dim, int64_t(128));
+        j = qwen3_06b();
+        j["attention_bias"] = true;  // q/k/v and o_proj, as in Qwen3Attention
+        const ModelConfig b = ModelConfig::from_json(j, "config.json");
+        QVERIFY(b.attention_bias && b.o_proj_bias && !b.mlp_bias);
+        QCOMPARE(shape_of(b, "model.layers.0.self_attn.o_proj.bias"), std::vector<int64_t>({1024}));
+        j = qwen3_06b();
+        j.erase("architectures");  // model_type alone
+        QCOMPARE(ModelConfig::from_json(j, "config.json").architecture, std::string("Qwen3ForCausalLM"));
+    }
+
+    // transformers (Qwen2 and Qwen3): with use_sliding_window the window applies from max_window_layers on;
+    // sliding_window defaults to 4096 when absent, and null means none.
+    void qwen_sliding_window_layers() {
+        for (json j : {qwen3_06b(), qwen25_05b()}) {
+            j["use_sliding_window"] = true;
+            j["sliding_window"] = 256;
+            j["max_window_layers"] = 20;
+            const ModelConfig c = ModelConfig::from_json(j, "config.json");
+            QCOMPARE(*c.sliding_window, int64_t(256));
+            QCOMPARE(c.first_sliding_layer, int64_t(20));
+            QCOMPARE(c.layer_window(19), int64_t(0));
+            QCOMPARE(c.layer_window(20), int64_t(256));
+            const ModelConfig r = ModelConfig::from_json(c.to_json(), "round.json");
+            QCOMPARE(r.first_sliding_layer, int64_t(20));
+            QCOMPARE(r.layer_window(20), int64_t(256));
+            j.erase("max_window_layers");
+            QCOMPARE(ModelConfig::from_json(j, "config.json").first_sliding_layer, int64_t(28));
+            j.erase("sliding_window");
+            QCOMPARE(*ModelConfig::from_json(j, "config.json").sliding_window, int64_t(4096));
+            j["sliding_window"] = nullptr;
+            QVERIFY(!ModelConfig::from_json(j, "config.json").sliding_window);
+            j["use_sliding_window"] = false;
+            j["sliding_window"] = 256;
+            QCOMPARE(ModelConfig::from_json(j, "config.json").layer_window(27), int64_t(0));
+        }
+        const ModelConfig m = ModelConfig::from_json(mistral_7b(), "config.json");
+        QCOMPARE(m.layer_window(0), int64_t(4096));  // Mistral: every layer
+    }
+
     void mistral_sliding_window_and_default_head_dim() {
         const ModelConfig c = ModelConfig::from_json(mistral_7b(), "config.json");
         QCOMPARE(c.architecture, std::string("MistralForCausalLM"));
@@ -176,7 +249,7 @@ class TestModelConfig : public QObject {
     }
 
     void to_json_round_trips() {
-        for (const json& src : {llama32_1b(), qwen25_05b(), mistral_7b(), tiny_llama()}) {
+        for (const json& src : {llama32_1b(), qwen25_05b(), qwen3_06b(), mistral_7b(), tiny_llama()}) {
             const ModelConfig a = ModelConfig::from_json(src, "a.json");
             const ModelConfig b = ModelConfig::from_json(a.to_json(), "b.json");
             QCOMPARE(b.to_json().dump(), a.to_json().dump());
@@ -185,6 +258,7 @@ class TestModelConfig : public QObject {
             QCOMPARE(b.eos_token_ids, a.eos_token_ids);
             QCOMPARE(b.rope_scaling.factor, a.rope_scaling.factor);
             QCOMPARE(b.head_dim, a.head_dim);
+            QCOMPARE(b.qk_norm, a.qk_norm);
         }
     }
 
@@ -224,7 +298,7 @@ class TestModelConfig : public QObject {
         const std::vector<std::pair<std::string, int64_t>> published = {
             {"llama-3.2-1b.json", 1235814400}, {"llama-3.1-8b.json", 8030261248},
             {"qwen2.5-7b.json", 7615616512},   {"mistral-7b.json", 7241732096},
-            {"smollm2-135m.json", 134515008},
+            {"smollm2-135m.json", 134515008},  {"qwen3-0.6b.json", 596049920},
         };
         for (const auto& [file, params] : published) {
             const auto path = dir / file;

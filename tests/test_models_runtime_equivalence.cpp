@@ -1,7 +1,8 @@
 #include "tests/test_support.h"
 
 // Runtime equivalences on small random models of the supported shapes (Qwen2 with biases, Llama 3.1 rope
-// scaling with an untied head, Llama with o/mlp biases, Mistral sliding window, GQA 1:1 and 4:1): an
+// scaling with an untied head, Llama with o/mlp biases, Mistral sliding window, Qwen3 q/k norms with a
+// window on its upper layers, GQA 1:1 and 4:1): an
 // independent fp64 reference forward, incremental == batched, chunked == unchunked, the observer seam, and
 // several caches decoded in lock-step == each alone.
 #include <ATen/ATen.h>
@@ -71,6 +72,19 @@ std::vector<Case> cases() {
                     {"num_key_value_heads", 2},
                     {"sliding_window", 9}});
     out.push_back({"mistral_window", mistral});
+    nlohmann::json qwen3 =
+        base;  // Qwen3: q/k norms, head_dim != h/n, window from layer 1 on (max_window_layers)
+    qwen3.update({{"architectures", {"Qwen3ForCausalLM"}},
+                  {"model_type", "qwen3"},
+                  {"num_attention_heads", 4},
+                  {"num_key_value_heads", 2},
+                  {"head_dim", 32},
+                  {"rope_theta", 1000000.0},
+                  {"tie_word_embeddings", true},
+                  {"use_sliding_window", true},
+                  {"sliding_window", 11},
+                  {"max_window_layers", 1}});
+    out.push_back({"qwen3_qk_norm", qwen3});
     return out;
 }
 
@@ -144,18 +158,22 @@ at::Tensor reference_logits(const ModelConfig& c, const SafetensorsArchive& a,
     const at::Tensor angles = at::outer(at::arange(n, at::kDouble), reference_inv_freq(c));
     const at::Tensor cos = at::cat({angles, angles}, -1).cos(), sin = at::cat({angles, angles}, -1).sin();
     const at::Tensor i = at::arange(n).unsqueeze(1), j = at::arange(n).unsqueeze(0);
-    at::Tensor allowed = j <= i;
-    if (c.sliding_window) allowed = allowed.logical_and(j > i - *c.sliding_window);
     at::Tensor x = W("model.embed_tokens.weight").index_select(0, at::tensor(ids, at::kLong));
     for (int64_t l = 0; l < c.n_layer; ++l) {
         const std::string p = "model.layers." + std::to_string(l) + ".";
+        // Mistral: every layer; Qwen2/3 with use_sliding_window: layers from max_window_layers on.
+        const bool windowed = c.sliding_window && (c.model_type == "mistral" || l >= c.first_sliding_layer);
+        at::Tensor allowed = j <= i;
+        if (windowed) allowed = allowed.logical_and(j > i - *c.sliding_window);
         const at::Tensor h = ref_rms(x, W(p + "input_layernorm.weight"), c.rms_norm_eps);
-        const at::Tensor q = ref_rope(
-            linear(h, p + "self_attn.q_proj", c.attention_bias).view({n, nh, hd}).transpose(0, 1), cos, sin);
-        const at::Tensor k =
-            ref_rope(linear(h, p + "self_attn.k_proj", c.attention_bias).view({n, nkv, hd}).transpose(0, 1),
-                     cos, sin)
-                .repeat_interleave(nh / nkv, 0);
+        at::Tensor q = linear(h, p + "self_attn.q_proj", c.attention_bias).view({n, nh, hd});
+        at::Tensor k = linear(h, p + "self_attn.k_proj", c.attention_bias).view({n, nkv, hd});
+        if (c.qk_norm) {  // Qwen3: per-head RMSNorm before RoPE
+            q = ref_rms(q, W(p + "self_attn.q_norm.weight"), c.rms_norm_eps);
+            k = ref_rms(k, W(p + "self_attn.k_norm.weight"), c.rms_norm_eps);
+        }
+        q = ref_rope(q.transpose(0, 1), cos, sin);
+        k = ref_rope(k.transpose(0, 1), cos, sin).repeat_interleave(nh / nkv, 0);
         const at::Tensor v = linear(h, p + "self_attn.v_proj", c.attention_bias)
                                  .view({n, nkv, hd})
                                  .transpose(0, 1)
@@ -473,8 +491,15 @@ class TestRuntimeEquivalence : public QObject {
 
     // (d) layer 0's capture against an independent computation from the weights, including a context fed in
     // two calls (pre-RoPE keys of the first part are recovered from the cache).
+    // Qwen3's pre-RoPE keys are the normed ones, k_norm(k_proj(x)), as its queries before RoPE.
+    void observer_layer0_keys_and_queries_data() {
+        QTest::addColumn<int>("case_index");
+        QTest::newRow("llama31_gqa4") << 1;
+        QTest::newRow("qwen3_qk_norm") << 4;
+    }
     void observer_layer0_keys_and_queries() {
-        const Case k = cases()[1];
+        QFETCH(int, case_index);
+        const Case k = cases()[case_index];
         Loaded l = load_case(k, 14);
         const ModelConfig& c = l.config;
         const SafetensorsArchive a = SafetensorsArchive::open(l.dir);
@@ -483,13 +508,21 @@ class TestRuntimeEquivalence : public QObject {
             a.tensor("model.embed_tokens.weight").to(at::kDouble).index_select(0, at::tensor(ids));
         const at::Tensor h =
             ref_rms(x, a.tensor("model.layers.0.input_layernorm.weight").to(at::kDouble), c.rms_norm_eps);
+        auto head_norm = [&](const at::Tensor& t, const char* name) {  // [70, heads, hd]
+            return c.qk_norm
+                       ? ref_rms(t, a.tensor(std::string("model.layers.0.self_attn.") + name).to(at::kDouble),
+                                 c.rms_norm_eps)
+                       : t;
+        };
         const at::Tensor k_pre =
-            at::matmul(h, a.tensor("model.layers.0.self_attn.k_proj.weight").to(at::kDouble).t())
-                .view({70, c.n_kv_head, c.head_dim})
+            head_norm(at::matmul(h, a.tensor("model.layers.0.self_attn.k_proj.weight").to(at::kDouble).t())
+                          .view({70, c.n_kv_head, c.head_dim}),
+                      "k_norm.weight")
                 .transpose(0, 1);  // [n_kv, 70, hd]
         const at::Tensor q_pre =
-            at::matmul(h, a.tensor("model.layers.0.self_attn.q_proj.weight").to(at::kDouble).t())
-                .view({70, c.n_head, c.head_dim})
+            head_norm(at::matmul(h, a.tensor("model.layers.0.self_attn.q_proj.weight").to(at::kDouble).t())
+                          .view({70, c.n_head, c.head_dim}),
+                      "q_norm.weight")
                 .transpose(0, 1);
         const at::Tensor angles = at::outer(at::arange(70, at::kDouble), reference_inv_freq(c));
         const at::Tensor cos = at::cat({angles, angles}, -1).cos(), sin = at::cat({angles, angles}, -1).sin();

@@ -270,6 +270,26 @@ class TestSafetensors : public QObject {
         std::filesystem::remove_all(root);
     }
 
+    // --init-std scales the random values (the same draws) and leaves the norms at 1; a bad one is refused.
+    void random_model_init_std() {
+        const auto root = varrate::test::temp_dir("st-std");
+        const auto config = tiny_config("LlamaForCausalLM");
+        varrate::write_random_model(config, root / "a", 5, at::kFloat);
+        varrate::write_random_model(config, root / "b", 5, at::kFloat, varrate::kDefaultMaxShardBytes, 0.1);
+        const auto a = SafetensorsArchive::open(root / "a");
+        const auto b = SafetensorsArchive::open(root / "b");
+        const at::Tensor ea = a.tensor("model.embed_tokens.weight"),
+                         eb = b.tensor("model.embed_tokens.weight");
+        QVERIFY(at::allclose(eb, ea * 5.0, 1e-5, 1e-7));
+        const double sd = eb.std().item<double>();
+        QVERIFY2(sd > 0.09 && sd < 0.11, std::to_string(sd).c_str());
+        QVERIFY(at::all(b.tensor("model.norm.weight") == 1).item<bool>());
+        EXPECT_ERROR(varrate::write_random_model(config, root / "c", 5, at::kFloat,
+                                                 varrate::kDefaultMaxShardBytes, 0.0),
+                     "standard deviation");
+        std::filesystem::remove_all(root);
+    }
+
     void random_model_shards_and_replaces() {
         const auto dir = varrate::test::temp_dir("st-rshard");
         const auto config = tiny_config("LlamaForCausalLM");

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <random>
+#include <stdexcept>
 
 #include "core/base/error.h"
 #include "core/session.h"
@@ -27,6 +28,16 @@ std::filesystem::path source_dir() {
 }
 std::filesystem::path bin_dir() {
     return VARRATE_BIN_DIR;
+}
+
+nlohmann::json read_json(const std::filesystem::path& path) {
+    std::ifstream in(path);
+    if (!in) throw std::runtime_error(path.string() + ": cannot open");
+    return nlohmann::json::parse(in);
+}
+
+std::filesystem::path oracle_dir() {
+    return source_dir() / "tests" / "data" / "oracles";
 }
 
 std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& path) {

@@ -34,6 +34,10 @@ struct CliResult {
 CliResult run_varrate(const QStringList& args);
 // Reads a .jsonl file into one json per line.
 std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& path);
+// Reads one JSON file; throws std::runtime_error naming the file when it cannot be opened.
+nlohmann::json read_json(const std::filesystem::path& path);
+// tests/data/oracles: the references made by scripts/oracles (transformers, kvpress) and their checkpoints.
+std::filesystem::path oracle_dir();
 // A fresh empty directory under the system temp dir.
 std::filesystem::path temp_dir(const std::string& tag);
 

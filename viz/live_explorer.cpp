@@ -24,6 +24,10 @@ LiveExplorer::LiveExplorer(RunPanel* panel, RunWorker* worker, QObject* parent)
     rest_.setInterval(500);
     connect(&rest_, &QTimer::timeout, this, &LiveExplorer::rested);
     connect(panel_, &RunPanel::live_settings_changed, this, &LiveExplorer::settings_changed);
+    // Settings that are not live (methods, mode, questions, ...) say that they wait for a Run.
+    connect(panel_, &RunPanel::settings_changed, this, [this] {
+        if (active_) panel_->set_live(true, hint());
+    });
     connect(panel_, &RunPanel::decode_requested, this, [this] {
         if (active_) decode_now();
     });
@@ -117,12 +121,30 @@ void LiveExplorer::request_grid(bool attention_output) {
     Q_EMIT job_posted(JobKind::Explore);
 }
 
+QStringList LiveExplorer::waiting_for_run() const {
+    QStringList out;
+    if (!active_ || !outcome_) return out;
+    const RunSettings now = panel_->settings();
+    const CompareRequest& kept = outcome_->request;
+    if (now.methods != kept.methods) out << "methods";
+    if (now.mode != kept.mode) out << "mode";
+    if (now.questions != kept.questions || now.answers != kept.answers ||
+        now.answer_prefixes != kept.answer_prefixes)
+        out << "questions";
+    if (now.max_new_tokens != kept.max_new_tokens) out << "max new tokens";
+    if (now.chat != kept.chat) out << "chat template";
+    return out;
+}
+
 QString LiveExplorer::hint() const {
     if (!active_) return {};
     QString h =
         "<b>Live</b>: κ, r_min, R re-allocate the kept run at once; stride, anchors, windows and "
         "pool re-analyse it (no prefill). Enter decodes the answers now.";
     if (outcome_ && outcome_->answers_stale) h += " <span style='color:#EBB839'>Answers are stale.</span>";
+    const QStringList pending = waiting_for_run();
+    if (!pending.isEmpty())
+        h += " <span style='color:#EBB839'>Changed " + pending.join(", ") + ": press Run to apply.</span>";
     return h;
 }
 

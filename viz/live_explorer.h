@@ -6,6 +6,7 @@
 // for comparison with the live one. The window applies what comes out (outcome_ready, grid_ready); this
 // object holds the exploration's state and timers and nothing about widgets beyond the run panel.
 #include <QObject>
+#include <QStringList>
 #include <QTimer>
 
 #include <memory>
@@ -53,6 +54,8 @@ class LiveExplorer : public QObject {
     void set_auto_decode(bool on) { auto_decode_ = on; }
     int rest_ms() const { return rest_.interval(); }
     int64_t updates_posted() const { return updates_posted_; }
+    // Panel settings that differ from the kept run and are not live: they apply on the next Run.
+    QStringList waiting_for_run() const;
 
   Q_SIGNALS:
     void job_posted(varrate::viz::JobKind kind);  // the window tracks the worker's queue

@@ -48,39 +48,9 @@
 #include "viz/run_model.h"
 #include "viz/run_panel.h"
 #include "viz/session_file.h"
+#include "viz/view_style.h"
 
 namespace varrate::viz {
-
-namespace {
-
-QPalette dark_palette() {
-    QPalette p;
-    const QColor window(0x1f, 0x22, 0x28), base(0x17, 0x19, 0x1e), text(0xd8, 0xdb, 0xe2),
-        mid(0x3a, 0x3f, 0x4b), accent(0x3d, 0x8b, 0xfd);
-    p.setColor(QPalette::Window, window);
-    p.setColor(QPalette::WindowText, text);
-    p.setColor(QPalette::Base, base);
-    p.setColor(QPalette::AlternateBase, QColor(0x1c, 0x1f, 0x25));
-    p.setColor(QPalette::ToolTipBase, QColor(0x2a, 0x2e, 0x36));
-    p.setColor(QPalette::ToolTipText, text);
-    p.setColor(QPalette::PlaceholderText, QColor(0x80, 0x86, 0x92));
-    p.setColor(QPalette::Text, text);
-    p.setColor(QPalette::Button, QColor(0x2a, 0x2e, 0x36));
-    p.setColor(QPalette::ButtonText, text);
-    p.setColor(QPalette::BrightText, Qt::white);
-    p.setColor(QPalette::Highlight, accent);
-    p.setColor(QPalette::HighlightedText, Qt::white);
-    p.setColor(QPalette::Link, accent);
-    p.setColor(QPalette::Mid, mid);
-    p.setColor(QPalette::Dark, QColor(0x12, 0x14, 0x18));
-    p.setColor(QPalette::Light, QColor(0x44, 0x4a, 0x56));
-    p.setColor(QPalette::Disabled, QPalette::Text, QColor(0x6c, 0x72, 0x7e));
-    p.setColor(QPalette::Disabled, QPalette::ButtonText, QColor(0x6c, 0x72, 0x7e));
-    p.setColor(QPalette::Disabled, QPalette::WindowText, QColor(0x6c, 0x72, 0x7e));
-    return p;
-}
-
-}  // namespace
 
 bool is_demo_model(const QString& dir) {
     const QString demo = MainWindow::find_demo_model();
@@ -498,6 +468,12 @@ void MainWindow::on_job_finished() {
     if (kind == JobKind::Calibrate) {
         if (!ok) panel_->set_progress(error_text().isEmpty() ? "Cancelled" : "Stopped", 0, 0);
         Q_EMIT calibration_finished(ok);
+    }
+    if (kind == JobKind::Explore && !ok && live_->active() && live_->outcome()) {
+        // A live update that failed or was cancelled left the kept run as it was: so is the panel again.
+        RunSettings s = panel_->settings();
+        s.codec = live_->outcome()->request.settings;
+        panel_->set_settings(s);
     }
     if (kind == JobKind::Niah) {
         niah_->set_running(job_queued(JobKind::Niah));

@@ -114,4 +114,32 @@ QString tick_label(double value, bool positions) {
     return QString::number(value, 'g', 4);
 }
 
+// The app's dark theme: Fusion colours close to the charts' dark backgrounds.
+QPalette dark_palette() {
+    QPalette p;
+    const QColor window(0x1f, 0x22, 0x28), base(0x17, 0x19, 0x1e), text(0xd8, 0xdb, 0xe2),
+        mid(0x3a, 0x3f, 0x4b), accent(0x3d, 0x8b, 0xfd);
+    p.setColor(QPalette::Window, window);
+    p.setColor(QPalette::WindowText, text);
+    p.setColor(QPalette::Base, base);
+    p.setColor(QPalette::AlternateBase, QColor(0x1c, 0x1f, 0x25));
+    p.setColor(QPalette::ToolTipBase, QColor(0x2a, 0x2e, 0x36));
+    p.setColor(QPalette::ToolTipText, text);
+    p.setColor(QPalette::PlaceholderText, QColor(0x80, 0x86, 0x92));
+    p.setColor(QPalette::Text, text);
+    p.setColor(QPalette::Button, QColor(0x2a, 0x2e, 0x36));
+    p.setColor(QPalette::ButtonText, text);
+    p.setColor(QPalette::BrightText, Qt::white);
+    p.setColor(QPalette::Highlight, accent);
+    p.setColor(QPalette::HighlightedText, Qt::white);
+    p.setColor(QPalette::Link, accent);
+    p.setColor(QPalette::Mid, mid);
+    p.setColor(QPalette::Dark, QColor(0x12, 0x14, 0x18));
+    p.setColor(QPalette::Light, QColor(0x44, 0x4a, 0x56));
+    p.setColor(QPalette::Disabled, QPalette::Text, QColor(0x6c, 0x72, 0x7e));
+    p.setColor(QPalette::Disabled, QPalette::ButtonText, QColor(0x6c, 0x72, 0x7e));
+    p.setColor(QPalette::Disabled, QPalette::WindowText, QColor(0x6c, 0x72, 0x7e));
+    return p;
+}
+
 }  // namespace varrate::viz

@@ -34,4 +34,7 @@ std::vector<double> nice_ticks(double lo, double hi, int target);
 // A number for an axis label (no trailing zeros, k for thousands on position axes).
 QString tick_label(double value, bool positions);
 
+// The app's dark palette (Fusion style).
+QPalette dark_palette();
+
 }  // namespace varrate::viz

@@ -21,6 +21,7 @@ struct MakeModelArgs {
     std::string out;
     uint64_t seed = 0;
     std::string dtype = "bf16";
+    double init_std = kDefaultInitStd;
 };
 
 // A storage dtype only (nothing is computed), so fp16 is fine here even without a GPU.
@@ -39,7 +40,7 @@ int run_make_model(const MakeModelArgs& a) {
     const ModelConfig cfg = ModelConfig::from_json(read_json_file(config_path), config_path.string());
 
     const auto t0 = std::chrono::steady_clock::now();
-    write_random_model(cfg, a.out, a.seed, dtype);
+    write_random_model(cfg, a.out, a.seed, dtype, kDefaultMaxShardBytes, a.init_std);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double gb = double(cfg.parameter_count()) * double(c10::elementSize(dtype)) / 1e9;
     std::cout << fmt::format(
@@ -64,6 +65,10 @@ Command add_make_model(CLI::App& root) {
     sub->add_option("--seed", a->seed, "Random seed (the same seed gives the same weights)")
         ->capture_default_str();
     sub->add_option("--dtype", a->dtype, "Weight dtype: bf16, fp32 or fp16")->capture_default_str();
+    sub->add_option(
+           "--init-std", a->init_std,
+           "Standard deviation of the random projections, embeddings and biases (norm weights are 1)")
+        ->capture_default_str();
     return {sub, [a] { return run_make_model(*a); }};
 }
 
