@@ -9,6 +9,7 @@
 // hold the logits at 8 positions of a 300-id sequence (the top 32 ids, every 16th id and checksums of the
 // whole row) in fp32 and bf16, and 32 greedy ids after the sequence.
 #include <ATen/ATen.h>
+#include <torch/version.h>
 
 #include <QCryptographicHash>
 #include <QFile>
@@ -28,8 +29,19 @@ constexpr double kFp32Tolerance = 1e-4;
 // roundings (transformers' eager attention multiplies in bf16 and soft-maxes in fp32; our attention kernels
 // round in other places), so logits differ by a few bf16 steps of their magnitude: up to 0.023 here (0.039 on
 // Qwen3, as much as transformers' own sdpa and eager attention differ there), where logits reach about 3 and
-// one bf16 step at 2-4 is 1/64.
+// one bf16 step at 2-4 is 1/64. Each side's bf16 logits are within 0.05 of the fp32 reference (transformers'
+// up to 0.045 on Qwen3, ours up to 0.045 on LibTorch 1.13 and 0.034 on 2.6; RMS 0.006-0.011 on all three),
+// which is checked too.
 constexpr double kBf16Tolerance = 5e-2;
+// Against transformers' bf16 logits, LibTorch 2.x needs more: its fused scaled_dot_product_attention keeps
+// the scores in fp32 where transformers' eager attention (and our LibTorch 1.13 kernel) rounds them to bf16,
+// so the two sides' rounding errors no longer follow each other and their difference reaches their sum (0.054
+// on mistral-swa, 0.031 at most on the others), though ours is no larger (see above).
+#if TORCH_VERSION_MAJOR >= 2
+constexpr double kBf16VsTransformersTolerance = 8e-2;
+#else
+constexpr double kBf16VsTransformersTolerance = kBf16Tolerance;
+#endif
 
 const char* const kModels[] = {"llama31-gqa4", "llama-mha-bias", "qwen2", "mistral-swa", "qwen3"};
 
@@ -41,7 +53,7 @@ std::string sha256_hex(const std::filesystem::path& p) {
     if (!file.open(QIODevice::ReadOnly)) return "<unreadable " + p.string() + ">";
     QCryptographicHash hash(QCryptographicHash::Sha256);
     hash.addData(&file);
-    return hash.result().toHex().toStdString();
+    return test::std_string(hash.result().toHex());
 }
 
 std::unique_ptr<LlamaModel> load(const std::string& name, c10::ScalarType dtype) {
@@ -134,7 +146,7 @@ class TestHfOracle : public QObject {
     void checkpoints_match_references_data() { add_model_rows(); }
     void checkpoints_match_references() {
         QFETCH(QString, model);
-        const auto dir = oracle_dir() / model.toStdString();
+        const auto dir = oracle_dir() / test::utf8(model);
         const nlohmann::json ref = read_json(dir / "hf_reference.json");
         QCOMPARE(sha256_hex(dir / "model.safetensors"),
                  ref["checkpoint"]["model_safetensors_sha256"].get<std::string>());
@@ -167,9 +179,9 @@ class TestHfOracle : public QObject {
     void prefill_logits_fp32_data() { add_model_rows(); }
     void prefill_logits_fp32() {
         QFETCH(QString, model);
-        const nlohmann::json ref = read_json(oracle_dir() / model.toStdString() / "hf_reference.json");
+        const nlohmann::json ref = read_json(oracle_dir() / test::utf8(model) / "hf_reference.json");
         const auto ids = ref["input_ids"].get<std::vector<int64_t>>();
-        auto m = load(model.toStdString(), at::kFloat);
+        auto m = load(test::utf8(model), at::kFloat);
         for (int64_t chunk : {int64_t(512), int64_t(64)}) {
             KVCache cache = m->new_cache();
             ForwardOptions fo;
@@ -187,11 +199,11 @@ class TestHfOracle : public QObject {
     void greedy_fp32_data() { add_model_rows(); }
     void greedy_fp32() {
         QFETCH(QString, model);
-        const nlohmann::json ref = read_json(oracle_dir() / model.toStdString() / "hf_reference.json");
+        const nlohmann::json ref = read_json(oracle_dir() / test::utf8(model) / "hf_reference.json");
         const auto ids = ref["input_ids"].get<std::vector<int64_t>>();
         const auto expected = ref["fp32"]["greedy_ids"].get<std::vector<int64_t>>();
         QCOMPARE(expected.size(), size_t(32));
-        auto m = load(model.toStdString(), at::kFloat);
+        auto m = load(test::utf8(model), at::kFloat);
         KVCache cache = m->new_cache();
         GenerateOptions go;
         go.max_new_tokens = static_cast<int64_t>(expected.size());
@@ -199,18 +211,20 @@ class TestHfOracle : public QObject {
         QCOMPARE(r.generated, expected);
     }
 
-    // bf16 weights and activations on both sides: logits within kBf16Tolerance.
+    // bf16 weights and activations on both sides: logits within kBf16VsTransformersTolerance of transformers'
+    // bf16 logits, and within kBf16Tolerance of its fp32 logits.
     void prefill_logits_bf16_data() { add_model_rows(); }
     void prefill_logits_bf16() {
         QFETCH(QString, model);
-        const nlohmann::json ref = read_json(oracle_dir() / model.toStdString() / "hf_reference.json");
+        const nlohmann::json ref = read_json(oracle_dir() / test::utf8(model) / "hf_reference.json");
         const auto ids = ref["input_ids"].get<std::vector<int64_t>>();
-        auto m = load(model.toStdString(), at::kBFloat16);
+        auto m = load(test::utf8(model), at::kBFloat16);
         KVCache cache = m->new_cache();
         ForwardOptions fo;
         fo.all_logits = true;
         const at::Tensor logits = m->forward(ids, cache, fo);
-        compare_logits(logits, ref, ref["bf16"], kBf16Tolerance, qPrintable(model + " bf16"));
+        compare_logits(logits, ref, ref["bf16"], kBf16VsTransformersTolerance, qPrintable(model + " bf16"));
+        compare_logits(logits, ref, ref["fp32"], kBf16Tolerance, qPrintable(model + " bf16 vs fp32"));
     }
 };
 

@@ -41,12 +41,15 @@ std::filesystem::path oracle_dir();
 // A fresh empty directory under the system temp dir.
 std::filesystem::path temp_dir(const std::string& tag);
 
-// The UTF-8 bytes of `s` as a std::string, made here rather than by QString::toStdString, whose std::string
-// comes from inside Qt (QByteArray::toStdString) with Debian's C++11 string ABI: the suites then also link
-// against a LibTorch built with the pre-C++11 ABI (PyPI's torch 2.6; scripts/check-libtorch2.sh).
-inline std::string utf8(const QString& s) {
-    const QByteArray bytes = s.toUtf8();
+// `bytes` as a std::string, and the UTF-8 bytes of `s`, made here rather than by QByteArray::toStdString (or
+// QString::toStdString, which calls it), whose std::string comes from inside Qt with Debian's C++11 string
+// ABI: the suites then also link against a LibTorch built with the pre-C++11 ABI (PyPI's torch 2.6;
+// scripts/check-libtorch2.sh).
+inline std::string std_string(const QByteArray& bytes) {
     return std::string(bytes.constData(), static_cast<size_t>(bytes.size()));
+}
+inline std::string utf8(const QString& s) {
+    return std_string(s.toUtf8());
 }
 
 // The message of the varrate::Error that `f` throws, or "<no error thrown>" when it returns normally.
