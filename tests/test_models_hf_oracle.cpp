@@ -11,8 +11,6 @@
 #include <ATen/ATen.h>
 #include <torch/version.h>
 
-#include <QCryptographicHash>
-#include <QFile>
 #include <fstream>
 
 #include "models/device.h"
@@ -47,14 +45,6 @@ const char* const kModels[] = {"llama31-gqa4", "llama-mha-bias", "qwen2", "mistr
 
 using test::oracle_dir;
 using test::read_json;
-
-std::string sha256_hex(const std::filesystem::path& p) {
-    QFile file(QString::fromStdString(p.string()));
-    if (!file.open(QIODevice::ReadOnly)) return "<unreadable " + p.string() + ">";
-    QCryptographicHash hash(QCryptographicHash::Sha256);
-    hash.addData(&file);
-    return test::std_string(hash.result().toHex());
-}
 
 std::unique_ptr<LlamaModel> load(const std::string& name, c10::ScalarType dtype) {
     RuntimeOptions o;
@@ -148,7 +138,7 @@ class TestHfOracle : public QObject {
         QFETCH(QString, model);
         const auto dir = oracle_dir() / test::utf8(model);
         const nlohmann::json ref = read_json(dir / "hf_reference.json");
-        QCOMPARE(sha256_hex(dir / "model.safetensors"),
+        QCOMPARE(test::sha256_hex(dir / "model.safetensors"),
                  ref["checkpoint"]["model_safetensors_sha256"].get<std::string>());
         QVERIFY(ref["generator"].contains("torch"));
         QVERIFY(ref["generator"].contains("transformers"));

@@ -26,14 +26,16 @@ struct VectorResult {
     std::string first_failure;
 };
 
-VectorResult check_vectors(const Tokenizer& tok, const std::filesystem::path& vectors) {
+// Rows {text, ids, ids_no_special, tokens_no_special, decoded}: the fixture vectors (JS reference) and the
+// `tokenizers` library references (tests/data/oracles/tokenizers/) share this form.
+VectorResult check_vectors(const Tokenizer& tok, const std::vector<json>& rows, const std::string& source) {
     VectorResult r;
     auto fail = [&](int row, const std::string& what, const std::string& got, const std::string& want) {
         if (r.first_failure.empty())
-            r.first_failure = vectors.string() + " row " + std::to_string(row) + " " + what + ": got " + got +
-                              ", want " + want;
+            r.first_failure =
+                source + " row " + std::to_string(row) + " " + what + ": got " + got + ", want " + want;
     };
-    for (const json& row : varrate::test::read_jsonl(vectors)) {
+    for (const json& row : rows) {
         const std::string text = row["text"];
         const auto ids = row["ids"].get<std::vector<int64_t>>();
         const auto plain = row["ids_no_special"].get<std::vector<int64_t>>();
@@ -68,7 +70,7 @@ VectorResult check_vectors(const Tokenizer& tok, const std::filesystem::path& ve
 
 void expect_vectors(const std::filesystem::path& tokenizer, const std::filesystem::path& vectors) {
     const Tokenizer tok = Tokenizer::load(tokenizer);
-    const VectorResult r = check_vectors(tok, vectors);
+    const VectorResult r = check_vectors(tok, varrate::test::read_jsonl(vectors), vectors.string());
     qInfo("%s: %d rows; encode %d, encode(no special) %d, tokens %d, decode %d identical",
           qPrintable(QString::fromStdString(vectors.string())), r.rows, r.encode_ok, r.encode_plain_ok,
           r.tokens_ok, r.decode_ok);
@@ -98,6 +100,43 @@ std::vector<std::string> random_texts(int count, unsigned seed) {
         out.push_back(t);
     }
     return out;
+}
+
+// The `tokenizers` library (Rust, a second implementation beside the JS one of the fixture vectors) on
+// strings the fixture vectors do not hold, and decodes of random id sequences; made by
+// scripts/oracles/generate.sh.
+void expect_library_reference(const std::string& name) {
+    const std::filesystem::path path = varrate::test::oracle_dir() / "tokenizers" / (name + ".json");
+    const json ref = varrate::test::read_json(path);
+    const std::string rel = ref["tokenizer"];
+    const std::filesystem::path tokenizer = varrate::test::fixture(rel);
+    if (tokenizer.empty())
+        QSKIP(qPrintable(q("reference fixture '" + rel + "' not found (set VARRATE_SHARED_DIR)")));
+    QCOMPARE(q(varrate::test::sha256_hex(tokenizer)), q(ref["tokenizer_sha256"]));
+    const Tokenizer tok = Tokenizer::load(tokenizer);
+    const std::vector<json> rows = ref["encode"];
+    const VectorResult r = check_vectors(tok, rows, path.filename().string());
+    int decode_ok = 0, decode_rows = 0;
+    std::string decode_failure;
+    for (const json& row : ref["decode"]) {
+        const auto ids = row["ids"].get<std::vector<int64_t>>();
+        const std::string got = tok.decode(ids, row["skip_special_tokens"].get<bool>());
+        if (got == row["decoded"].get<std::string>())
+            ++decode_ok;
+        else if (decode_failure.empty())
+            decode_failure = path.filename().string() + " decode row " + std::to_string(decode_rows) +
+                             " of " + show(ids) + ": got " + json(got).dump() + ", want " +
+                             row["decoded"].dump();
+        ++decode_rows;
+    }
+    qInfo(
+        "%s (tokenizers %s): %d strings; encode %d, encode(no special) %d, tokens %d, decode %d identical; "
+        "%d of %d random id decodes identical",
+        qPrintable(q(path.filename().string())), qPrintable(q(ref["generator"]["tokenizers"])), r.rows,
+        r.encode_ok, r.encode_plain_ok, r.tokens_ok, r.decode_ok, decode_ok, decode_rows);
+    QVERIFY2(r.rows >= 150 && decode_rows >= 40, "reference has fewer rows than expected");
+    QVERIFY2(r.first_failure.empty(), r.first_failure.c_str());
+    QVERIFY2(decode_failure.empty(), decode_failure.c_str());
 }
 
 void write(const std::filesystem::path& p, const std::string& text) {
@@ -166,6 +205,16 @@ class TestTokenizer : public QObject {
     void stories260k_vectors() {
         VARRATE_REQUIRE_FIXTURE(vectors, "stories260k/tokenizer_vectors.jsonl");
         expect_vectors(vectors.parent_path() / "tokenizer.json", vectors);
+    }
+
+    void tokenizers_library_reference_data() {
+        QTest::addColumn<QString>("name");
+        for (const char* name : {"llama3", "qwen3", "mistral-like-32k", "stories260k"})
+            QTest::newRow(name) << name;
+    }
+    void tokenizers_library_reference() {
+        QFETCH(QString, name);
+        expect_library_reference(varrate::test::utf8(name));
     }
 
     // The prompts and decoded generations of the llama2.c reference run.

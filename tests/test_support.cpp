@@ -1,5 +1,7 @@
 #include "tests/test_support.h"
 
+#include <QCryptographicHash>
+#include <QFile>
 #include <QProcess>
 
 #include <cstdlib>
@@ -38,6 +40,14 @@ nlohmann::json read_json(const std::filesystem::path& path) {
 
 std::filesystem::path oracle_dir() {
     return source_dir() / "tests" / "data" / "oracles";
+}
+
+std::string sha256_hex(const std::filesystem::path& p) {
+    QFile file(QString::fromStdString(p.string()));
+    if (!file.open(QIODevice::ReadOnly)) return "<unreadable " + p.string() + ">";
+    QCryptographicHash hash(QCryptographicHash::Sha256);
+    hash.addData(&file);
+    return std_string(hash.result().toHex());
 }
 
 std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& path) {

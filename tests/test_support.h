@@ -38,6 +38,8 @@ std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& path);
 nlohmann::json read_json(const std::filesystem::path& path);
 // tests/data/oracles: the references made by scripts/oracles (transformers, kvpress) and their checkpoints.
 std::filesystem::path oracle_dir();
+// The SHA-256 of a file's bytes as lower-case hex ("<unreadable PATH>" when it cannot be read).
+std::string sha256_hex(const std::filesystem::path& p);
 // A fresh empty directory under the system temp dir.
 std::filesystem::path temp_dir(const std::string& tag);
 

@@ -45,6 +45,9 @@ import kvpress  # noqa: E402
 from kvpress import SnapKVPress  # noqa: E402
 from kvpress.pipeline import KVPressTextGenerationPipeline  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import tokenizers_reference  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data" / "oracles"
 
@@ -459,7 +462,11 @@ def main():
     ap.add_argument("--bin", default=os.environ.get("VARRATE_BIN", "build/bin/varrate"),
                     help="the varrate executable that writes the checkpoints (default: $VARRATE_BIN or "
                          "build/bin/varrate, relative to the repository)")
-    ap.add_argument("--only", nargs="*", help="model names to regenerate (default: all, and kvpress)")
+    ap.add_argument("--only", nargs="*",
+                    help="model names to regenerate, or kvpress, or tokenizers (default: everything)")
+    ap.add_argument("--fixtures", default=str(REPO.parent / "shared" / "fixtures"),
+                    help="the shared fixtures, whose tokenizer.json files the tokenizer references use "
+                         "(default: ../shared/fixtures beside the repository)")
     args = ap.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -488,6 +495,14 @@ def main():
               f"{ref['fp32']['greedy_min_gap']:.3g})", flush=True)
     if not args.only or "kvpress" in args.only:
         write_json(DATA / "kvpress_snapkv.json", kvpress_reference())
+    if not args.only or "tokenizers" in args.only:
+        (DATA / "tokenizers").mkdir(exist_ok=True)
+        for vocab in tokenizers_reference.VOCABS:
+            ref = tokenizers_reference.reference(args.fixtures, vocab, generator_info())
+            agree = ref["agreement_with_fixture_vectors"]
+            print(f"tokenizers {vocab['name']}: agrees with the fixture vectors on {agree['ids']}/{agree['rows']} "
+                  f"ids, {agree['ids_no_special']} ids without specials, {agree['decoded']} decodes", flush=True)
+            write_json(DATA / "tokenizers" / f"{vocab['name']}.json", ref)
 
 
 if __name__ == "__main__":
