@@ -5,6 +5,12 @@
 
 namespace varrate {
 
+at::Tensor synthetic_inv_freq(const SyntheticShape& s) {
+    const auto f64 = at::TensorOptions().dtype(at::kDouble);
+    return at::pow(s.rope_theta, -at::arange(0, s.head_dim, 2, f64) / static_cast<double>(s.head_dim))
+        .to(at::kFloat);
+}
+
 LayerCapture synthetic_capture(const SyntheticShape& s, uint64_t seed, int64_t layer, at::ScalarType dtype,
                                at::Device device) {
     at::Generator gen = at::detail::createCPUGenerator(seed);
@@ -14,9 +20,7 @@ LayerCapture synthetic_capture(const SyntheticShape& s, uint64_t seed, int64_t l
     const at::Tensor k_pre = at::normal(0.0, 1.0, {s.n_kv_head, s.n_tokens, s.head_dim}, gen, f32);
     const at::Tensor v = at::normal(0.0, 1.0, {s.n_kv_head, s.n_tokens, s.head_dim}, gen, f32);
     const at::Tensor q = at::normal(0.0, 1.0, {s.n_head, s.obs_window, s.head_dim}, gen, f32);
-    const at::Tensor inv_freq = at::pow(s.rope_theta, -at::arange(0, s.head_dim, 2, f32.dtype(at::kDouble)) /
-                                                          static_cast<double>(s.head_dim))
-                                    .to(at::kFloat);
+    const at::Tensor inv_freq = synthetic_inv_freq(s);
     const at::Tensor angles = at::outer(at::arange(s.n_tokens, f32), inv_freq);
     const at::Tensor emb = at::cat({angles, angles}, -1);  // [L, head_dim]
     const at::Tensor cos = emb.cos().to(dtype), sin = emb.sin().to(dtype);

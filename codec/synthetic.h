@@ -20,6 +20,9 @@ struct SyntheticShape {
     double rope_theta = 10000.0;
 };
 
+// The RoPE frequencies synthetic captures are rotated with: theta^(-2j / head_dim), [head_dim / 2] fp32 CPU.
+at::Tensor synthetic_inv_freq(const SyntheticShape& shape);
+
 // keys_pre_rope, values, window_queries ~ N(0, 1) (seeded); keys = apply_rope(keys_pre_rope) with the
 // standard RoPE tables for positions 0..L-1. All tensors in `dtype` on `device`.
 LayerCapture synthetic_capture(const SyntheticShape& shape, uint64_t seed, int64_t layer = 0,

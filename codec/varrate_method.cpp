@@ -388,8 +388,8 @@ LayerAllocation VarRateMethod::allocate(const LayerAnalysis& analysis, const Cod
     return out;
 }
 
-LayerKV VarRateMethod::materialise(const LayerCapture& capture, const LayerAnalysis& analysis,
-                                   const LayerAllocation& allocation) {
+std::vector<RankGroup> VarRateMethod::coefficient_groups(const LayerAnalysis& analysis,
+                                                         const LayerAllocation& allocation) {
     const auto& a = dynamic_cast<const VarRateAnalysis&>(analysis);
     const at::Tensor& order = allocation.rank_order;  // [n_coded]
     const int64_t n_coded = a.coded.size(0);
@@ -403,6 +403,57 @@ LayerKV VarRateMethod::materialise(const LayerCapture& capture, const LayerAnaly
                     [](const RankGroup& g) { return !g.coefficients.defined(); }))
         project_groups(a, basis_on(a.layer, a.rank, a.coded.device(), a.dtype),
                        allocation.coded_ranks.index_select(0, order), order, groups, nullptr);
+    return groups;
+}
+
+std::shared_ptr<const CompressedLayer> VarRateMethod::store(const LayerCapture& capture,
+                                                            const LayerAnalysis& analysis,
+                                                            const LayerAllocation& allocation,
+                                                            const at::Tensor& inv_freq,
+                                                            at::ScalarType rope_dtype) {
+    const auto& a = dynamic_cast<const VarRateAnalysis&>(analysis);
+    const std::vector<RankGroup> groups = coefficient_groups(analysis, allocation);
+    const at::Tensor& order = allocation.rank_order;   // [n_coded]
+    const at::Tensor ranks = allocation.coded_ranks;   // [n_coded] int64, position order
+    const at::Tensor start = ranks.cumsum(0) - ranks;  // [n_coded] exclusive
+    const int64_t sum_ranks = allocation.diagnostics.sum_ranks;
+    // Each group's coefficients (rank order, zero past each rank) into one flat array in position order.
+    at::Tensor flat = at::empty({sum_ranks}, capture.keys.options());
+    int64_t begin = 0;
+    for (const RankGroup& g : groups) {
+        const at::Tensor rows = order.narrow(0, begin, g.tokens);
+        const at::Tensor i = at::arange(g.width, ranks.options()).unsqueeze(0);  // [1, width]
+        const at::Tensor keep = i < ranks.index_select(0, rows).unsqueeze(1);    // [n, width]
+        const at::Tensor idx = start.index_select(0, rows).unsqueeze(1) + i;     // [n, width]
+        flat.index_put_({idx.masked_select(keep)}, g.coefficients.masked_select(keep).to(flat.scalar_type()));
+        begin += g.tokens;
+    }
+    const at::Tensor exact = CompressedLayer::exact_order(a.n_tokens, a.settings.stride, a.settings.window)
+                                 .to(capture.keys.device());
+    CompressedLayer::Parts p;
+    p.layer = a.layer;
+    p.n_tokens = a.n_tokens;
+    p.n_kv_head = a.n_kv_head;
+    p.head_dim = a.head_dim;
+    p.stride = a.settings.stride;
+    p.window = a.settings.window;
+    p.exact_keys = capture.keys_pre_rope.index_select(1, exact);
+    p.exact_values = capture.values.index_select(1, exact);
+    p.nearest = a.res.nearest.to(a.layout.n_anchors() < 32768 ? at::kShort : at::kInt);
+    p.ranks = ranks.to(at::kShort);
+    p.coefficients = flat;
+    p.basis = basis_on(a.layer, a.rank, a.coded.device(), a.dtype);
+    p.inv_freq = inv_freq;
+    p.rope_dtype = rope_dtype;
+    return std::make_shared<const CompressedLayer>(std::move(p));
+}
+
+LayerKV VarRateMethod::materialise(const LayerCapture& capture, const LayerAnalysis& analysis,
+                                   const LayerAllocation& allocation) {
+    const auto& a = dynamic_cast<const VarRateAnalysis&>(analysis);
+    const at::Tensor& order = allocation.rank_order;  // [n_coded]
+    const int64_t n_coded = a.coded.size(0);
+    const std::vector<RankGroup> groups = coefficient_groups(analysis, allocation);
     // z^ = z-bar + V^T c^, one GEMM per run of allocation.rank_groups over only the basis rows its tokens
     // use (a GEMM over the masked full-rank coefficients would spend most of its work on zeros).
     // A bf16 cache is reconstructed with bf16 GEMMs (paper A.11: bf16 compute for the reconstruction,

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "codec/basis.h"
+#include "codec/compressed_layer.h"
 #include "codec/method.h"
 
 namespace varrate {
@@ -40,11 +41,21 @@ class VarRateMethod : public CompressionMethod {
                                                                const at::Tensor& salience,
                                                                double salience_ms = 0);
 
+    // The layer held compressed at its accounted size (codec/compressed_layer.h) rather than reconstructed;
+    // inv_freq: the model's RoPE frequencies, rope_dtype: its cos/sin tables' dtype.
+    std::shared_ptr<const CompressedLayer> store(const LayerCapture& capture, const LayerAnalysis& analysis,
+                                                 const LayerAllocation& allocation,
+                                                 const at::Tensor& inv_freq, at::ScalarType rope_dtype);
+
     // A self-calibrated basis is part of what a decoder of this context needs: charged to the budget at
     // cache precision (and used at that precision) unless paper_accounting.
     bool basis_charged() const;
 
   private:
+    // The allocation's rank groups with their coefficients (projected now when it read its errors from a
+    // table); throws when the allocation does not match the analysis.
+    std::vector<RankGroup> coefficient_groups(const LayerAnalysis& analysis,
+                                              const LayerAllocation& allocation);
     // The leading `rank` rows of layer's basis on `device` (fp32; rounded to the cache dtype when charged).
     const at::Tensor& basis_on(int64_t layer, int64_t rank, const at::Device& device,
                                at::ScalarType cache_dtype);

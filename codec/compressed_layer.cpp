@@ -1,0 +1,250 @@
+#include "codec/compressed_layer.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <limits>
+
+#include "core/base/error.h"
+#include "models/rope.h"
+
+namespace varrate {
+
+namespace {
+
+int64_t bytes_of(const at::Tensor& t) {
+    return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
+}
+
+std::string shape_str(const at::Tensor& t) {
+    return t.defined() ? fmt::format("[{}]", fmt::join(t.sizes().vec(), ", ")) : "none";
+}
+
+int64_t ceil_div(int64_t a, int64_t b) {
+    return (a + b - 1) / b;
+}
+
+}  // namespace
+
+CompressedLayer::CompressedLayer(Parts parts) : p_(std::move(parts)) {
+    const auto where = fmt::format("compressed layer {}", p_.layer);
+    const int64_t L = p_.n_tokens, G = p_.n_kv_head, hd = p_.head_dim;
+    if (L <= 0 || G <= 0 || hd <= 0 || hd % 2 != 0)
+        throw Error(fmt::format("{}: bad shape L={} n_kv_head={} head_dim={}", where, L, G, hd));
+    if (p_.stride < 1 || p_.window < 0)
+        throw Error(fmt::format("{}: bad layout stride={} window={}", where, p_.stride, p_.window));
+    dim_ = 2 * G * hd;
+    n_anchors_ = ceil_div(L, p_.stride);
+    const int64_t head = std::max<int64_t>(L - p_.window, 0);  // positions before the window
+    const int64_t n_coded = head - ceil_div(head, p_.stride);
+    const int64_t n_exact = L - n_coded;
+    auto check = [&](const at::Tensor& t, std::vector<int64_t> shape, const char* what) {
+        if (!t.defined() || t.sizes().vec() != shape)
+            throw Error(fmt::format("{}: {} has shape {}, expected [{}]", where, what, shape_str(t),
+                                    fmt::join(shape, ", ")));
+    };
+    check(p_.exact_keys, {G, n_exact, hd}, "exact keys");
+    check(p_.exact_values, {G, n_exact, hd}, "exact values");
+    check(p_.ranks, {n_coded}, "ranks");
+    if (!p_.nearest.defined() || p_.nearest.dim() != 2 || p_.nearest.size(0) != n_coded)
+        throw Error(fmt::format("{}: anchor indices must be [{}, c]", where, n_coded));
+    c_ = p_.nearest.size(1);
+    check(p_.inv_freq, {hd / 2}, "RoPE frequencies");
+    if (!p_.coefficients.defined() || p_.coefficients.dim() != 1)
+        throw Error(fmt::format("{}: coefficients must be one flat array", where));
+    if (!p_.basis.defined() || p_.basis.dim() != 2 || p_.basis.size(1) != dim_)
+        throw Error(fmt::format("{}: basis must be [R, {}]", where, dim_));
+    exact_pos_ = exact_order(L, p_.stride, p_.window).to(p_.exact_keys.device());
+    // The block plan, on the host once: where each block's coefficients start and its widest rank.
+    const at::Tensor ranks = p_.ranks.to(at::kCPU, at::kLong).contiguous();
+    const int64_t* r = ranks.data_ptr<int64_t>();
+    int64_t offset = 0;
+    for (int64_t begin = 0; begin < n_coded; begin += kBlock) {
+        Block b{begin, std::min(kBlock, n_coded - begin), offset, 0};
+        for (int64_t i = b.begin; i < b.begin + b.count; ++i) {
+            if (r[i] < 0 || r[i] > p_.basis.size(0))
+                throw Error(fmt::format("{}: coded token {} has rank {}, the basis {} rows", where, i, r[i],
+                                        p_.basis.size(0)));
+            b.width = std::max(b.width, r[i]);
+            offset += r[i];
+        }
+        blocks_.push_back(b);
+    }
+    if (offset != p_.coefficients.size(0))
+        throw Error(fmt::format("{}: {} coefficients for ranks summing to {}", where, p_.coefficients.size(0),
+                                offset));
+}
+
+at::Tensor CompressedLayer::exact_order(int64_t n_tokens, int64_t stride, int64_t window) {
+    // The anchors (0, stride, ...), then the window's other positions, ascending.
+    const auto cpu_long = at::TensorOptions().dtype(at::kLong);
+    const at::Tensor tail = at::arange(std::max<int64_t>(n_tokens - window, 0), n_tokens, cpu_long);
+    return at::cat(
+        {at::arange(0, n_tokens, stride, cpu_long), tail.masked_select(tail.remainder(stride) != 0)});
+}
+
+at::Tensor CompressedLayer::exact_positions() const {
+    return exact_pos_;
+}
+
+at::Tensor CompressedLayer::coded_positions(int64_t begin, int64_t count) const {
+    // The j-th coded token sits after j / (stride - 1) + 1 anchors: p = j + j / (stride - 1) + 1.
+    const at::Tensor j = at::arange(begin, begin + count, p_.exact_keys.options().dtype(at::kLong));
+    return j + j.div(p_.stride - 1, "floor") + 1;
+}
+
+int64_t CompressedLayer::resident_bytes() const {
+    return bytes_of(p_.exact_keys) + bytes_of(p_.exact_values) + bytes_of(p_.nearest) + bytes_of(p_.ranks) +
+           bytes_of(p_.coefficients) + bytes_of(exact_pos_);
+}
+
+int64_t CompressedLayer::basis_bytes() const {
+    return bytes_of(p_.basis);
+}
+
+int64_t CompressedLayer::scratch_bytes(int64_t n_head, int64_t n_q, int64_t n_tail) const {
+    int64_t width = 0;
+    for (const Block& b : blocks_) width = std::max(width, b.width);
+    const int64_t f = 4;
+    const int64_t scores = n_head * n_q * (n_tokens() + n_tail) * f * 2;       // scores and probabilities
+    const int64_t exact = (n_exact() * dim_ + n_anchors_ * n_head * n_q) * f;  // rotated exact rows, weights
+    const int64_t block = kBlock * (width + dim_ + 2 * p_.head_dim + c_ * p_.n_kv_head * p_.head_dim) * f;
+    const int64_t sums = n_head * n_q * (p_.basis.size(0) + p_.head_dim) * f;
+    return scores + exact + block + sums;
+}
+
+std::pair<at::Tensor, at::Tensor> CompressedLayer::rope_tables(const at::Tensor& positions) const {
+    // As rope_cos_sin: fp32 angles position * inv_freq, duplicated halves, cos/sin rounded to the table
+    // dtype.
+    const at::Tensor inv = p_.inv_freq.to(positions.device(), at::kFloat);
+    const at::Tensor angles = positions.to(at::kFloat).unsqueeze(1) * inv.unsqueeze(0);  // [n, hd/2]
+    const at::Tensor full = at::cat({angles, angles}, 1);                                // [n, hd]
+    return {full.cos().to(p_.rope_dtype).to(at::kFloat), full.sin().to(p_.rope_dtype).to(at::kFloat)};
+}
+
+at::Tensor CompressedLayer::padded_coefficients(const Block& b) const {
+    const at::Tensor r = p_.ranks.narrow(0, b.begin, b.count).to(at::kLong);  // [n]
+    const at::Tensor start = r.cumsum(0) - r + b.coef_offset;                 // [n] exclusive
+    const at::Tensor i = at::arange(b.width, r.options()).unsqueeze(0);       // [1, width]
+    const at::Tensor keep = i < r.unsqueeze(1);                               // [n, width]
+    // Past its rank a token's index runs into the next token's coefficients (or is clamped): masked to 0.
+    const at::Tensor idx = (start.unsqueeze(1) + i).clamp_max(p_.coefficients.size(0) - 1);
+    return p_.coefficients.index_select(0, idx.reshape({-1}))
+        .to(at::kFloat)
+        .view({b.count, b.width})
+        .mul_(keep);
+}
+
+at::Tensor CompressedLayer::joint_rows(const Block& b, const at::Tensor& anchors_joint,
+                                       bool with_values) const {
+    // z-bar: the mean of each token's anchors (a mean-mode embedding bag), then + C V over the used rows.
+    const int64_t cols = with_values ? dim_ : dim_ / 2;
+    const at::Tensor nearest = p_.nearest.narrow(0, b.begin, b.count).to(at::kLong);  // [n, c]
+    const at::Tensor offsets = at::arange(0, b.count * c_, c_, nearest.options());
+    const at::Tensor table = anchors_joint.narrow(1, 0, cols);
+    at::Tensor z =
+        std::get<0>(at::embedding_bag(table, nearest.reshape({-1}), offsets, false, 1));  // [n, cols]
+    if (b.width > 0) {
+        const at::Tensor V = p_.basis.narrow(0, 0, b.width).narrow(1, 0, cols).to(at::kFloat);  // [w, cols]
+        z.addmm_(padded_coefficients(b), V);
+    }
+    return z;
+}
+
+at::Tensor CompressedLayer::attend(const at::Tensor& q, const at::Tensor& tail_keys,
+                                   const at::Tensor& tail_values, double scale) const {
+    const int64_t H = q.size(0), n_q = q.size(1), hd = p_.head_dim, G = p_.n_kv_head, g = H / G;
+    if (q.dim() != 3 || q.size(2) != hd || H % G != 0)
+        throw Error(fmt::format("compressed layer {}: queries must be [k * {}, n, {}], got {}", p_.layer, G,
+                                hd, shape_str(q)));
+    if (!tail_keys.defined() || tail_keys.size(1) < n_q)
+        throw Error(fmt::format("compressed layer {}: the tail must hold the {} queries' own entries",
+                                p_.layer, n_q));
+    const int64_t n_tail = tail_keys.size(1), gq = g * n_q;
+    // Query heads of one KV head side by side: head h*g + j reads KV head h (HF's repeat_kv).
+    const at::Tensor qf = q.to(at::kFloat).reshape({G, gq, hd});  // [G, g*n_q, hd]
+    const at::Tensor exact_k = p_.exact_keys.to(at::kFloat);      // [G, n_exact, hd] pre-RoPE
+    const at::Tensor exact_v = p_.exact_values.to(at::kFloat);
+    // Anchors are the leading exact rows; as joint vectors [n_anchor, D] for the coded tokens' means.
+    const at::Tensor anchors_joint =
+        at::cat({exact_k.narrow(1, 0, n_anchors_).permute({1, 0, 2}).reshape({n_anchors_, G * hd}),
+                 exact_v.narrow(1, 0, n_anchors_).permute({1, 0, 2}).reshape({n_anchors_, G * hd})},
+                1);
+    const int64_t n_exact = this->n_exact(), n_coded = this->n_coded(), n_all = n_exact + n_coded + n_tail;
+    at::Tensor scores = at::empty({G, gq, n_all}, qf.options());  // [G, g*n_q, exact | coded | tail]
+    {
+        auto [cos, sin] = rope_tables(exact_positions());
+        const at::Tensor k = apply_rope(exact_k, cos, sin);
+        at::Tensor s = scores.narrow(2, 0, n_exact);
+        at::bmm_out(s, qf, k.transpose(1, 2));
+    }
+    for (const Block& b : blocks_) {
+        const at::Tensor k_pre = joint_rows(b, anchors_joint, /*with_values=*/false)  // [n, G*hd]
+                                     .view({b.count, G, hd})
+                                     .permute({1, 0, 2});  // [G, n, hd]
+        auto [cos, sin] = rope_tables(coded_positions(b.begin, b.count));
+        at::Tensor s = scores.narrow(2, n_exact + b.begin, b.count);
+        at::bmm_out(s, qf, apply_rope(k_pre, cos, sin).transpose(1, 2));
+    }
+    {
+        at::Tensor s = scores.narrow(2, n_exact + n_coded, n_tail);
+        at::bmm_out(s, qf, tail_keys.to(at::kFloat).transpose(1, 2));
+        // Causal among the queries: query i sees tail entries up to n_tail - n_q + i.
+        const at::Tensor col = at::arange(n_tail, scores.options().dtype(at::kLong));
+        const at::Tensor row = at::arange(n_q, col.options()) + (n_tail - n_q);
+        const at::Tensor masked = (col.unsqueeze(0) > row.unsqueeze(1)).repeat({g, 1});  // [g*n_q, n_tail]
+        s.masked_fill_(masked.unsqueeze(0), -std::numeric_limits<float>::infinity());
+    }
+    scores.mul_(scale);
+    const at::Tensor p = scores.softmax(2);                      // [G, gq, n_all]
+    at::Tensor out = at::bmm(p.narrow(2, 0, n_exact), exact_v);  // [G, gq, hd]
+    out.baddbmm_(p.narrow(2, n_exact + n_coded, n_tail), tail_values.to(at::kFloat));
+    if (n_coded > 0) {
+        const at::Tensor pc = p.narrow(2, n_exact, n_coded);  // [G, gq, n_coded]
+        // sum_t p_t vbar_t: each token's weight, over c, onto its anchors, then the anchors' values.
+        const at::Tensor nearest = p_.nearest.to(at::kLong).reshape({-1});  // [n_coded * c]
+        at::Tensor w = at::zeros({G, gq, n_anchors_}, p.options());
+        w.index_add_(2, nearest, pc.repeat_interleave(c_, 2), 1.0 / static_cast<double>(c_));
+        out.baddbmm_(w, exact_v.narrow(1, 0, n_anchors_));
+        // V_v^T sum_t p_t c_t, the coefficient sum formed block by block over each block's width.
+        const int64_t R = p_.basis.size(0);
+        at::Tensor sum = at::zeros({G * gq, R}, p.options());  // [G*gq, R]
+        for (const Block& b : blocks_) {
+            if (b.width == 0) continue;
+            at::Tensor part = sum.narrow(1, 0, b.width);
+            part.addmm_(pc.narrow(2, b.begin, b.count).reshape({G * gq, b.count}), padded_coefficients(b));
+        }
+        const at::Tensor Vv =
+            p_.basis.narrow(1, G * hd, G * hd).to(at::kFloat).view({R, G, hd}).permute({1, 0, 2});
+        out.baddbmm_(sum.view({G, gq, R}), Vv);  // [G, gq, R] x [G, R, hd]
+    }
+    return out.view({H, n_q, hd}).to(q.scalar_type());
+}
+
+LayerKV CompressedLayer::reconstruct() const {
+    const int64_t G = p_.n_kv_head, hd = p_.head_dim, L = p_.n_tokens;
+    const at::Tensor exact_k = p_.exact_keys.to(at::kFloat), exact_v = p_.exact_values.to(at::kFloat);
+    const at::Tensor anchors_joint =
+        at::cat({exact_k.narrow(1, 0, n_anchors_).permute({1, 0, 2}).reshape({n_anchors_, G * hd}),
+                 exact_v.narrow(1, 0, n_anchors_).permute({1, 0, 2}).reshape({n_anchors_, G * hd})},
+                1);
+    at::Tensor keys = at::empty({G, L, hd}, exact_k.options()), values = at::empty_like(keys);
+    {
+        const at::Tensor pos = exact_positions();
+        auto [cos, sin] = rope_tables(pos);
+        keys.index_copy_(1, pos, apply_rope(exact_k, cos, sin));
+        values.index_copy_(1, pos, exact_v);
+    }
+    for (const Block& b : blocks_) {
+        const at::Tensor z = joint_rows(b, anchors_joint, /*with_values=*/true).view({b.count, 2, G, hd});
+        const at::Tensor pos = coded_positions(b.begin, b.count);
+        auto [cos, sin] = rope_tables(pos);
+        keys.index_copy_(1, pos, apply_rope(z.select(1, 0).permute({1, 0, 2}), cos, sin));
+        values.index_copy_(1, pos, z.select(1, 1).permute({1, 0, 2}));
+    }
+    const auto dtype = p_.exact_keys.scalar_type();
+    return {keys.to(dtype), values.to(dtype)};
+}
+
+}  // namespace varrate

@@ -1,0 +1,89 @@
+#pragma once
+// A VarRate / flat layer held compressed, at the size its budget accounts for, and attended without
+// rebuilding the L x D cache:
+//   exact tokens (anchors, then the rest of the window)  keys pre-RoPE and values at cache precision;
+//   coded tokens (every other position, ascending)       c anchor ordinals (int16), the token's rank (int16)
+//                                                         and its r_t coefficients, ragged in one flat array;
+//   the layer's basis rows (shared: model-level or self-calibrated) are held apart and not counted here.
+// Positions are not stored: they follow from the layout (L, stride, window).
+// Attention (attend) factorises the values,
+//   sum_t p_t v_t = sum_t p_t vbar_t + V_v^T (sum_t p_t c_t),
+// where vbar_t is the mean of t's anchors (the weights p_t / c scatter onto the anchors), and rebuilds keys
+// block by block of coded tokens into a bounded scratch (RoPE does not commute with the basis): mean of
+// the anchors' keys plus V_k^T c_t, rotated at the token's position, scored, discarded.
+// Compute is fp32 whatever the cache dtype; the same arithmetic serves reconstruct().
+#include <cstdint>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "models/kv_cache.h"
+
+namespace varrate {
+
+class CompressedLayer {
+  public:
+    struct Parts {
+        int64_t layer = 0, n_tokens = 0, n_kv_head = 0, head_dim = 0;
+        int64_t stride = 0, window = 0;
+        at::Tensor exact_keys;    // [n_kv_head, n_exact, head_dim] pre-RoPE, anchors first (cache dtype)
+        at::Tensor exact_values;  // [n_kv_head, n_exact, head_dim]
+        at::Tensor nearest;       // [n_coded, c] anchor ordinals: int16 below 32768 anchors, else int32
+        at::Tensor ranks;         // [n_coded] int16
+        at::Tensor coefficients;  // [sum ranks] cache dtype: token after token in position order
+        at::Tensor basis;         // [>= max rank, D] fp32, shared (D = 2 * n_kv_head * head_dim)
+        at::Tensor inv_freq;      // [head_dim / 2] fp32 RoPE frequencies (model-level)
+        at::ScalarType rope_dtype = at::kFloat;  // the dtype the model's cos/sin tables are rounded to
+    };
+    // Checks shapes and the layout; throws Error naming what does not match.
+    explicit CompressedLayer(Parts parts);
+    // The positions of the exact rows in store order for a context of L tokens: [n_exact] int64 CPU.
+    static at::Tensor exact_order(int64_t n_tokens, int64_t stride, int64_t window);
+
+    int64_t n_tokens() const { return p_.n_tokens; }
+    int64_t n_exact() const { return p_.exact_keys.size(1); }
+    int64_t n_coded() const { return p_.ranks.size(0); }
+    int64_t n_anchors() const { return n_anchors_; }
+    int64_t sum_ranks() const { return p_.coefficients.size(0); }
+    const Parts& parts() const { return p_; }
+    // Ascending positions of the exact rows' order (anchors first, then the window's other tokens) and of the
+    // coded tokens: [n_exact], [n_coded] int64 on the store's device.
+    at::Tensor exact_positions() const;
+    at::Tensor coded_positions(int64_t begin, int64_t count) const;
+
+    // Bytes of every tensor the store holds (basis and RoPE frequencies apart: shared by all contexts).
+    int64_t resident_bytes() const;
+    int64_t basis_bytes() const;
+    // The most scratch attend() allocates at once for n_q queries of n_head heads and n_tail tail entries.
+    int64_t scratch_bytes(int64_t n_head, int64_t n_q, int64_t n_tail) const;
+
+    // Attention of post-RoPE queries q [n_head, n_q, head_dim] over the compressed prefix followed by `tail`
+    // ([n_kv_head, n_tail, head_dim] post-RoPE entries appended after it, n_tail >= n_q: the queries' own
+    // entries are its last n_q, causal among themselves). Returns [n_head, n_q, head_dim] in q's dtype.
+    at::Tensor attend(const at::Tensor& q, const at::Tensor& tail_keys, const at::Tensor& tail_values,
+                      double scale) const;
+    // The dense layer this store stands for: keys post-RoPE, values, [n_kv_head, L, head_dim] at cache dtype.
+    LayerKV reconstruct() const;
+
+    static constexpr int64_t kBlock = 256;  // coded tokens per key-reconstruction block
+
+  private:
+    struct Block {
+        int64_t begin = 0, count = 0;  // coded ordinals
+        int64_t coef_offset = 0;       // into coefficients
+        int64_t width = 0;             // the block's largest rank
+    };
+    // The block's coefficients padded to its width: [count, width] fp32, zero past each token's rank.
+    at::Tensor padded_coefficients(const Block& b) const;
+    // The block's keys and values pre-RoPE, [count, D] fp32 (values only when with_values).
+    at::Tensor joint_rows(const Block& b, const at::Tensor& anchors_joint, bool with_values) const;
+    // cos/sin [n, head_dim] fp32 (rounded through rope_dtype) for positions [n] int64.
+    std::pair<at::Tensor, at::Tensor> rope_tables(const at::Tensor& positions) const;
+
+    Parts p_;
+    at::Tensor exact_pos_;  // [n_exact] int64: the exact rows' positions (anchors first)
+    int64_t n_anchors_ = 0, c_ = 0, dim_ = 0;
+    std::vector<Block> blocks_;
+};
+
+}  // namespace varrate

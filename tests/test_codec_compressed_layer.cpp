@@ -1,0 +1,200 @@
+// The compressed VarRate / flat layer (codec/compressed_layer.h): attention over the store equals attention
+// over its reconstruction, the reconstruction equals the codec's materialised cache, and the bytes it holds
+// are the accounted footprint plus the metadata the accounting leaves out.
+#include "tests/test_support.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <cmath>
+#include <limits>
+
+#include "codec/compressed_layer.h"
+#include "codec/footprint.h"
+#include "codec/synthetic.h"
+#include "codec/varrate_method.h"
+#include "core/base/error.h"
+
+using namespace varrate;
+
+namespace {
+
+struct Case {
+    int64_t n_head, n_kv_head;
+    at::ScalarType dtype;
+    RankAllocation allocation;
+};
+
+SyntheticShape shape_of(const Case& c, int64_t n_tokens = 700) {
+    SyntheticShape s;
+    s.n_head = c.n_head;
+    s.n_kv_head = c.n_kv_head;
+    s.head_dim = 16;
+    s.n_tokens = n_tokens;
+    return s;
+}
+
+CodecSettings settings(double kappa) {
+    CodecSettings s;
+    s.budget = kappa;
+    s.r_min = 2;
+    s.rank = 1024;  // clamped to D
+    s.precise_timing = false;
+    return s;
+}
+
+struct Stored {
+    LayerCapture capture;
+    LayerAllocation allocation;
+    LayerKV materialised;
+    std::shared_ptr<const CompressedLayer> store;
+};
+
+Stored make_store(const Case& c, double kappa, uint64_t seed, int64_t n_tokens = 700) {
+    const SyntheticShape shape = shape_of(c, n_tokens);
+    const int64_t dim = 2 * shape.n_kv_head * shape.head_dim;
+    const CodecSettings s = settings(kappa);
+    VarRateMethod m(s, random_basis(1, dim, dim, s.stride, s.anchors, seed + 1), c.allocation);
+    Stored out;
+    out.capture = synthetic_capture(shape, seed, 0, c.dtype);
+    const auto analysis = m.analyse(out.capture);
+    out.allocation = m.allocate(*analysis, s);
+    out.materialised = m.materialise(out.capture, *analysis, out.allocation);
+    out.store = m.store(out.capture, *analysis, out.allocation, synthetic_inv_freq(shape), c.dtype);
+    return out;
+}
+
+// Softmax attention of q [H, n, hd] over dense post-RoPE keys/values [G, m, hd], fp32, the last n entries
+// being the queries' own (causal among them).
+at::Tensor dense_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale) {
+    const int64_t H = q.size(0), n = q.size(1), G = k.size(0), m = k.size(1);
+    const at::Tensor kk = k.to(at::kFloat).repeat_interleave(H / G, 0);
+    const at::Tensor vv = v.to(at::kFloat).repeat_interleave(H / G, 0);
+    at::Tensor s = at::bmm(q.to(at::kFloat), kk.transpose(1, 2)) * scale;  // [H, n, m]
+    const at::Tensor col = at::arange(m, at::kLong), row = at::arange(n, at::kLong) + (m - n);
+    s.masked_fill_((col.unsqueeze(0) > row.unsqueeze(1)).unsqueeze(0),
+                   -std::numeric_limits<float>::infinity());
+    return at::bmm(s.softmax(2), vv);
+}
+
+double rel_max_diff(const at::Tensor& a, const at::Tensor& b) {
+    const at::Tensor fa = a.to(at::kFloat), fb = b.to(at::kFloat);
+    return (fa - fb).abs().max().item<double>() / std::max(fb.abs().max().item<double>(), 1e-30);
+}
+
+void add_cases() {
+    QTest::addColumn<int>("n_head");
+    QTest::addColumn<int>("n_kv_head");
+    QTest::addColumn<bool>("bf16");
+    QTest::addColumn<bool>("flat");
+    for (bool bf16 : {false, true})
+        for (int g : {1, 4}) {
+            const char* dt = bf16 ? "bf16" : "fp32";
+            QTest::newRow(qPrintable(QString("varrate %1 gqa %2:1").arg(dt).arg(g)))
+                << 2 * g << 2 << bf16 << false;
+        }
+    QTest::newRow("flat fp32 gqa 4:1") << 8 << 2 << false << true;
+}
+
+Case fetch_case() {
+    QFETCH(int, n_head);
+    QFETCH(int, n_kv_head);
+    QFETCH(bool, bf16);
+    QFETCH(bool, flat);
+    return {n_head, n_kv_head, bf16 ? at::kBFloat16 : at::kFloat,
+            flat ? RankAllocation::Uniform : RankAllocation::Salience};
+}
+
+}  // namespace
+
+class TestCodecCompressedLayer : public QObject {
+    Q_OBJECT
+  private Q_SLOTS:
+    void initTestCase() { at::set_num_threads(2); }
+
+    // The store's dense reconstruction is the codec's materialised cache: fp32 to rounding; bf16 within one
+    // rounding step of bf16 (the store rebuilds in fp32 where materialise() multiplies in bf16).
+    void reconstruction_equals_materialised_data() { add_cases(); }
+    void reconstruction_equals_materialised() {
+        const Case c = fetch_case();
+        const Stored s = make_store(c, 0.3, 11);
+        const LayerKV r = s.store->reconstruct();
+        QCOMPARE(r.keys.sizes().vec(), s.materialised.keys.sizes().vec());
+        QCOMPARE(r.keys.scalar_type(), c.dtype);
+        const double tol = c.dtype == at::kFloat ? 1e-5 : 1.6e-2;
+        const double dk = rel_max_diff(r.keys, s.materialised.keys),
+                     dv = rel_max_diff(r.values, s.materialised.values);
+        qInfo("keys %.3g, values %.3g (max |diff| / max |x|)", dk, dv);
+        QVERIFY2(dk <= tol, qPrintable(QString("keys differ by %1").arg(dk)));
+        QVERIFY2(dv <= tol, qPrintable(QString("values differ by %1").arg(dv)));
+        // Exact tokens are copied untouched (the anchors and the window).
+        const at::Tensor exact = CompressedLayer::exact_order(700, 16, 64);
+        QVERIFY(at::equal(r.values.index_select(1, exact), s.capture.values.index_select(1, exact)));
+    }
+
+    // Attention of decoding queries (one, then five, with a tail of entries after the prefix) over the
+    // compressed store equals dense attention over its reconstruction.
+    void attention_equals_dense_data() { add_cases(); }
+    void attention_equals_dense() {
+        const Case c = fetch_case();
+        const Stored s = make_store(c, 0.25, 12);
+        const LayerKV r = s.store->reconstruct();
+        at::Generator gen = at::detail::createCPUGenerator(99);
+        for (int64_t n_q : {1, 5}) {
+            const int64_t n_tail = n_q + 3, hd = 16;
+            const auto f32 = at::TensorOptions().dtype(at::kFloat);
+            const at::Tensor q = at::normal(0.0, 1.0, {c.n_head, n_q, hd}, gen, f32).to(c.dtype);
+            const at::Tensor tk = at::normal(0.0, 1.0, {c.n_kv_head, n_tail, hd}, gen, f32).to(c.dtype);
+            const at::Tensor tv = at::normal(0.0, 1.0, {c.n_kv_head, n_tail, hd}, gen, f32).to(c.dtype);
+            const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+            const at::Tensor got = s.store->attend(q, tk, tv, scale);
+            QCOMPARE(got.scalar_type(), c.dtype);
+            QCOMPARE(got.sizes().vec(), (std::vector<int64_t>{c.n_head, n_q, hd}));
+            const at::Tensor want =
+                dense_attention(q, at::cat({r.keys, tk}, 1), at::cat({r.values, tv}, 1), scale);
+            const double d = rel_max_diff(got, want);
+            qInfo("n_q %lld: attention differs by %.3g", static_cast<long long>(n_q), d);
+            QVERIFY2(d <= (c.dtype == at::kFloat ? 1e-5 : 2e-2), qPrintable(QString("differs by %1").arg(d)));
+        }
+    }
+
+    // Resident bytes, measured from the tensors, are the accounted stored bytes plus what the accounting
+    // leaves out: each coded token's rank (int16) and the exact rows' positions (int64).
+    void resident_bytes_are_the_accounted_footprint() {
+        for (double kappa : {0.2, 0.4}) {
+            const Case c{8, 2, at::kBFloat16, RankAllocation::Salience};
+            const Stored s = make_store(c, kappa, 13, 2000);
+            const LayerDiagnostics& d = s.allocation.diagnostics;
+            QCOMPARE(d.basis_bytes, int64_t(0));  // a shared basis, not charged
+            const int64_t extra = 2 * s.store->n_coded() + 8 * s.store->n_exact();
+            qInfo("kappa %.2f: resident %lld, accounted %lld (+ %lld ranks and positions), full %lld", kappa,
+                  static_cast<long long>(s.store->resident_bytes()), static_cast<long long>(d.stored_bytes),
+                  static_cast<long long>(extra), static_cast<long long>(d.full_bytes));
+            QCOMPARE(s.store->resident_bytes(), d.stored_bytes + extra);
+            QCOMPARE(s.store->sum_ranks(), d.sum_ranks);
+            QCOMPARE(s.store->n_exact(), d.n_exact);
+            QCOMPARE(s.store->basis_bytes(), int64_t(64 * 64 * 4));
+        }
+    }
+
+    // Every malformed store is refused with a message naming what is wrong.
+    void malformed_parts_are_refused() {
+        const Stored s = make_store({4, 2, at::kFloat, RankAllocation::Salience}, 0.3, 14);
+        CompressedLayer::Parts p = s.store->parts();
+        p.coefficients = p.coefficients.narrow(0, 0, p.coefficients.size(0) - 1);
+        EXPECT_ERROR(CompressedLayer{p}, "coefficients for ranks summing to");
+        p = s.store->parts();
+        p.exact_values = p.exact_values.narrow(1, 0, 3);
+        EXPECT_ERROR(CompressedLayer{p}, "exact values has shape");
+        p = s.store->parts();
+        p.ranks = p.ranks.clone();
+        p.ranks[0] = 1000;
+        EXPECT_ERROR(CompressedLayer{p}, "coded token 0 has rank 1000");
+        EXPECT_ERROR(
+            s.store->attend(at::zeros({3, 1, 16}), at::zeros({2, 1, 16}), at::zeros({2, 1, 16}), 1.0),
+            "queries must be");
+    }
+};
+
+QTEST_GUILESS_MAIN(TestCodecCompressedLayer)
+#include "test_codec_compressed_layer.moc"
