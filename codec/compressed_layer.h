@@ -21,7 +21,7 @@
 
 namespace varrate {
 
-class CompressedLayer {
+class CompressedLayer : public LayerPrefix {
   public:
     struct Parts {
         int64_t layer = 0, n_tokens = 0, n_kv_head = 0, head_dim = 0;
@@ -40,6 +40,7 @@ class CompressedLayer {
     // The positions of the exact rows in store order for a context of L tokens: [n_exact] int64 CPU.
     static at::Tensor exact_order(int64_t n_tokens, int64_t stride, int64_t window);
 
+    int64_t length() const override { return p_.n_tokens; }
     int64_t n_tokens() const { return p_.n_tokens; }
     int64_t n_exact() const { return p_.exact_keys.size(1); }
     int64_t n_coded() const { return p_.ranks.size(0); }
@@ -52,7 +53,7 @@ class CompressedLayer {
     at::Tensor coded_positions(int64_t begin, int64_t count) const;
 
     // Bytes of every tensor the store holds (basis and RoPE frequencies apart: shared by all contexts).
-    int64_t resident_bytes() const;
+    int64_t resident_bytes() const override;
     int64_t basis_bytes() const;
     // The most scratch attend() allocates at once for n_q queries of n_head heads and n_tail tail entries.
     int64_t scratch_bytes(int64_t n_head, int64_t n_q, int64_t n_tail) const;
@@ -61,9 +62,9 @@ class CompressedLayer {
     // ([n_kv_head, n_tail, head_dim] post-RoPE entries appended after it, n_tail >= n_q: the queries' own
     // entries are its last n_q, causal among themselves). Returns [n_head, n_q, head_dim] in q's dtype.
     at::Tensor attend(const at::Tensor& q, const at::Tensor& tail_keys, const at::Tensor& tail_values,
-                      double scale) const;
+                      double scale) const override;
     // The dense layer this store stands for: keys post-RoPE, values, [n_kv_head, L, head_dim] at cache dtype.
-    LayerKV reconstruct() const;
+    LayerKV reconstruct() const override;
 
     static constexpr int64_t kBlock = 256;  // coded tokens per key-reconstruction block
 

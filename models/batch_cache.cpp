@@ -13,18 +13,24 @@ BatchKVCache::BatchKVCache(const std::vector<const KVCache*>& caches, int64_t ca
     : capacity_(capacity) {
     if (caches.empty()) throw Error("BatchKVCache: no caches");
     if (capacity < 0) throw Error("BatchKVCache: the capacity must not be negative");
-    const KVCache& first = *caches.front();
+    // A compressed prefix is rebuilt dense here (reconstruct once): the batch reads every row as tensors.
+    std::vector<KVCache> densified;
+    densified.reserve(caches.size());
+    std::vector<const KVCache*> rows = caches;
+    for (const KVCache*& c : rows)
+        if (c->has_prefix()) c = &densified.emplace_back(c->densified());
+    const KVCache& first = *rows.front();
     const int64_t B = static_cast<int64_t>(caches.size()), n_layer = first.n_layer();
     for (int64_t b = 0; b < B; ++b)
-        if (caches[b]->n_layer() != n_layer)
+        if (rows[b]->n_layer() != n_layer)
             throw Error("BatchKVCache: cache " + std::to_string(b) + " has " +
-                        std::to_string(caches[b]->n_layer()) + " layers, cache 0 has " +
+                        std::to_string(rows[b]->n_layer()) + " layers, cache 0 has " +
                         std::to_string(n_layer));
-    for (const KVCache* c : caches) positions_.push_back(c->next_position());
+    for (const KVCache* c : rows) positions_.push_back(c->next_position());
     layers_.resize(static_cast<size_t>(n_layer));
     for (int64_t l = 0; l < n_layer; ++l) {
         Layer& layer = layers_[l];
-        for (const KVCache* c : caches) layer.lengths.push_back(c->length(l));
+        for (const KVCache* c : rows) layer.lengths.push_back(c->length(l));
         layer.appended.assign(static_cast<size_t>(B), 0);
         const int64_t longest = *std::max_element(layer.lengths.begin(), layer.lengths.end());
         const at::Tensor k0 = first.keys(l);  // [n_kv_head, n, head_dim]
@@ -34,7 +40,7 @@ BatchKVCache::BatchKVCache(const std::vector<const KVCache*>& caches, int64_t ca
         for (int64_t b = 0; b < B; ++b) {
             const int64_t n = layer.lengths[b];
             if (n == 0) continue;
-            const at::Tensor k = caches[b]->keys(l), v = caches[b]->values(l);
+            const at::Tensor k = rows[b]->keys(l), v = rows[b]->values(l);
             if (k.size(0) != k0.size(0) || k.size(2) != k0.size(2) || k.scalar_type() != k0.scalar_type() ||
                 k.device() != k0.device())
                 throw Error("BatchKVCache: cache " + std::to_string(b) + " layer " + std::to_string(l) +

@@ -20,6 +20,12 @@ std::string shape_string(const at::Tensor& t) {
     return s + "]";
 }
 
+std::string prefixed_error(int64_t layer) {
+    return "KVCache: layer " + std::to_string(layer) +
+           " begins with a compressed prefix, whose entries are not key/value tensors (attend through it, or "
+           "densify the cache)";
+}
+
 }  // namespace
 
 KVCache::KVCache(int64_t n_layer, int64_t n_kv_head, int64_t head_dim, at::TensorOptions options)
@@ -66,12 +72,22 @@ void KVCache::append(int64_t layer, const at::Tensor& keys, const at::Tensor& va
 }
 
 at::Tensor KVCache::keys(int64_t layer) const {
+    if (prefix(layer)) throw Error(prefixed_error(layer));
+    return tail_keys(layer);
+}
+
+at::Tensor KVCache::values(int64_t layer) const {
+    if (prefix(layer)) throw Error(prefixed_error(layer));
+    return tail_values(layer);
+}
+
+at::Tensor KVCache::tail_keys(int64_t layer) const {
     const Layer& l = layers_.at(static_cast<size_t>(layer));
     if (!l.k.defined()) return at::empty({n_kv_heads_, 0, head_dim_}, options_);
     return l.k.narrow(1, 0, l.length);
 }
 
-at::Tensor KVCache::values(int64_t layer) const {
+at::Tensor KVCache::tail_values(int64_t layer) const {
     const Layer& l = layers_.at(static_cast<size_t>(layer));
     if (!l.v.defined()) return at::empty({n_kv_heads_, 0, head_dim_}, options_);
     return l.v.narrow(1, 0, l.length);
@@ -99,6 +115,33 @@ void KVCache::replace(int64_t layer, const LayerKV& kv) {
     layers_[layer] = std::move(fresh);
 }
 
+void KVCache::set_prefix(int64_t layer, std::shared_ptr<const LayerPrefix> prefix) {
+    if (layer < 0 || layer >= n_layer())
+        throw Error("KVCache::set_prefix: layer " + std::to_string(layer) + " out of range [0, " +
+                    std::to_string(n_layer()) + ")");
+    if (!prefix) throw Error("KVCache::set_prefix: layer " + std::to_string(layer) + " gets no prefix");
+    Layer fresh;
+    fresh.prefix = std::move(prefix);
+    layers_[layer] = std::move(fresh);
+}
+
+bool KVCache::has_prefix() const {
+    return std::any_of(layers_.begin(), layers_.end(), [](const Layer& l) { return l.prefix != nullptr; });
+}
+
+KVCache KVCache::densified() const {
+    KVCache out(n_layer(), n_kv_heads_, head_dim_, options_);
+    for (int64_t l = 0; l < n_layer(); ++l) {
+        if (const LayerPrefix* p = prefix(l)) {
+            const LayerKV kv = p->reconstruct();
+            out.replace(l, kv);
+        }
+        out.append(l, tail_keys(l), tail_values(l));
+    }
+    out.next_position_ = next_position_;
+    return out;
+}
+
 KVCache::Snapshot KVCache::snapshot() const {
     Snapshot s;
     s.lengths.reserve(layers_.size());
@@ -122,7 +165,10 @@ void KVCache::restore(const Snapshot& s) {
 }
 
 void KVCache::clear() {
-    for (Layer& l : layers_) l.length = 0;
+    for (Layer& l : layers_) {
+        l.prefix.reset();
+        l.length = 0;
+    }
     next_position_ = 0;
 }
 
@@ -130,7 +176,10 @@ int64_t KVCache::used_bytes() const {
     const int64_t element =
         static_cast<int64_t>(c10::elementSize(c10::typeMetaToScalarType(options_.dtype())));
     int64_t total = 0;
-    for (const Layer& l : layers_) total += 2 * n_kv_heads_ * l.length * head_dim_ * element;
+    for (const Layer& l : layers_) {
+        total += 2 * n_kv_heads_ * l.length * head_dim_ * element;
+        if (l.prefix) total += l.prefix->resident_bytes();
+    }
     return total;
 }
 

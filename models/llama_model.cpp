@@ -1,9 +1,11 @@
 #include "models/llama_model.h"
 
 #include <ATen/ATen.h>
+#include <cmath>
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <set>
 #include <string>
 
@@ -260,8 +262,18 @@ bool decoder_layer(at::Tensor& x, const LayerWeights& lw, const ModelConfig& c, 
     if (observed) observed->keys_pre_rope[l].narrow(1, context_offset, m).copy_(k);
 
     // Grouped-query attention against the whole cache: the query heads of one kv head are stacked as rows.
-    const at::Tensor attn = gqa_causal_attention(q_rot.view({n_kv, (n_head / n_kv) * m, hd}), cache.keys(l),
-                                                 cache.values(l), m, c.layer_window(l));
+    // A layer that begins with a compressed prefix is attended through it (its tail holds the new entries).
+    at::Tensor attn;  // [n_kv_head, group * m, hd] (or [n_head, m, hd]: the same rows)
+    if (const LayerPrefix* prefix = cache.prefix(l)) {
+        if (c.layer_window(l) > 0)
+            throw Error("forward: layer " + std::to_string(l) +
+                        " has a sliding window, which a compressed prefix does not support");
+        attn = prefix->attend(q_rot, cache.tail_keys(l), cache.tail_values(l),
+                              1.0 / std::sqrt(static_cast<double>(hd)));
+    } else {
+        attn = gqa_causal_attention(q_rot.view({n_kv, (n_head / n_kv) * m, hd}), cache.keys(l),
+                                    cache.values(l), m, c.layer_window(l));
+    }
     const at::Tensor attn_rows = attn.reshape({n_head, m, hd}).transpose(0, 1).reshape({m, n_head * hd});
 
     bool replaced = false;
@@ -317,6 +329,10 @@ at::Tensor LlamaModel::forward(const std::vector<int64_t>& ids, KVCache& cache,
         observed.window = std::max<int64_t>(1, opt.observer_window);
         observed.keys_pre_rope.resize(static_cast<size_t>(c.n_layer));
         std::tie(observed.cos, observed.sin) = rope_tables(0, L);
+        if (cache.has_prefix())
+            throw Error(
+                "forward: an observed prefill needs an uncompressed cache (this one holds compressed "
+                "layers)");
         for (int64_t l = 0; l < c.n_layer; ++l) {
             if (cache.length(l) != start)
                 throw Error("forward: an observed prefill needs an uncompressed cache (layer " +

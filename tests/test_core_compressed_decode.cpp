@@ -1,0 +1,160 @@
+// Decoding from compressed VarRate layers (KVCache prefixes, codec/compressed_layer.h) answers as decoding
+// from the same layers rebuilt dense once, and as the codec's materialised cache, on real weights: the
+// stories260k fixture and the demo model. The compressed cache holds a fraction of the dense one's bytes.
+#include "tests/test_support.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "codec/synthetic.h"
+#include "codec/varrate_method.h"
+#include "core/data_paths.h"
+#include "core/niah_document.h"
+#include "models/generate.h"
+#include "models/llama_model.h"
+#include "models/rope.h"
+#include "models/tokenizer.h"
+
+using namespace varrate;
+
+namespace {
+
+std::string read_text(const std::filesystem::path& p) {
+    std::ifstream in(p);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+struct Caches {
+    KVCache compressed, materialised;
+    at::Tensor last_logits;
+    int64_t accounted_bytes = 0;
+};
+
+// Prefills `context` with full attention, compressing every layer at the end (as the comparisons do): the
+// observer keeps the layer's compressed store and its materialised dense cache; both caches continue from the
+// prefill's last logits.
+Caches compress(const LlamaModel& model, const std::vector<int64_t>& context,
+                std::shared_ptr<const Basis> basis, double kappa) {
+    CodecSettings s;
+    s.budget = kappa;
+    s.r_min = 4;  // these models' D is 64 and 128
+    s.rank = 1024;
+    s.precise_timing = false;
+    s.stride = basis->info().stride;  // the layout the basis was calibrated with
+    s.anchors = basis->info().anchors;
+    if (basis->info().window > 0) s.window = basis->info().window;
+    VarRateMethod method(s, basis, RankAllocation::Salience);
+    const at::Tensor inv_freq = rope_inv_freq(model.config()).to(model.options().device);
+    Caches out{model.new_cache(), model.new_cache(), {}, 0};
+    ForwardOptions opt;
+    opt.observer = [&](const LayerCapture& cap) -> std::optional<LayerKV> {
+        const auto analysis = method.analyse(cap);
+        const LayerAllocation alloc = method.allocate(*analysis, s);
+        out.compressed.set_prefix(cap.layer,
+                                  method.store(cap, *analysis, alloc, inv_freq, model.options().dtype));
+        out.materialised.replace(cap.layer, method.materialise(cap, *analysis, alloc));
+        out.accounted_bytes += alloc.diagnostics.stored_bytes;
+        return std::nullopt;
+    };
+    KVCache prefill = model.new_cache();
+    out.last_logits = model.forward(context, prefill, opt);
+    out.compressed.set_next_position(prefill.next_position());
+    out.materialised.set_next_position(prefill.next_position());
+    return out;
+}
+
+// Greedy continuation of the context, then the answer to `question` after it (the cache keeps the
+// continuation), from a copy of `cache`.
+std::vector<int64_t> answer(const LlamaModel& model, const KVCache& cache, const at::Tensor& last_logits,
+                            const std::vector<int64_t>& question) {
+    KVCache c = cache;
+    GenerateOptions opt;
+    opt.max_new_tokens = 16;
+    std::vector<int64_t> ids = decode_greedy(model, c, last_logits, opt).generated;
+    opt.max_new_tokens = 24;
+    for (int64_t id : generate_greedy(model, c, question, opt).generated) ids.push_back(id);
+    return ids;
+}
+
+// context_text and question_text: the document and question, or (both empty) the demo regime's needle
+// document.
+void expect_same_answers(const std::filesystem::path& model_dir, std::shared_ptr<const Basis> basis,
+                         std::string context_text, std::string question_text, size_t max_context) {
+    const auto model = LlamaModel::load(model_dir, RuntimeOptions{});
+    const Tokenizer tok = Tokenizer::load(model_dir);
+    std::string expected;
+    if (context_text.empty()) {
+        const DemoRegime demo;
+        NiahDocOptions o;
+        o.seed = demo.seed;
+        o.distractors = demo.distractors;
+        const NiahDocument doc = NiahGenerator(tok, o).generate(demo.length, demo.depth_percent, 0);
+        context_text = doc.context;
+        question_text = "\n" + doc.question + "\n" + doc.answer_prefix;
+        expected = doc.expected;
+    }
+    std::vector<int64_t> context = tok.encode(context_text);
+    context.resize(std::min(context.size(), max_context));
+    const std::vector<int64_t> question = tok.encode(question_text, false);
+    const int64_t L = static_cast<int64_t>(context.size());
+    QVERIFY2(L > 200, "context too short for the codec's anchors and window");
+    if (!basis) {
+        const auto& c = model->config();
+        basis = random_basis(c.n_layer, 2 * c.n_kv_head * c.head_dim, 2 * c.n_kv_head * c.head_dim, 16, 4, 5);
+    }
+    const Caches caches = compress(*model, context, basis, 0.3);
+    const KVCache dense = caches.compressed.densified();
+    const auto from_store = answer(*model, caches.compressed, caches.last_logits, question);
+    const auto from_dense = answer(*model, dense, caches.last_logits, question);
+    const auto from_materialised = answer(*model, caches.materialised, caches.last_logits, question);
+    const int64_t full_bytes = dense.used_bytes();
+    qInfo("%lld context tokens: compressed cache %lld bytes (accounted %lld), dense %lld; answer %s",
+          static_cast<long long>(L), static_cast<long long>(caches.compressed.used_bytes()),
+          static_cast<long long>(caches.accounted_bytes), static_cast<long long>(full_bytes),
+          qPrintable(QString::fromStdString(tok.decode(from_store))));
+    if (!expected.empty()) qInfo("expected answer: %s", expected.c_str());
+    QCOMPARE(from_store, from_dense);
+    QCOMPARE(from_store, from_materialised);
+    QCOMPARE(static_cast<int64_t>(from_store.size()), int64_t(16 + 24));
+    // The compressed cache holds about the budget: the accounted bytes plus ranks and exact positions.
+    QVERIFY(caches.compressed.used_bytes() > caches.accounted_bytes);
+    QVERIFY(caches.compressed.used_bytes() < caches.accounted_bytes * 12 / 10);
+    QVERIFY(caches.compressed.used_bytes() < full_bytes * 4 / 10);
+    // A compressed cache cannot seed an observed prefill, and its layers are not tensors.
+    KVCache c = caches.compressed;
+    ForwardOptions observe;
+    observe.observer = [](const LayerCapture&) { return std::optional<LayerKV>(); };
+    EXPECT_ERROR(model->forward(question, c, observe), "needs an uncompressed cache");
+    EXPECT_ERROR(caches.compressed.keys(0), "compressed prefix");
+}
+
+}  // namespace
+
+class TestCoreCompressedDecode : public QObject {
+    Q_OBJECT
+  private Q_SLOTS:
+    void initTestCase() { at::set_num_threads(2); }
+
+    void stories260k_answers_from_the_compressed_store() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        const std::string text =
+            read_text(varrate::test::source_dir() / "resources/eval/stories260k/eval.txt");
+        expect_same_answers(dir, nullptr, text, " Then the little girl", 400);  // 512 positions
+    }
+
+    void demo_model_answers_from_the_compressed_store() {
+        const std::string dir = find_demo_model();
+        if (dir.empty()) QSKIP("the demo model is not built into this checkout");
+        const std::filesystem::path root = dir;
+        auto basis = std::make_shared<const Basis>(Basis::load(root / "varrate-basis.safetensors"));
+        expect_same_answers(root, basis, "", "", 4096);
+    }
+};
+
+QTEST_GUILESS_MAIN(TestCoreCompressedDecode)
+#include "test_core_compressed_decode.moc"
