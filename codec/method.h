@@ -127,6 +127,16 @@ class CompressionMethod {
     virtual LayerAllocation allocate(const LayerAnalysis& analysis, const CodecSettings& budget) = 0;
     virtual LayerKV materialise(const LayerCapture& capture, const LayerAnalysis& analysis,
                                 const LayerAllocation& allocation) = 0;
+    // The layer held compressed at the size its budget accounts for (a KV-cache prefix that decoding attends
+    // through), or null when the method keeps a dense layer (materialise(): eviction shrinks it already).
+    virtual std::shared_ptr<const LayerPrefix> store(const LayerCapture& capture,
+                                                     const LayerAnalysis& analysis,
+                                                     const LayerAllocation& allocation) {
+        (void)capture;
+        (void)analysis;
+        (void)allocation;
+        return nullptr;
+    }
     // This method's analysis of `capture` built from another method's analysis of it when most of the work is
     // the same (VarRate and flat share anchors, residuals and coefficients); null when it cannot be.
     virtual std::shared_ptr<const LayerAnalysis> derive(const LayerCapture& capture,

@@ -31,7 +31,9 @@ LayerCapture synthetic_capture(const SyntheticShape& s, uint64_t seed, int64_t l
     c.window_queries = q.to(dtype);
     c.rope_cos = cos;
     c.rope_sin = sin;
-    for (at::Tensor* t : {&c.keys_pre_rope, &c.keys, &c.values, &c.window_queries, &c.rope_cos, &c.rope_sin})
+    c.rope_inv_freq = inv_freq;
+    for (at::Tensor* t : {&c.keys_pre_rope, &c.keys, &c.values, &c.window_queries, &c.rope_cos, &c.rope_sin,
+                          &c.rope_inv_freq})
         *t = t->to(device);
     return c;
 }

@@ -406,12 +406,13 @@ std::vector<RankGroup> VarRateMethod::coefficient_groups(const LayerAnalysis& an
     return groups;
 }
 
-std::shared_ptr<const CompressedLayer> VarRateMethod::store(const LayerCapture& capture,
-                                                            const LayerAnalysis& analysis,
-                                                            const LayerAllocation& allocation,
-                                                            const at::Tensor& inv_freq,
-                                                            at::ScalarType rope_dtype) {
+std::shared_ptr<const LayerPrefix> VarRateMethod::store(const LayerCapture& capture,
+                                                        const LayerAnalysis& analysis,
+                                                        const LayerAllocation& allocation) {
     const auto& a = dynamic_cast<const VarRateAnalysis&>(analysis);
+    if (!capture.rope_inv_freq.defined())
+        throw Error(
+            fmt::format("{}: layer {} capture has no RoPE frequencies to store it with", name(), a.layer));
     const std::vector<RankGroup> groups = coefficient_groups(analysis, allocation);
     const at::Tensor& order = allocation.rank_order;   // [n_coded]
     const at::Tensor ranks = allocation.coded_ranks;   // [n_coded] int64, position order
@@ -443,8 +444,8 @@ std::shared_ptr<const CompressedLayer> VarRateMethod::store(const LayerCapture& 
     p.ranks = ranks.to(at::kShort);
     p.coefficients = flat;
     p.basis = basis_on(a.layer, a.rank, a.coded.device(), a.dtype);
-    p.inv_freq = inv_freq;
-    p.rope_dtype = rope_dtype;
+    p.inv_freq = capture.rope_inv_freq;
+    p.rope_dtype = capture.rope_cos.scalar_type();
     return std::make_shared<const CompressedLayer>(std::move(p));
 }
 

@@ -41,11 +41,10 @@ class VarRateMethod : public CompressionMethod {
                                                                const at::Tensor& salience,
                                                                double salience_ms = 0);
 
-    // The layer held compressed at its accounted size (codec/compressed_layer.h) rather than reconstructed;
-    // inv_freq: the model's RoPE frequencies, rope_dtype: its cos/sin tables' dtype.
-    std::shared_ptr<const CompressedLayer> store(const LayerCapture& capture, const LayerAnalysis& analysis,
-                                                 const LayerAllocation& allocation,
-                                                 const at::Tensor& inv_freq, at::ScalarType rope_dtype);
+    // The layer held compressed at its accounted size (codec/compressed_layer.h) rather than reconstructed,
+    // rotated as the capture's RoPE (its frequencies and its tables' dtype).
+    std::shared_ptr<const LayerPrefix> store(const LayerCapture& capture, const LayerAnalysis& analysis,
+                                             const LayerAllocation& allocation) override;
 
     // A self-calibrated basis is part of what a decoder of this context needs: charged to the budget at
     // cache precision (and used at that precision) unless paper_accounting.

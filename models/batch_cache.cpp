@@ -9,16 +9,17 @@
 
 namespace varrate {
 
-BatchKVCache::BatchKVCache(const std::vector<const KVCache*>& caches, int64_t capacity)
+BatchKVCache::BatchKVCache(const std::vector<const KVCache*>& caches, int64_t capacity, PrefixMode mode)
     : capacity_(capacity) {
     if (caches.empty()) throw Error("BatchKVCache: no caches");
     if (capacity < 0) throw Error("BatchKVCache: the capacity must not be negative");
-    // A compressed prefix is rebuilt dense here (reconstruct once): the batch reads every row as tensors.
+    // Reconstruct once: a compressed prefix is rebuilt dense here, and the batch reads every row as tensors.
     std::vector<KVCache> densified;
     densified.reserve(caches.size());
     std::vector<const KVCache*> rows = caches;
-    for (const KVCache*& c : rows)
-        if (c->has_prefix()) c = &densified.emplace_back(c->densified());
+    if (mode == PrefixMode::Reconstruct)
+        for (const KVCache*& c : rows)
+            if (c->has_prefix()) c = &densified.emplace_back(c->densified());
     const KVCache& first = *rows.front();
     const int64_t B = static_cast<int64_t>(caches.size()), n_layer = first.n_layer();
     for (int64_t b = 0; b < B; ++b)
@@ -30,17 +31,21 @@ BatchKVCache::BatchKVCache(const std::vector<const KVCache*>& caches, int64_t ca
     layers_.resize(static_cast<size_t>(n_layer));
     for (int64_t l = 0; l < n_layer; ++l) {
         Layer& layer = layers_[l];
-        for (const KVCache* c : rows) layer.lengths.push_back(c->length(l));
+        // A kept prefix stays with its row; the buffer holds the dense entries after it.
+        for (const KVCache* c : rows) {
+            layer.prefixes.push_back(c->prefix_shared(l));
+            layer.lengths.push_back(c->length(l) - c->prefix_length(l));
+        }
         layer.appended.assign(static_cast<size_t>(B), 0);
         const int64_t longest = *std::max_element(layer.lengths.begin(), layer.lengths.end());
-        const at::Tensor k0 = first.keys(l);  // [n_kv_head, n, head_dim]
+        const at::Tensor k0 = first.tail_keys(l);  // [n_kv_head, n, head_dim]
         // Zeros: columns past a row's own are masked, but 0 x NaN from stale memory would still poison it.
         layer.k = at::zeros({B, k0.size(0), longest + capacity, k0.size(2)}, k0.options());
         layer.v = at::zeros_like(layer.k);
         for (int64_t b = 0; b < B; ++b) {
             const int64_t n = layer.lengths[b];
             if (n == 0) continue;
-            const at::Tensor k = rows[b]->keys(l), v = rows[b]->values(l);
+            const at::Tensor k = rows[b]->tail_keys(l), v = rows[b]->tail_values(l);
             if (k.size(0) != k0.size(0) || k.size(2) != k0.size(2) || k.scalar_type() != k0.scalar_type() ||
                 k.device() != k0.device())
                 throw Error("BatchKVCache: cache " + std::to_string(b) + " layer " + std::to_string(l) +
@@ -103,6 +108,7 @@ BatchKVCache BatchKVCache::select(const std::vector<int64_t>& rows) const {
         o.k = l.k.index_select(0, on_device);
         o.v = l.v.index_select(0, on_device);
         for (int64_t b : rows) {
+            o.prefixes.push_back(l.prefixes[b]);
             o.lengths.push_back(l.lengths[b]);
             o.appended.push_back(l.appended[b]);
         }

@@ -6,6 +6,7 @@
 //   [B, n_kv_head, max_b(own_b) + capacity, head_dim]; row b uses columns [0, own_b + appended).
 // Attention (gqa_rows_attention) masks each row's columns beyond its own.
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -16,9 +17,13 @@ namespace varrate {
 
 class BatchKVCache {
   public:
+    // What a cache's compressed prefixes (KVCache::prefix) become in the batch: kept, and attended through
+    // (the compressed store: what decoding reads by default), or rebuilt dense once.
+    enum class PrefixMode { Keep, Reconstruct };
     // Copies `caches` (non-empty; the same layer count, head shape, dtype and device; layers may hold
     // different lengths) with room for `capacity` appended entries per row.
-    BatchKVCache(const std::vector<const KVCache*>& caches, int64_t capacity);
+    BatchKVCache(const std::vector<const KVCache*>& caches, int64_t capacity,
+                 PrefixMode mode = PrefixMode::Keep);
 
     int64_t batch_size() const { return static_cast<int64_t>(positions_.size()); }
     int64_t n_layer() const { return static_cast<int64_t>(layers_.size()); }
@@ -38,15 +43,18 @@ class BatchKVCache {
     // The layer's buffer up to the longest row's last entry: [B, n_kv_head, max_b(seen_b), head_dim].
     at::Tensor keys(int64_t layer) const;
     at::Tensor values(int64_t layer) const;
-    // Per row, the columns in use: own entries + appended ones.
+    // Per row, the columns in use: own entries + appended ones (after the row's prefix, if any).
     std::vector<int64_t> seen(int64_t layer) const;
+    // Row b's compressed prefix of a layer (its entries come before the buffer's columns), or null.
+    const LayerPrefix* prefix(int64_t layer, int64_t b) const { return layers_[layer].prefixes[b].get(); }
 
   private:
     BatchKVCache() = default;
     struct Layer {
-        at::Tensor k, v;                // [B, n_kv_head, longest own + capacity, head_dim]
-        std::vector<int64_t> lengths;   // own entries per row
-        std::vector<int64_t> appended;  // appended entries per row
+        at::Tensor k, v;  // [B, n_kv_head, longest own + capacity, head_dim]
+        std::vector<std::shared_ptr<const LayerPrefix>> prefixes;  // per row (null: none)
+        std::vector<int64_t> lengths;                              // own entries per row (after its prefix)
+        std::vector<int64_t> appended;                             // appended entries per row
     };
     std::vector<Layer> layers_;
     std::vector<int64_t> positions_;  // per row: the position the first appended entry takes

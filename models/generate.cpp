@@ -152,7 +152,9 @@ std::vector<GenerateResult> generate_greedy_batch(
     const int64_t n_draft = std::min<int64_t>(static_cast<int64_t>(draft.size()), max_new);
     std::vector<int64_t> feed = prompt;
     if (n_draft > 1) feed.insert(feed.end(), draft.begin(), draft.begin() + (n_draft - 1));
-    BatchKVCache batch(caches, static_cast<int64_t>(feed.size()) + max_new);
+    BatchKVCache batch(
+        caches, static_cast<int64_t>(feed.size()) + max_new,
+        opt.reconstruct_prefixes ? BatchKVCache::PrefixMode::Reconstruct : BatchKVCache::PrefixMode::Keep);
     at::Tensor predicted;  // [B, max(n_draft, 1), vocab]
     if (feed.empty()) {
         predicted = last_logits.unsqueeze(1);

@@ -16,6 +16,9 @@ struct GenerateOptions {
     const std::atomic<bool>* cancel = nullptr;
     ProgressFn progress;
     ForwardOptions prefill;  // chunking/observer for the prompt pass
+    // generate_greedy_batch: rebuild the caches' compressed prefixes dense once (the paper's measurement, and
+    // the fastest) rather than attend through the compressed store (the default: resident bytes stay small).
+    bool reconstruct_prefixes = false;
 };
 
 struct GenerateResult {

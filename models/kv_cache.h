@@ -67,6 +67,7 @@ class KVCache {
     // Replaces a layer's entries by a prefix (a compressed store); no dense entries after it yet.
     void set_prefix(int64_t layer, std::shared_ptr<const LayerPrefix> prefix);
     const LayerPrefix* prefix(int64_t layer) const { return layers_[layer].prefix.get(); }
+    std::shared_ptr<const LayerPrefix> prefix_shared(int64_t layer) const { return layers_[layer].prefix; }
     int64_t prefix_length(int64_t layer) const {
         return layers_[layer].prefix ? layers_[layer].prefix->length() : 0;
     }

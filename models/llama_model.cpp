@@ -208,6 +208,7 @@ namespace {
 struct ObservedPrefill {
     std::vector<at::Tensor> keys_pre_rope;  // per layer [n_kv_head, L, head_dim], freed after its capture
     at::Tensor cos, sin;                    // [L, head_dim], positions 0..L-1
+    at::Tensor inv_freq;                    // [head_dim / 2] fp32
     int64_t window = 0;                     // w_obs
 };
 
@@ -287,6 +288,7 @@ bool decoder_layer(at::Tensor& x, const LayerWeights& lw, const ModelConfig& c, 
         cap.window_queries = q_rot.narrow(1, m - w, w).contiguous();  // [n_head, w, head_dim]
         cap.rope_cos = observed->cos;
         cap.rope_sin = observed->sin;
+        cap.rope_inv_freq = observed->inv_freq;
         std::optional<LayerKV> replacement = observer(cap);
         observed->keys_pre_rope[l] = at::Tensor();  // this layer's capture is done
         if (replacement) {
@@ -329,6 +331,7 @@ at::Tensor LlamaModel::forward(const std::vector<int64_t>& ids, KVCache& cache,
         observed.window = std::max<int64_t>(1, opt.observer_window);
         observed.keys_pre_rope.resize(static_cast<size_t>(c.n_layer));
         std::tie(observed.cos, observed.sin) = rope_tables(0, L);
+        observed.inv_freq = inv_freq_;
         if (cache.has_prefix())
             throw Error(
                 "forward: an observed prefill needs an uncompressed cache (this one holds compressed "
@@ -449,9 +452,24 @@ at::Tensor LlamaModel::forward_batch(const std::vector<std::vector<int64_t>>& id
         const auto qkv = attention_inputs(x, lw, c, B);                      // each [B, heads, m, hd]
         const at::Tensor q_rot = apply_rope(qkv[0].contiguous(), cos, sin);  // [B, n_head, m, hd]
         cache.append(l, apply_rope(qkv[1], cos, sin), qkv[2]);
+        const std::vector<int64_t> seen = cache.seen(l);
         const at::Tensor attn =
-            gqa_rows_attention(q_rot.view({B, n_kv, group * m, hd}), cache.keys(l), cache.values(l),
-                               cache.seen(l), m, c.layer_window(l));  // [B, n_kv, group m, hd]
+            gqa_rows_attention(q_rot.view({B, n_kv, group * m, hd}), cache.keys(l), cache.values(l), seen, m,
+                               c.layer_window(l));  // [B, n_kv, group m, hd]
+        // Rows that begin with a compressed prefix attend through it (above they saw their dense entries
+        // only).
+        for (int64_t b = 0; b < B; ++b) {
+            const LayerPrefix* prefix = cache.prefix(l, b);
+            if (!prefix) continue;
+            if (c.layer_window(l) > 0)
+                throw Error("forward_batch: layer " + std::to_string(l) +
+                            " has a sliding window, which a compressed prefix does not support");
+            attn[b].copy_(prefix
+                              ->attend(q_rot[b], cache.keys(l)[b].narrow(1, 0, seen[b]),
+                                       cache.values(l)[b].narrow(1, 0, seen[b]),
+                                       1.0 / std::sqrt(static_cast<double>(hd)))
+                              .view({n_kv, group * m, hd}));
+        }
         finish_layer(x, attn.reshape({B, n_head, m, hd}).transpose(1, 2).reshape({B * m, n_head * hd}), lw,
                      c);
     }

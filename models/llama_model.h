@@ -35,6 +35,8 @@ struct LayerCapture {
     at::Tensor window_queries;  // [n_head, w_obs, head_dim], post-RoPE queries of the last w_obs tokens
     at::Tensor rope_cos;        // [L, head_dim], the tables that rotated positions 0..L-1
     at::Tensor rope_sin;        // [L, head_dim]
+    at::Tensor
+        rope_inv_freq;  // [head_dim / 2] fp32, the frequencies behind the tables (rope scaling applied)
 };
 
 // Returns a replacement for the layer's cache (shorter for eviction, same length for reconstruction), or

@@ -60,7 +60,8 @@ Stored make_store(const Case& c, double kappa, uint64_t seed, int64_t n_tokens =
     const auto analysis = m.analyse(out.capture);
     out.allocation = m.allocate(*analysis, s);
     out.materialised = m.materialise(out.capture, *analysis, out.allocation);
-    out.store = m.store(out.capture, *analysis, out.allocation, synthetic_inv_freq(shape), c.dtype);
+    out.store =
+        std::dynamic_pointer_cast<const CompressedLayer>(m.store(out.capture, *analysis, out.allocation));
     return out;
 }
 

@@ -49,14 +49,12 @@ Caches compress(const LlamaModel& model, const std::vector<int64_t>& context,
     s.anchors = basis->info().anchors;
     if (basis->info().window > 0) s.window = basis->info().window;
     VarRateMethod method(s, basis, RankAllocation::Salience);
-    const at::Tensor inv_freq = rope_inv_freq(model.config()).to(model.options().device);
     Caches out{model.new_cache(), model.new_cache(), {}, 0};
     ForwardOptions opt;
     opt.observer = [&](const LayerCapture& cap) -> std::optional<LayerKV> {
         const auto analysis = method.analyse(cap);
         const LayerAllocation alloc = method.allocate(*analysis, s);
-        out.compressed.set_prefix(cap.layer,
-                                  method.store(cap, *analysis, alloc, inv_freq, model.options().dtype));
+        out.compressed.set_prefix(cap.layer, method.store(cap, *analysis, alloc));
         out.materialised.replace(cap.layer, method.materialise(cap, *analysis, alloc));
         out.accounted_bytes += alloc.diagnostics.stored_bytes;
         return std::nullopt;
@@ -121,6 +119,20 @@ void expect_same_answers(const std::filesystem::path& model_dir, std::shared_ptr
     QCOMPARE(from_store, from_dense);
     QCOMPARE(from_store, from_materialised);
     QCOMPARE(static_cast<int64_t>(from_store.size()), int64_t(16 + 24));
+    // Lock-step batches (the comparisons' decoder): rows attend through their stores by default, or rebuild
+    // them dense once; both answer as one cache decoded alone.
+    GenerateOptions g;
+    g.max_new_tokens = 24;
+    KVCache alone = caches.compressed;
+    const std::vector<int64_t> single = generate_greedy(*model, alone, question, g).generated;
+    const std::vector<const KVCache*> rows{&caches.compressed, &caches.materialised, &caches.compressed};
+    const auto kept = generate_greedy_batch(*model, rows, question, at::Tensor(), {}, g);
+    g.reconstruct_prefixes = true;
+    const auto rebuilt = generate_greedy_batch(*model, rows, question, at::Tensor(), {}, g);
+    for (size_t b = 0; b < rows.size(); ++b) {
+        QCOMPARE(kept[b].generated, single);
+        QCOMPARE(rebuilt[b].generated, single);
+    }
     // The compressed cache holds about the budget: the accounted bytes plus ranks and exact positions.
     QVERIFY(caches.compressed.used_bytes() > caches.accounted_bytes);
     QVERIFY(caches.compressed.used_bytes() < caches.accounted_bytes * 12 / 10);
