@@ -125,15 +125,33 @@ PrefillCapture capture_prefill(const LlamaModel& model, const std::vector<int64_
     return out;
 }
 
-KVCache cache_from_layers(const LlamaModel& model, const std::vector<LayerKV>& layers,
-                          int64_t next_position) {
+KVCache cache_from_layers(const LlamaModel& model, const std::vector<LayerKV>& layers, int64_t next_position,
+                          const std::vector<std::shared_ptr<const LayerPrefix>>& stores) {
     KVCache cache = model.new_cache();
-    if (static_cast<int64_t>(layers.size()) != cache.n_layer())
-        throw Error(
-            fmt::format("cache_from_layers: {} layers for a model of {}", layers.size(), cache.n_layer()));
-    for (size_t l = 0; l < layers.size(); ++l) cache.replace(static_cast<int64_t>(l), layers[l]);
+    if (static_cast<int64_t>(layers.size()) != cache.n_layer() ||
+        (!stores.empty() && stores.size() != layers.size()))
+        throw Error(fmt::format("cache_from_layers: {} layers ({} stores) for a model of {}", layers.size(),
+                                stores.size(), cache.n_layer()));
+    for (size_t l = 0; l < layers.size(); ++l) {
+        if (!stores.empty() && stores[l])
+            cache.set_prefix(static_cast<int64_t>(l), stores[l]);
+        else
+            cache.replace(static_cast<int64_t>(l), layers[l]);
+    }
     cache.set_next_position(next_position);
     return cache;
+}
+
+int64_t resident_bytes(const std::vector<LayerKV>& layers,
+                       const std::vector<std::shared_ptr<const LayerPrefix>>& stores) {
+    int64_t total = 0;
+    for (size_t l = 0; l < layers.size(); ++l) {
+        if (l < stores.size() && stores[l])
+            total += stores[l]->resident_bytes();
+        else
+            total += tensor_bytes(layers[l].keys) + tensor_bytes(layers[l].values);
+    }
+    return total;
 }
 
 PrefillCapture with_references(const PrefillCapture& capture, int64_t obs_window, int64_t pool_kernel,
@@ -250,8 +268,9 @@ std::vector<LayerKV> MethodAnalysis::materialise(std::vector<LayerAllocation>& a
     return out;
 }
 
-std::vector<LayerKV> MethodAnalysis::materialise(const std::vector<LayerAllocation>& allocations,
-                                                 std::vector<LayerDiagnostics>& diagnostics) const {
+std::vector<LayerKV> MethodAnalysis::materialise(
+    const std::vector<LayerAllocation>& allocations, std::vector<LayerDiagnostics>& diagnostics,
+    std::vector<std::shared_ptr<const LayerPrefix>>* stores) const {
     if (allocations.size() != layers_.size() || diagnostics.size() != layers_.size())
         throw Error(fmt::format("{}: {} allocations and {} diagnostics for {} analysed layers",
                                 method_.name(), allocations.size(), diagnostics.size(), layers_.size()));
@@ -264,6 +283,7 @@ std::vector<LayerKV> MethodAnalysis::materialise(const std::vector<LayerAllocati
         LayerDiagnostics& d = diagnostics[l];
         d.timing.reconstruction = ms_since(t0);
         add_distortion(d, cap, out.back(), allocations[l].kept, capture_.references[l]);
+        if (stores) stores->push_back(method_.store(cap, *layers_[l], allocations[l]));
     }
     return out;
 }

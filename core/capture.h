@@ -70,7 +70,14 @@ PrefillCapture with_references(const PrefillCapture& capture, int64_t obs_window
 int64_t kept_window_queries(const PrefillCapture& capture);
 
 // A cache holding `layers` (one per model layer) that decodes from `next_position`.
-KVCache cache_from_layers(const LlamaModel& model, const std::vector<LayerKV>& layers, int64_t next_position);
+// With `stores` (one per layer, null for a dense one), a layer with a store begins with it (what decoding
+// reads by default) rather than with its dense entries.
+KVCache cache_from_layers(const LlamaModel& model, const std::vector<LayerKV>& layers, int64_t next_position,
+                          const std::vector<std::shared_ptr<const LayerPrefix>>& stores = {});
+// Bytes a compressed cache holds, measured from its tensors: each layer's store when it has one, else its
+// dense keys and values (shared data such as a basis apart).
+int64_t resident_bytes(const std::vector<LayerKV>& layers,
+                       const std::vector<std::shared_ptr<const LayerPrefix>>& stores);
 
 // The distortion measures of a layer's compressed cache, written into `d`: the salience-weighted K/V error
 // and the attention-output error of the observation-window queries, ||o - o^|| / ||o|| averaged over heads
@@ -97,8 +104,10 @@ class MethodAnalysis {
     std::vector<LayerKV> materialise(std::vector<LayerAllocation>& allocations) const;
     // The same with the diagnostics apart from their allocations (one per layer), which get the distortion
     // measures and reconstruction time.
+    // With `stores`, each layer's compressed store too (CompressionMethod::store; null for a dense layer).
     std::vector<LayerKV> materialise(const std::vector<LayerAllocation>& allocations,
-                                     std::vector<LayerDiagnostics>& diagnostics) const;
+                                     std::vector<LayerDiagnostics>& diagnostics,
+                                     std::vector<std::shared_ptr<const LayerPrefix>>* stores = nullptr) const;
     double analyse_ms() const { return analyse_ms_; }
 
   private:

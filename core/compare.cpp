@@ -309,6 +309,7 @@ bool record_explored(RunSlot& slot, const ExploredRun& r, const PrefillCapture& 
     if (first_capture) {
         slot.run.context_ids = capture.ids;
         slot.run.layers = r.layers;
+        slot.run.resident_bytes = r.resident_bytes;
     }
     return true;
 }
@@ -352,7 +353,8 @@ CompareResult run_compare(const Session& s, const CompareRequest& req, const Job
                     explored.run(req.methods[slot.method], slot.settings, req.skip_infeasible, job);
                 if (!record_explored(slot, r, capture, ci == 0)) continue;
                 if (!req.questions.empty())
-                    pending.push_back({&slot, cache_from_layers(s.model(), r.kv, capture.next_position),
+                    pending.push_back({&slot,
+                                       cache_from_layers(s.model(), r.kv, capture.next_position, r.stores),
                                        capture.last_logits});
             }
             const auto t1 = Clock::now();
@@ -395,6 +397,7 @@ nlohmann::json to_json(const MethodRun& run, bool per_token) {
     m["budget"] = run.budget;
     m["footprint_fraction"] = run.footprint_fraction;
     m["stored_bytes"] = run.stored_bytes;
+    m["resident_bytes"] = run.resident_bytes;
     m["full_bytes"] = run.full_bytes;
     m["basis_bytes"] = run.basis_bytes;
     m["basis_accounting"] = run.basis_accounting;
@@ -423,6 +426,7 @@ MethodRun method_run_from_json(const nlohmann::json& j, const std::string& where
     r.budget = json_field<double>(j, "budget", where, 0);
     r.footprint_fraction = json_field<double>(j, "footprint_fraction", where, 0);
     r.stored_bytes = json_field<int64_t>(j, "stored_bytes", where, 0);
+    r.resident_bytes = json_field<int64_t>(j, "resident_bytes", where, 0);
     r.full_bytes = json_field<int64_t>(j, "full_bytes", where, 0);
     r.basis_bytes = json_field<int64_t>(j, "basis_bytes", where, 0);
     r.basis_accounting = json_field<std::string>(j, "basis_accounting", where, "");

@@ -50,10 +50,15 @@ struct CompareRequest {
 struct MethodRun {
     std::string method;
     double budget = 0;
-    // Accounted: stored bytes / full-cache bytes over all layers, i.e. what a compressed store would hold
-    // (the runtime cache still holds L x D). stored_bytes includes basis_bytes.
+    // Accounted: stored bytes / full-cache bytes over all layers, i.e. what the method's budget counts.
+    // stored_bytes includes basis_bytes.
     double footprint_fraction = 0;
     int64_t stored_bytes = 0, full_bytes = 0;
+    // Resident: the bytes the compressed cache the answers were decoded from holds, measured from its
+    // tensors (VarRate/flat: the compressed store, which adds each coded token's rank and the exact rows'
+    // positions to the accounted bytes; a shared basis apart). 0 when not materialised (or the separate
+    // path, which decodes from the dense reconstruction).
+    int64_t resident_bytes = 0;
     int64_t basis_bytes = 0;       // self-calibrated basis charged, over all layers (see basis_accounting)
     std::string basis_accounting;  // see basis_accounting()
     std::vector<std::string> answers;

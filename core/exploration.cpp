@@ -109,7 +109,8 @@ ExploredRun CaptureExploration::allocate(const std::string& method, const CodecS
 void CaptureExploration::materialise(ExploredRun& r) const {
     if (!r.infeasible.empty() || !r.kv.empty() || !r.analysis) return;
     const auto t0 = Clock::now();
-    r.kv = r.analysis->materialise(r.allocations, r.layers);
+    r.kv = r.analysis->materialise(r.allocations, r.layers, &r.stores);
+    r.resident_bytes = resident_bytes(r.kv, r.stores);
     r.materialise_ms = ms_since(t0);
     spdlog::debug("{} kappa {}: analyse {:.1f} ms (shared), allocate {:.1f} ms, materialise {:.1f} ms",
                   r.method, r.settings.budget, r.analyse_ms, r.allocate_ms, r.materialise_ms);

@@ -23,8 +23,12 @@ struct ExploredRun {
     std::vector<LayerDiagnostics> layers;
     std::vector<LayerKV> kv;  // the compressed layers (cache_from_layers decodes from them); empty until
                               // materialised
-    std::string infeasible;   // why this capture cannot meet the budget; "" when it ran
-    double analyse_ms = 0;    // of the (shared) analysis this run used
+    // Per layer, the compressed store decoding reads (VarRate/flat; null for a dense layer); with kv when
+    // materialised.
+    std::vector<std::shared_ptr<const LayerPrefix>> stores;
+    int64_t resident_bytes = 0;  // what the materialised cache holds (stores, or dense layers), measured
+    std::string infeasible;      // why this capture cannot meet the budget; "" when it ran
+    double analyse_ms = 0;       // of the (shared) analysis this run used
     double allocate_ms = 0, materialise_ms = 0;
 
     bool materialised() const { return infeasible.empty() && !kv.empty(); }

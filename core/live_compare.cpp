@@ -75,7 +75,10 @@ struct LiveCompare::State {
                 if (!r.infeasible.empty() || r.materialised() || !slots[k].run.infeasible.empty()) continue;
                 explored[ci]->materialise(r);
                 slots[k].run.compress_ms += r.materialise_ms;
-                if (ci == 0) slots[k].run.layers = r.layers;  // with the attention-output errors now
+                if (ci == 0) {
+                    slots[k].run.layers = r.layers;  // with the attention-output errors now
+                    slots[k].run.resident_bytes = r.resident_bytes;
+                }
             }
         materialised = true;
     }
@@ -194,7 +197,8 @@ void LiveCompare::decode(const JobControl& job) {
         for (size_t k = 0; k < st.slots.size(); ++k)
             if (st.slots[k].run.infeasible.empty())
                 pending.push_back({&st.slots[k],
-                                   cache_from_layers(st.s.model(), st.runs[ci][k].kv, capture.next_position),
+                                   cache_from_layers(st.s.model(), st.runs[ci][k].kv, capture.next_position,
+                                                     st.runs[ci][k].stores),
                                    capture.last_logits});
         const int64_t only_q = st.req.mode == CompressionMode::QueryAware ? static_cast<int64_t>(ci) : -1;
         answer_pending(st.s, pending, st.plan.parts, st.req, only_q, job);
