@@ -56,9 +56,12 @@ struct MethodRun {
     int64_t stored_bytes = 0, full_bytes = 0;
     // Resident: the bytes the compressed cache the answers were decoded from holds, measured from its
     // tensors (VarRate/flat: the compressed store, which adds each coded token's rank and the exact rows'
-    // positions to the accounted bytes; a shared basis apart). 0 when not materialised (or the separate
-    // path, which decodes from the dense reconstruction).
+    // positions to the accounted bytes; a self-calibrated basis when charged, a shared one apart). 0 when not
+    // materialised (or the separate path, which decodes from the dense reconstruction).
     int64_t resident_bytes = 0;
+    double resident_fraction() const {
+        return full_bytes > 0 ? static_cast<double>(resident_bytes) / static_cast<double>(full_bytes) : 0.0;
+    }
     int64_t basis_bytes = 0;       // self-calibrated basis charged, over all layers (see basis_accounting)
     std::string basis_accounting;  // see basis_accounting()
     std::vector<std::string> answers;

@@ -110,7 +110,9 @@ void CaptureExploration::materialise(ExploredRun& r) const {
     if (!r.infeasible.empty() || !r.kv.empty() || !r.analysis) return;
     const auto t0 = Clock::now();
     r.kv = r.analysis->materialise(r.allocations, r.layers, &r.stores);
+    // A self-calibrated basis belongs to this context alone: held with its cache when charged (accounted).
     r.resident_bytes = resident_bytes(r.kv, r.stores);
+    for (const LayerDiagnostics& d : r.layers) r.resident_bytes += d.basis_bytes;
     r.materialise_ms = ms_since(t0);
     spdlog::debug("{} kappa {}: analyse {:.1f} ms (shared), allocate {:.1f} ms, materialise {:.1f} ms",
                   r.method, r.settings.budget, r.analyse_ms, r.allocate_ms, r.materialise_ms);

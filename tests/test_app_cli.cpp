@@ -110,9 +110,11 @@ class TestCli : public QObject {
         int full_right = 0, wrong = 0;
         for (const QString& line : r.out.split('\n')) {
             const QStringList f = line.simplified().split(' ');
-            if (f.size() < 5 || (f[0] != "query-aware" && f[0] != "query-agnostic")) continue;
-            if (f[1] == "full" && f[3] == "yes") ++full_right;
-            if (f[1] != "full" && f[3] == "no") ++wrong;
+            // mode, method, accounted, resident, correct, answer
+            if (f.size() < 6 || (f[0] != "query-aware" && f[0] != "query-agnostic")) continue;
+            if (f[1] == "full" && f[4] == "yes") ++full_right;
+            if (f[1] != "full" && f[4] == "no") ++wrong;
+            if (f[1] == "full") QCOMPARE(f[3], QString("100.0%"));
         }
         QVERIFY2(full_right == 2 && wrong >= 1, qPrintable(r.out));
         const CliResult given =

@@ -60,9 +60,9 @@ void AnswersTable::clear_result() {
     n_questions_ = 0;
     clear();
     setRowCount(0);
-    setColumnCount(7);
-    setHorizontalHeaderLabels(
-        {"Method", "Answer", "Correct", "Accounted", "Prefill ms", "Codec ms", "Self-calibrated"});
+    setColumnCount(8);
+    setHorizontalHeaderLabels({"Method", "Answer", "Correct", "Accounted", "Resident", "Prefill ms",
+                               "Codec ms", "Self-calibrated"});
     horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
     horizontalHeader()->setSectionResizeMode(1, QHeaderView::Stretch);
 }
@@ -83,7 +83,8 @@ void AnswersTable::set_result(const CompareResult& result, const CompareRequest&
             headers << (n_questions_ > 1 ? QString("Pinned %1 (%2)").arg(q + 1).arg(pinned_label_)
                                          : QString("Pinned (%1)").arg(pinned_label_));
     headers << "Correct"
-            << "Accounted";
+            << "Accounted"
+            << "Resident";
     if (has_pinned_) headers << "Pinned accounted";
     headers << "Prefill ms"
             << "Codec ms"
@@ -134,14 +135,27 @@ void AnswersTable::set_result(const CompareResult& result, const CompareRequest&
                                               : QString("%1/%2").arg(n_correct).arg(run.correct.size()),
                           Qt::AlignCenter));
         auto* fp = make_item(QString("%1 %").arg(100.0 * run.footprint_fraction, 0, 'f', 2), right);
-        fp->setToolTip(QString("accounted: %1 of %2 bytes would be stored (%3 of them basis: %4); the cache "
-                               "itself still holds L x D")
+        fp->setToolTip(QString("accounted: %1 of %2 bytes counted by the budget (%3 of them basis: %4)")
                            .arg(run.stored_bytes)
                            .arg(run.full_bytes)
                            .arg(run.basis_bytes)
                            .arg(QString::fromStdString(run.basis_accounting)));
         setItem(r, c + 1, fp);
-        int next = c + 2;
+        // Resident: what the cache the answers were decoded from holds, measured from its tensors.
+        auto* resident =
+            make_item(run.resident_bytes > 0 ? QString("%1 %").arg(100.0 * run.resident_fraction(), 0, 'f', 2)
+                                             : QString("–"),
+                      right);
+        resident->setToolTip(
+            run.resident_bytes > 0
+                ? QString("resident: the decoded cache holds %1 of %2 bytes, measured from its "
+                          "tensors (VarRate/flat: the compressed store, with each coded token's "
+                          "rank and the exact rows' positions; a shared basis apart)")
+                      .arg(run.resident_bytes)
+                      .arg(run.full_bytes)
+                : QString("resident: not measured (no cache materialised yet)"));
+        setItem(r, c + 2, resident);
+        int next = c + 3;
         if (has_pinned_)
             setItem(r, next++,
                     make_item(pinned && pinned->infeasible.empty()

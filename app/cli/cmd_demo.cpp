@@ -89,8 +89,8 @@ int run_demo(DemoArgs a) {
     req.methods = parse_methods(a.methods);
     req.settings = settings;
     req.max_new_tokens = 24;
-    std::cout << fmt::format("{:<15} {:<8} {:>9} {:>8}  {}\n", "mode", "method", "accounted", "correct",
-                             "answer");
+    std::cout << fmt::format("{:<15} {:<8} {:>9} {:>9} {:>8}  {}\n", "mode", "method", "accounted",
+                             "resident", "correct", "answer");
     for (const CompressionMode mode : {CompressionMode::QueryAware, CompressionMode::QueryAgnostic}) {
         req.mode = mode;
         const CompareResult r = run_compare(*session, req, terminal_job());
@@ -98,13 +98,17 @@ int run_demo(DemoArgs a) {
             for (const std::string& w : r.warnings) spdlog::warn("{}", w);
         for (const MethodRun& run : r.runs)
             std::cout << fmt::format(
-                "{:<15} {:<8} {:>8.1f}% {:>8}  {}{}\n", to_string(mode), run.method,
-                100.0 * run.footprint_fraction, run.correct.at(0) ? "yes" : "no", one_line(run.answers.at(0)),
+                "{:<15} {:<8} {:>8.1f}% {:>8.1f}% {:>8}  {}{}\n", to_string(mode), run.method,
+                100.0 * run.footprint_fraction, 100.0 * run.resident_fraction(),
+                run.correct.at(0) ? "yes" : "no", one_line(run.answers.at(0)),
                 run.self_calibrated ? " (self-calibrated, " + run.basis_accounting + ")" : "");
     }
     std::cout << fmt::format(
-        "\nbasis: {}. accounted footprints: the bytes a compressed store would hold (the cache itself still "
-        "holds L x D). query-aware: the question is in the cache when it is compressed; "
+        "\nbasis: {}. accounted: the bytes the budget counts; resident: the bytes the cache the answers were "
+        "decoded from holds, measured (VarRate/flat: the compressed store, with each coded token's rank and "
+        "the "
+        "exact rows' positions; the shared basis apart). query-aware: the question is in the cache when it "
+        "is compressed; "
         "query-agnostic: the cache is compressed once, before any question (paper 4.3).\n",
         session->basis_source().empty() ? "self-calibrated" : session->basis_source());
     return 0;
