@@ -195,8 +195,9 @@ class GuiTestMainWindow : public QObject {
         // Resident beside accounted: VarRate's compressed store holds its accounted bytes plus its ranks and
         // exact positions (D = 64 here, where they weigh most); the full cache holds all of it.
         const MethodRun& vr = outcome->result.runs[1];
-        QVERIFY2(vr.resident_bytes > vr.stored_bytes && vr.resident_bytes < vr.stored_bytes * 115 / 100,
-                 qPrintable(QString("resident %1, accounted %2").arg(vr.resident_bytes).arg(vr.stored_bytes)));
+        QVERIFY2(
+            vr.resident_bytes > vr.stored_bytes && vr.resident_bytes < vr.stored_bytes * 115 / 100,
+            qPrintable(QString("resident %1, accounted %2").arg(vr.resident_bytes).arg(vr.stored_bytes)));
         QCOMPARE(t->item(0, t->footprint_column() + 1)->text(), QString("100.00 %"));
         QVERIFY(t->item(1, t->footprint_column() + 1)->text().endsWith("%"));
         QVERIFY(w.run_panel()->self_calibrated_shown());
