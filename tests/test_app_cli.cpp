@@ -102,6 +102,36 @@ class TestCli : public QObject {
     // `varrate demo` with no flags runs the regime where the methods part ways on the embedded model (three
     // distractors, kappa 0.1): full answers right and at least one compressed run answers wrong, so a first
     // run shows an effect; --budget still wins.
+    // bench decode: every method's cache, resident bytes measured; VarRate's compressed store holds about its
+    // accounted bytes (here D = 128: ranks and exact positions add a few percent) and decodes.
+    void bench_decode_reports_resident_bytes() {
+        const QString model =
+            QString::fromStdString((varrate::test::source_dir() / "resources/models/varrate-demo").string());
+        const CliResult r =
+            run_varrate({"bench", "decode", "--model", model, "--tokens", "512", "--new-tokens", "4",
+                         "--repeats", "1", "--dtype", "fp32", "--threads", "2", "--json"});
+        QVERIFY2(r.exit_code == 0, qPrintable(r.err));
+        const nlohmann::json j = nlohmann::json::parse(varrate::test::utf8(r.out));
+        QCOMPARE(j["methods"].size(), size_t(4));
+        for (const auto& m : j["methods"]) {
+            const double accounted = m["accounted_bytes"], resident = m["resident_bytes"],
+                         full = m["full_bytes"];
+            QVERIFY(m["decode_tokens_per_s"].get<double>() > 0);
+            if (m["method"] == "full") QCOMPARE(resident, full);
+            if (m["method"] == "snapkv") QCOMPARE(resident, accounted);
+            if (m["method"] == "varrate" || m["method"] == "flat") {
+                QVERIFY2(resident > accounted && resident < 1.06 * accounted,
+                         qPrintable(QString::fromStdString(m.dump())));
+                QVERIFY(m["scratch_bytes"].get<int64_t>() > 0);
+            }
+        }
+        const CliResult bad =
+            run_varrate({"bench", "decode", "--model", model, "--tokens", "100", "--methods", "varrate"});
+        QVERIFY(bad.exit_code != 0);
+        QVERIFY2(bad.err.contains("infeasible") || bad.err.contains("too short") || bad.err.contains("kappa"),
+                 qPrintable(bad.err));
+    }
+
     void demo_defaults_show_methods_part_ways() {
         const CliResult r = run_varrate({"demo", "--threads", "2"});
         QVERIFY2(r.exit_code == 0, qPrintable(r.err));

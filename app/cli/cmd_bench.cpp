@@ -534,10 +534,12 @@ Command add_bench(CLI::App& root) {
         ->check(CLI::Range(int64_t{1}, int64_t{1} << 22));
     add_runtime_options(*codec, c->runtime);
     codec->add_flag("--json", c->json, "Print the results as JSON");
-    return {bench, [a, prefill, c, codec] {
+    const Command decode = add_bench_decode(*bench);
+    return {bench, [a, prefill, c, codec, decode] {
                 if (prefill->parsed()) return run_bench_prefill(*a);
                 if (codec->parsed()) return run_bench_codec(*c);
-                throw Error("bench: choose a benchmark (prefill, codec)");
+                if (decode.app->parsed()) return decode.run();
+                throw Error("bench: choose a benchmark (prefill, codec, decode)");
             }};
 }
 

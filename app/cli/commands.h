@@ -19,6 +19,8 @@ Command add_tokenize(CLI::App& root);
 Command add_inspect(CLI::App& root);
 Command add_make_model(CLI::App& root);
 Command add_bench(CLI::App& root);
+// `bench decode` (cmd_bench_decode.cpp), a subcommand of `bench`.
+Command add_bench_decode(CLI::App& bench);
 Command add_compare(CLI::App& root);
 Command add_ppl(CLI::App& root);
 Command add_calibrate(CLI::App& root);

@@ -1,0 +1,217 @@
+// varrate bench decode: what each method's cache holds and how fast it decodes, from one prefill capture of
+// synthetic ids: accounted bytes (what the budget counts), resident bytes (measured from the cache's tensors:
+// VarRate/flat as their compressed stores), attention scratch, the process's resident-memory change while the
+// cache is held, the codec time and greedy decoding tokens/s (median of repeats, ratio to full in one run).
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <string>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
+
+#include "app/cli/cli_common.h"
+#include "app/cli/commands.h"
+#include "codec/compressed_layer.h"
+#include "codec/footprint.h"
+#include "codec/registry.h"
+#include "codec/synthetic.h"
+#include "core/base/error.h"
+#include "core/capture.h"
+#include "models/generate.h"
+
+namespace varrate::cli {
+
+namespace {
+
+struct BenchDecodeArgs {
+    std::string model;
+    int64_t tokens = 4096;
+    int64_t new_tokens = 32;
+    std::string methods = "full,varrate,flat,snapkv";
+    CodecSettings settings;
+    CodecFlags flags;
+    int repeats = 3;
+    bool reconstruct = false;
+    RuntimeArgs runtime{"cpu", "bf16", 0};
+    bool json = false;
+};
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// The process's resident set (VmRSS) in bytes; -1 when /proc cannot be read.
+int64_t resident_set_bytes() {
+    std::ifstream in("/proc/self/status");
+    std::string key;
+    while (in >> key) {
+        if (key == "VmRSS:") {
+            int64_t kb = 0;
+            in >> kb;
+            return kb * 1024;
+        }
+        in.ignore(1 << 12, '\n');
+    }
+    return -1;
+}
+
+struct DecodeRow {
+    std::string method;
+    int64_t accounted = 0, resident = 0, full = 0, scratch = 0, rss_delta = 0;
+    double codec_ms = 0, tokens_per_s = 0;
+};
+
+int run_bench_decode(BenchDecodeArgs a) {
+    apply_model_codec_defaults(a.flags, a.model, a.settings);
+    CodecSettings settings = a.settings;
+    const std::vector<std::string> names = parse_methods(a.methods);
+    auto model = load_model_for_cli(a.model, a.runtime);
+    const ModelConfig& cfg = model->config();
+    const int64_t dim = 2 * cfg.n_kv_head * cfg.head_dim;
+    for (const std::string& name : names)
+        if (name == "snapkv")
+            snapkv_kept_tokens(settings, a.tokens);
+        else if (method_needs_basis(name))
+            plan_codec_budget(settings, a.tokens, dim, element_size(model->options().dtype), name);
+    // The basis sets the coefficients' values, never the store's size or the attention's cost.
+    const int64_t rank = std::min(settings.rank, dim);
+    const auto basis = random_basis(cfg.n_layer, dim, rank, settings.stride, settings.anchors, /*seed=*/1);
+
+    std::vector<int64_t> ids(static_cast<size_t>(a.tokens));
+    for (int64_t i = 0; i < a.tokens; ++i) ids[i] = (i * 7919 + 13) % cfg.vocab_size;
+    auto t = Clock::now();
+    const PrefillCapture capture =
+        capture_prefill(*model, ids, settings, {}, 512, /*attention_output=*/false);
+    const double prefill_ms = ms_since(t);
+    spdlog::info("prefill of {} tokens: {:.0f} ms", a.tokens, prefill_ms);
+
+    GenerateOptions gen;
+    gen.max_new_tokens = a.new_tokens;
+    gen.reconstruct_prefixes = a.reconstruct;
+    std::vector<DecodeRow> rows;
+    for (const std::string& name : names) {
+        DecodeRow row;
+        row.method = name;
+        const int64_t rss0 = resident_set_bytes();
+        auto method = make_method(name, settings, method_needs_basis(name) ? basis : nullptr);
+        t = Clock::now();
+        KVCache cache;
+        {
+            const MethodAnalysis analysis(*method, capture);
+            std::vector<LayerAllocation> allocations = analysis.allocate(settings);
+            std::vector<LayerDiagnostics> diagnostics;
+            for (LayerAllocation& al : allocations) diagnostics.push_back(std::move(al.diagnostics));
+            std::vector<std::shared_ptr<const LayerPrefix>> stores;
+            std::vector<LayerKV> layers = analysis.materialise(allocations, diagnostics, &stores);
+            for (size_t l = 0; l < layers.size(); ++l) {
+                row.accounted += diagnostics[l].stored_bytes;
+                row.full += diagnostics[l].full_bytes;
+                if (stores[l]) layers[l] = LayerKV{};  // decoding reads the store: drop the reconstruction
+                if (const auto* c = dynamic_cast<const CompressedLayer*>(stores[l].get()))
+                    row.scratch = std::max(row.scratch, c->scratch_bytes(cfg.n_head, 1, a.new_tokens));
+            }
+            cache = cache_from_layers(*model, layers, capture.next_position, stores);
+        }
+        row.codec_ms = ms_since(t);
+        row.resident = cache.used_bytes();
+        row.rss_delta = rss0 >= 0 ? resident_set_bytes() - rss0 : -1;
+        std::vector<double> rates;
+        for (int r = 0; r < a.repeats; ++r) {
+            const KVCache::Snapshot before = cache.snapshot();
+            t = Clock::now();
+            const std::vector<const KVCache*> batch{&cache};
+            const auto out = generate_greedy_batch(*model, batch, {}, capture.last_logits, {}, gen);
+            const double ms = ms_since(t);
+            cache.restore(before);
+            rates.push_back(1000.0 * static_cast<double>(out.front().generated.size()) / ms);
+        }
+        row.tokens_per_s = median(rates);
+        spdlog::info("{}: resident {} bytes, {:.2f} tokens/s", name, row.resident, row.tokens_per_s);
+        rows.push_back(row);
+    }
+    double full_rate = 0;
+    for (const DecodeRow& r : rows)
+        if (r.method == "full") full_rate = r.tokens_per_s;
+    if (a.json) {
+        nlohmann::json j;
+        j["model"] = a.model;
+        j["tokens"] = a.tokens;
+        j["new_tokens"] = a.new_tokens;
+        j["dtype"] = a.runtime.dtype;
+        j["threads"] = at::get_num_threads();
+        j["budget"] = settings.budget;
+        j["prefixes"] = a.reconstruct ? "reconstructed once" : "compressed store";
+        j["prefill_ms"] = prefill_ms;
+        j["methods"] = nlohmann::json::array();
+        for (const DecodeRow& r : rows)
+            j["methods"].push_back({{"method", r.method},
+                                    {"accounted_bytes", r.accounted},
+                                    {"resident_bytes", r.resident},
+                                    {"full_bytes", r.full},
+                                    {"scratch_bytes", r.scratch},
+                                    {"rss_delta_bytes", r.rss_delta},
+                                    {"codec_ms", r.codec_ms},
+                                    {"decode_tokens_per_s", r.tokens_per_s},
+                                    {"decode_vs_full", full_rate > 0 ? r.tokens_per_s / full_rate : 0.0}});
+        std::cout << j.dump(2) << "\n";
+        return 0;
+    }
+    std::cout << fmt::format(
+        "{} tokens, {} new, {}, {} threads, kappa {}, decoding from the {}; prefill {:.0f} ms\n", a.tokens,
+        a.new_tokens, a.runtime.dtype, at::get_num_threads(), settings.budget,
+        a.reconstruct ? "caches rebuilt dense once" : "compressed stores", prefill_ms);
+    std::cout << fmt::format("{:<8} {:>12} {:>12} {:>9} {:>10} {:>10} {:>10} {:>9} {:>8}\n", "method",
+                             "accounted", "resident", "res/full", "scratch", "RSS delta", "codec ms", "tok/s",
+                             "vs full");
+    for (const DecodeRow& r : rows)
+        std::cout << fmt::format(
+            "{:<8} {:>12} {:>12} {:>8.2f}% {:>10} {:>10} {:>10.0f} {:>9.2f} {:>8.2f}\n", r.method,
+            r.accounted, r.resident,
+            r.full > 0 ? 100.0 * static_cast<double>(r.resident) / static_cast<double>(r.full) : 0.0,
+            r.scratch, r.rss_delta, r.codec_ms, r.tokens_per_s,
+            full_rate > 0 ? r.tokens_per_s / full_rate : 0.0);
+    return 0;
+}
+
+}  // namespace
+
+Command add_bench_decode(CLI::App& bench) {
+    auto a = std::make_shared<BenchDecodeArgs>();
+    CLI::App* d = bench.add_subcommand(
+        "decode",
+        "Resident cache bytes and greedy decoding speed per method, from one prefill (synthetic ids)");
+    d->add_option("--model", a->model, "Hugging Face model directory")
+        ->required()
+        ->check(CLI::ExistingDirectory);
+    d->add_option("--tokens", a->tokens, "Context length")
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t{1}, int64_t{1} << 22));
+    d->add_option("--new-tokens", a->new_tokens, "Tokens decoded per timed run")
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
+    d->add_option("--methods", a->methods, "Comma-separated methods")->capture_default_str();
+    a->flags = add_codec_options(*d, a->settings);
+    d->add_option("--repeats", a->repeats, "Timed decoding runs (the median is reported)")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 100));
+    d->add_flag("--reconstruct", a->reconstruct,
+                "Decode from the caches rebuilt dense once instead of the compressed stores");
+    add_runtime_options(*d, a->runtime);
+    d->add_flag("--json", a->json, "Print the results as JSON");
+    return {d, [a] { return run_bench_decode(*a); }};
+}
+
+}  // namespace varrate::cli
