@@ -99,6 +99,12 @@ int64_t CompressedLayer::resident_bytes() const {
            bytes_of(p_.coefficients) + bytes_of(exact_pos_);
 }
 
+int64_t CompressedLayer::padded_scalars() const {
+    int64_t total = 0;
+    for (const Block& b : blocks_) total += b.count * b.width;
+    return total;
+}
+
 int64_t CompressedLayer::basis_bytes() const {
     return bytes_of(p_.basis);
 }

@@ -55,6 +55,8 @@ class CompressedLayer : public LayerPrefix {
     // Bytes of every tensor the store holds (basis and RoPE frequencies apart: shared by all contexts).
     int64_t resident_bytes() const override;
     int64_t basis_bytes() const;
+    // Coefficient slots the key rebuild multiplies: each block padded to its widest rank (>= sum_ranks()).
+    int64_t padded_scalars() const;
     // The most scratch attend() allocates at once for n_q queries of n_head heads and n_tail tail entries.
     int64_t scratch_bytes(int64_t n_head, int64_t n_q, int64_t n_tail) const;
 

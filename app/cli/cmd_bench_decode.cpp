@@ -4,6 +4,7 @@
 // cache is held, the codec time and greedy decoding tokens/s (median of repeats, ratio to full in one run).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -71,7 +72,9 @@ int64_t resident_set_bytes() {
 struct DecodeRow {
     std::string method;
     int64_t accounted = 0, resident = 0, full = 0, scratch = 0, rss_delta = 0;
+    int64_t ranks = 0, padded = 0;  // coefficients stored, and the slots the key rebuild multiplies
     double codec_ms = 0, tokens_per_s = 0;
+    double store_attention_ms = -1;  // one decoding step's attention through every layer's store
 };
 
 int run_bench_decode(BenchDecodeArgs a) {
@@ -120,8 +123,11 @@ int run_bench_decode(BenchDecodeArgs a) {
                 row.accounted += diagnostics[l].stored_bytes;
                 row.full += diagnostics[l].full_bytes;
                 if (stores[l]) layers[l] = LayerKV{};  // decoding reads the store: drop the reconstruction
-                if (const auto* c = dynamic_cast<const CompressedLayer*>(stores[l].get()))
+                if (const auto* c = dynamic_cast<const CompressedLayer*>(stores[l].get())) {
                     row.scratch = std::max(row.scratch, c->scratch_bytes(cfg.n_head, 1, a.new_tokens));
+                    row.ranks += c->sum_ranks();
+                    row.padded += c->padded_scalars();
+                }
             }
             cache = cache_from_layers(*model, layers, capture.next_position, stores);
         }
@@ -139,6 +145,22 @@ int run_bench_decode(BenchDecodeArgs a) {
             rates.push_back(1000.0 * static_cast<double>(out.front().generated.size()) / ms);
         }
         row.tokens_per_s = median(rates);
+        // Where a step's time goes: the attention through the stores alone (one query, one tail entry per
+        // layer), against the whole step (1000 / tokens_per_s).
+        if (row.padded > 0 || row.ranks > 0) {
+            const auto opts =
+                at::TensorOptions().dtype(model->options().dtype).device(model->options().device);
+            const at::Tensor q = at::randn({cfg.n_head, 1, cfg.head_dim}, opts);
+            const at::Tensor kv = at::randn({cfg.n_kv_head, 1, cfg.head_dim}, opts);
+            std::vector<double> steps;
+            for (int r = 0; r < 3; ++r) {
+                t = Clock::now();
+                for (int64_t l = 0; l < cfg.n_layer; ++l)
+                    cache.prefix(l)->attend(q, kv, kv, 1.0 / std::sqrt(static_cast<double>(cfg.head_dim)));
+                steps.push_back(ms_since(t));
+            }
+            row.store_attention_ms = median(steps);
+        }
         spdlog::info("{}: resident {} bytes, {:.2f} tokens/s", name, row.resident, row.tokens_per_s);
         rows.push_back(row);
     }
@@ -165,7 +187,11 @@ int run_bench_decode(BenchDecodeArgs a) {
                                     {"rss_delta_bytes", r.rss_delta},
                                     {"codec_ms", r.codec_ms},
                                     {"decode_tokens_per_s", r.tokens_per_s},
-                                    {"decode_vs_full", full_rate > 0 ? r.tokens_per_s / full_rate : 0.0}});
+                                    {"decode_vs_full", full_rate > 0 ? r.tokens_per_s / full_rate : 0.0},
+                                    {"step_ms", r.tokens_per_s > 0 ? 1000.0 / r.tokens_per_s : 0.0},
+                                    {"store_attention_ms_per_step", r.store_attention_ms},
+                                    {"coefficients", r.ranks},
+                                    {"key_rebuild_padded_slots", r.padded}});
         std::cout << j.dump(2) << "\n";
         return 0;
     }
@@ -173,16 +199,21 @@ int run_bench_decode(BenchDecodeArgs a) {
         "{} tokens, {} new, {}, {} threads, kappa {}, decoding from the {}; prefill {:.0f} ms\n", a.tokens,
         a.new_tokens, a.runtime.dtype, at::get_num_threads(), settings.budget,
         a.reconstruct ? "caches rebuilt dense once" : "compressed stores", prefill_ms);
-    std::cout << fmt::format("{:<8} {:>12} {:>12} {:>9} {:>10} {:>10} {:>10} {:>9} {:>8}\n", "method",
+    std::cout << fmt::format("{:<8} {:>12} {:>12} {:>9} {:>10} {:>10} {:>10} {:>9} {:>8} {:>13}\n", "method",
                              "accounted", "resident", "res/full", "scratch", "RSS delta", "codec ms", "tok/s",
-                             "vs full");
+                             "vs full", "store attn ms");
     for (const DecodeRow& r : rows)
         std::cout << fmt::format(
-            "{:<8} {:>12} {:>12} {:>8.2f}% {:>10} {:>10} {:>10.0f} {:>9.2f} {:>8.2f}\n", r.method,
+            "{:<8} {:>12} {:>12} {:>8.2f}% {:>10} {:>10} {:>10.0f} {:>9.2f} {:>8.2f} {:>13}\n", r.method,
             r.accounted, r.resident,
             r.full > 0 ? 100.0 * static_cast<double>(r.resident) / static_cast<double>(r.full) : 0.0,
             r.scratch, r.rss_delta, r.codec_ms, r.tokens_per_s,
-            full_rate > 0 ? r.tokens_per_s / full_rate : 0.0);
+            full_rate > 0 ? r.tokens_per_s / full_rate : 0.0,
+            r.store_attention_ms >= 0 ? fmt::format("{:.1f}", r.store_attention_ms) : std::string("-"));
+    std::cout
+        << "store attn ms: one decoding step's attention through every layer's compressed store (a step "
+           "takes 1000 / tok/s ms); RSS delta: the process's resident set change while the cache is held "
+           "(allocator caching makes it coarse)\n";
     return 0;
 }
 
