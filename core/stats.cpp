@@ -29,4 +29,11 @@ Interval wilson_interval(int64_t successes, int64_t n, double z) {
     return r;
 }
 
+double median(std::vector<double> v) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 }  // namespace varrate

@@ -3,6 +3,7 @@
 // bare "80 %" hides whether it is 4 of 5 or 400 of 500; every accuracy carries a 95 % interval instead.
 // Qt-free and LibTorch-free: plain arithmetic on counts.
 #include <cstdint>
+#include <vector>
 
 namespace varrate {
 
@@ -18,5 +19,9 @@ struct Interval {
 // gives {0, 1}: no documents, no information (never NaN). The ends are exact at 0/n (low = 0) and n/n
 // (high = 1). Throws Error when successes is outside [0, n] or z is not positive.
 Interval wilson_interval(int64_t successes, int64_t n, double z = kZ95);
+
+// The median of `values` (the mean of the middle two for an even count); 0 when empty. The benchmarks report
+// medians of repeated runs.
+double median(std::vector<double> values);
 
 }  // namespace varrate

@@ -31,6 +31,12 @@ const Case kCases[] = {
 class TestStats : public QObject {
     Q_OBJECT
   private Q_SLOTS:
+    void median_of_odd_even_and_empty() {
+        QCOMPARE(median({3.0, 1.0, 2.0}), 2.0);
+        QCOMPARE(median({4.0, 1.0, 3.0, 2.0}), 2.5);
+        QCOMPARE(median({7.5}), 7.5);
+        QCOMPARE(median({}), 0.0);
+    }
     void wilson_matches_the_formula() {
         for (const Case& c : kCases) {
             const Interval ci = wilson_interval(c.successes, c.n);

@@ -19,6 +19,7 @@
 #include "codec/synthetic.h"
 #include "core/base/error.h"
 #include "core/capture.h"
+#include "core/stats.h"
 #include "models/flops.h"
 
 namespace varrate::cli {
@@ -66,12 +67,6 @@ std::vector<int64_t> synthetic_ids(int64_t n, int64_t vocab_size) {
     std::vector<int64_t> ids(n);
     for (int64_t i = 0; i < n; ++i) ids[i] = (i * 7919 + 13) % vocab_size;
     return ids;
-}
-
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    const size_t n = v.size();
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 void synchronize(const c10::Device& device) {

@@ -23,6 +23,7 @@
 #include "codec/synthetic.h"
 #include "core/base/error.h"
 #include "core/capture.h"
+#include "core/stats.h"
 #include "models/generate.h"
 
 namespace varrate::cli {
@@ -46,12 +47,6 @@ using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point t) {
     return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
-}
-
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    const size_t n = v.size();
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 // The process's resident set (VmRSS) in bytes; -1 when /proc cannot be read.

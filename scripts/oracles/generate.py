@@ -47,6 +47,7 @@ from kvpress.pipeline import KVPressTextGenerationPipeline  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import tokenizers_reference  # noqa: E402
+from oracle_rng import splitmix64  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data" / "oracles"
@@ -79,14 +80,6 @@ SNAPKV_RATIOS = [0.5, 0.75]
 SNAPKV_WINDOW = 64  # kvpress defaults
 SNAPKV_KERNEL = 5
 SNAPKV_ANSWER_TOKENS = 16
-
-
-def splitmix64(x):
-    x = (x + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
-    z = x
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
-    return x, z ^ (z >> 31)
 
 
 def id_sequence(seed, n, vocab, first=None):

@@ -16,6 +16,8 @@ from pathlib import Path
 import tokenizers
 from tokenizers import Tokenizer
 
+from oracle_rng import splitmix64
+
 # name -> tokenizer.json (relative to ../shared/fixtures) and the fixture vectors made by the JS reference.
 VOCABS = [
     {"name": "llama3", "tokenizer": "tokenizers/llama3/tokenizer.json", "vectors": "tokenizers/llama3/vectors.jsonl"},
@@ -109,14 +111,6 @@ RANDOM_DECODES = 40
 RANDOM_DECODE_SEED = 23
 
 
-def _splitmix64(x):
-    x = (x + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
-    z = x
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
-    return x, z ^ (z >> 31)
-
-
 class _Rng:
     """splitmix64: the same draws on every Python version."""
 
@@ -124,7 +118,7 @@ class _Rng:
         self.state = seed
 
     def below(self, n):
-        self.state, r = _splitmix64(self.state)
+        self.state, r = splitmix64(self.state)
         return r % n
 
 
