@@ -26,6 +26,7 @@
 #include "core/base/file_io.h"
 #include "core/compare.h"
 #include "core/session.h"
+#include "core/stats.h"
 #include "viz/axis_interaction.h"
 #include "viz/chart_export.h"
 #include "viz/document_view.h"
@@ -87,11 +88,6 @@ class PaintCounter : public QObject {
         return false;
     }
 };
-
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v.empty() ? 0 : v[v.size() / 2];
-}
 
 // A synthetic comparison of `n` tokens and `layers` layers (varrate + flat) with the shapes the codec writes.
 CompareResult synthetic_result(int64_t n, int64_t layers, int64_t dim) {
