@@ -6,6 +6,8 @@
 
 #include <limits>
 
+#include "codec/anchors.h"
+#include "codec/method.h"
 #include "core/base/error.h"
 #include "models/rope.h"
 
@@ -15,10 +17,6 @@ namespace {
 
 int64_t bytes_of(const at::Tensor& t) {
     return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
-}
-
-std::string shape_str(const at::Tensor& t) {
-    return t.defined() ? fmt::format("[{}]", fmt::join(t.sizes().vec(), ", ")) : "none";
 }
 
 int64_t ceil_div(int64_t a, int64_t b) {
@@ -129,6 +127,11 @@ std::pair<at::Tensor, at::Tensor> CompressedLayer::rope_tables(const at::Tensor&
     return {full.cos().to(p_.rope_dtype).to(at::kFloat), full.sin().to(p_.rope_dtype).to(at::kFloat)};
 }
 
+at::Tensor CompressedLayer::anchor_vectors() const {
+    // The anchors are the leading exact rows.
+    return joint_vectors(p_.exact_keys.narrow(1, 0, n_anchors_), p_.exact_values.narrow(1, 0, n_anchors_));
+}
+
 at::Tensor CompressedLayer::padded_coefficients(const Block& b) const {
     const at::Tensor r = p_.ranks.narrow(0, b.begin, b.count).to(at::kLong);  // [n]
     const at::Tensor start = r.cumsum(0) - r + b.coef_offset;                 // [n] exclusive
@@ -172,11 +175,7 @@ at::Tensor CompressedLayer::attend(const at::Tensor& q, const at::Tensor& tail_k
     const at::Tensor qf = q.to(at::kFloat).reshape({G, gq, hd});  // [G, g*n_q, hd]
     const at::Tensor exact_k = p_.exact_keys.to(at::kFloat);      // [G, n_exact, hd] pre-RoPE
     const at::Tensor exact_v = p_.exact_values.to(at::kFloat);
-    // Anchors are the leading exact rows; as joint vectors [n_anchor, D] for the coded tokens' means.
-    const at::Tensor anchors_joint =
-        at::cat({exact_k.narrow(1, 0, n_anchors_).permute({1, 0, 2}).reshape({n_anchors_, G * hd}),
-                 exact_v.narrow(1, 0, n_anchors_).permute({1, 0, 2}).reshape({n_anchors_, G * hd})},
-                1);
+    const at::Tensor anchors_joint = anchor_vectors();
     const int64_t n_exact = this->n_exact(), n_coded = this->n_coded(), n_all = n_exact + n_coded + n_tail;
     at::Tensor scores = at::empty({G, gq, n_all}, qf.options());  // [G, g*n_q, exact | coded | tail]
     {
@@ -231,10 +230,7 @@ at::Tensor CompressedLayer::attend(const at::Tensor& q, const at::Tensor& tail_k
 LayerKV CompressedLayer::reconstruct() const {
     const int64_t G = p_.n_kv_head, hd = p_.head_dim, L = p_.n_tokens;
     const at::Tensor exact_k = p_.exact_keys.to(at::kFloat), exact_v = p_.exact_values.to(at::kFloat);
-    const at::Tensor anchors_joint =
-        at::cat({exact_k.narrow(1, 0, n_anchors_).permute({1, 0, 2}).reshape({n_anchors_, G * hd}),
-                 exact_v.narrow(1, 0, n_anchors_).permute({1, 0, 2}).reshape({n_anchors_, G * hd})},
-                1);
+    const at::Tensor anchors_joint = anchor_vectors();
     at::Tensor keys = at::empty({G, L, hd}, exact_k.options()), values = at::empty_like(keys);
     {
         const at::Tensor pos = exact_positions();

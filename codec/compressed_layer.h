@@ -76,6 +76,9 @@ class CompressedLayer : public LayerPrefix {
         int64_t coef_offset = 0;       // into coefficients
         int64_t width = 0;             // the block's largest rank
     };
+    // The anchors' joint vectors [n_anchor, D] fp32 (pre-RoPE keys, values), which the coded tokens' means
+    // read.
+    at::Tensor anchor_vectors() const;
     // The block's coefficients padded to its width: [count, width] fp32, zero past each token's rank.
     at::Tensor padded_coefficients(const Block& b) const;
     // The block's keys and values pre-RoPE, [count, D] fp32 (values only when with_values).

@@ -9,14 +9,10 @@
 
 namespace varrate {
 
-namespace {
-
 std::string shape_str(const at::Tensor& t) {
     if (!t.defined()) return "undefined";
     return fmt::format("[{}]", fmt::join(t.sizes().vec(), ", "));
 }
-
-}  // namespace
 
 int64_t element_size(at::ScalarType t) {
     switch (t) {

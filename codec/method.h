@@ -152,6 +152,8 @@ class CompressionMethod {
 // The structural settings (those analyse() depends on) of a and b differ: names the first that does.
 std::string structural_difference(const CodecSettings& a, const CodecSettings& b);
 
+// "[2, 64, 16]" for a tensor's shape, "undefined" for none: for error messages.
+std::string shape_str(const at::Tensor& t);
 // Bytes per element of a cache dtype (fp32 4, bf16/fp16 2).
 int64_t element_size(at::ScalarType t);
 // Checks the capture's shapes; returns {n_kv_head, L, head_dim}. `who` names the method in errors.

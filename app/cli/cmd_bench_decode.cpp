@@ -3,7 +3,6 @@
 // VarRate/flat as their compressed stores), attention scratch, the process's resident-memory change while the
 // cache is held, the codec time and greedy decoding tokens/s (median of repeats, ratio to full in one run).
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <iostream>
@@ -22,6 +21,7 @@
 #include "codec/registry.h"
 #include "codec/synthetic.h"
 #include "core/base/error.h"
+#include "core/base/stopwatch.h"
 #include "core/capture.h"
 #include "core/stats.h"
 #include "models/generate.h"
@@ -42,12 +42,6 @@ struct BenchDecodeArgs {
     RuntimeArgs runtime{"cpu", "bf16", 0};
     bool json = false;
 };
-
-using Clock = std::chrono::steady_clock;
-
-double ms_since(Clock::time_point t) {
-    return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
-}
 
 // The process's resident set (VmRSS) in bytes; -1 when /proc cannot be read.
 int64_t resident_set_bytes() {
@@ -90,7 +84,7 @@ int run_bench_decode(BenchDecodeArgs a) {
 
     std::vector<int64_t> ids(static_cast<size_t>(a.tokens));
     for (int64_t i = 0; i < a.tokens; ++i) ids[i] = (i * 7919 + 13) % cfg.vocab_size;
-    auto t = Clock::now();
+    auto t = SteadyClock::now();
     const PrefillCapture capture =
         capture_prefill(*model, ids, settings, {}, 512, /*attention_output=*/false);
     const double prefill_ms = ms_since(t);
@@ -105,7 +99,7 @@ int run_bench_decode(BenchDecodeArgs a) {
         row.method = name;
         const int64_t rss0 = resident_set_bytes();
         auto method = make_method(name, settings, method_needs_basis(name) ? basis : nullptr);
-        t = Clock::now();
+        t = SteadyClock::now();
         KVCache cache;
         {
             const MethodAnalysis analysis(*method, capture);
@@ -132,7 +126,7 @@ int run_bench_decode(BenchDecodeArgs a) {
         std::vector<double> rates;
         for (int r = 0; r < a.repeats; ++r) {
             const KVCache::Snapshot before = cache.snapshot();
-            t = Clock::now();
+            t = SteadyClock::now();
             const std::vector<const KVCache*> batch{&cache};
             const auto out = generate_greedy_batch(*model, batch, {}, capture.last_logits, {}, gen);
             const double ms = ms_since(t);
@@ -149,7 +143,7 @@ int run_bench_decode(BenchDecodeArgs a) {
             const at::Tensor kv = at::randn({cfg.n_kv_head, 1, cfg.head_dim}, opts);
             std::vector<double> steps;
             for (int r = 0; r < 3; ++r) {
-                t = Clock::now();
+                t = SteadyClock::now();
                 for (int64_t l = 0; l < cfg.n_layer; ++l)
                     cache.prefix(l)->attend(q, kv, kv, 1.0 / std::sqrt(static_cast<double>(cfg.head_dim)));
                 steps.push_back(ms_since(t));
