@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "codec/footprint.h"
 #include "codec/registry.h"
 #include "core/base/error.h"
 #include "core/codec_defaults.h"
@@ -155,6 +156,21 @@ JobControl terminal_job() {
 
 std::string join_method_names() {
     return fmt::format("{}", fmt::join(method_names(), ","));
+}
+
+bool check_methods_feasible(const std::vector<std::string>& methods, const CodecSettings& settings,
+                            int64_t n_tokens, const LlamaModel& model) {
+    const ModelConfig& cfg = model.config();
+    const int64_t dim = 2 * cfg.n_kv_head * cfg.head_dim;
+    bool needs_basis = false;
+    for (const std::string& name : methods) {
+        needs_basis = needs_basis || method_needs_basis(name);  // also rejects unknown names
+        if (name == "snapkv")
+            snapkv_kept_tokens(settings, n_tokens);
+        else if (method_needs_basis(name))
+            plan_codec_budget(settings, n_tokens, dim, element_size(model.options().dtype), name);
+    }
+    return needs_basis;
 }
 
 std::vector<std::string> parse_methods(const std::string& list) {

@@ -47,6 +47,11 @@ JobControl terminal_job();
 // "full, varrate,flat" -> registered method names (entries trimmed, empty ones skipped); throws Error naming
 // an unknown method (with the known ones) or an empty list.
 std::vector<std::string> parse_methods(const std::string& list);
+// Throws the error (unknown method, infeasible budget, naming the smallest feasible kappa) that `methods`
+// would meet on n_tokens of `model`'s context, before any prefill: it would otherwise surface minutes later,
+// inside the first layer. Returns whether any of them needs a basis.
+bool check_methods_feasible(const std::vector<std::string>& methods, const CodecSettings& settings,
+                            int64_t n_tokens, const LlamaModel& model);
 // Every registered method, comma-separated: the default of --methods.
 std::string join_method_names();
 // "1,2,3" -> {1,2,3}; throws Error naming `what` on a bad entry.

@@ -239,17 +239,9 @@ int run_bench_codec(BenchCodecArgs a) {
     const RuntimeOptions& o = model->options();
     const int64_t dim = 2 * cfg.n_kv_head * cfg.head_dim;
 
-    // Settings errors before any prefill: they would otherwise surface minutes later, inside the first layer.
-    bool needs_basis = false;
     std::vector<std::string> all = names;
     all.insert(all.end(), shared_names.begin(), shared_names.end());
-    for (const std::string& name : all) {
-        needs_basis = needs_basis || method_needs_basis(name);  // also rejects unknown names
-        if (name == "snapkv")
-            snapkv_kept_tokens(settings, a.tokens);
-        else if (method_needs_basis(name))
-            plan_codec_budget(settings, a.tokens, dim, element_size(o.dtype), name);
-    }
+    const bool needs_basis = check_methods_feasible(all, settings, a.tokens, *model);
 
     // The basis only sets the values of the projection, never its cost (ranks come from salience, each token
     // is projected on as many rows as its rank), so a random orthonormal basis times the codec exactly.

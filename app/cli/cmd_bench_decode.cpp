@@ -73,11 +73,7 @@ int run_bench_decode(BenchDecodeArgs a) {
     auto model = load_model_for_cli(a.model, a.runtime);
     const ModelConfig& cfg = model->config();
     const int64_t dim = 2 * cfg.n_kv_head * cfg.head_dim;
-    for (const std::string& name : names)
-        if (name == "snapkv")
-            snapkv_kept_tokens(settings, a.tokens);
-        else if (method_needs_basis(name))
-            plan_codec_budget(settings, a.tokens, dim, element_size(model->options().dtype), name);
+    check_methods_feasible(names, settings, a.tokens, *model);
     // The basis sets the coefficients' values, never the store's size or the attention's cost.
     const int64_t rank = std::min(settings.rank, dim);
     const auto basis = random_basis(cfg.n_layer, dim, rank, settings.stride, settings.anchors, /*seed=*/1);
