@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include "codec/quantize.h"
 #include "core/base/error.h"
 #include "core/base/json_field.h"
 
@@ -25,7 +26,8 @@ constexpr IntegerField kIntegerFields[] = {{"r_min", &CodecSettings::r_min, 0},
                                            {"anchors", &CodecSettings::anchors, 1},
                                            {"window", &CodecSettings::window, 0},
                                            {"obs_window", &CodecSettings::obs_window, 1},
-                                           {"pool_kernel", &CodecSettings::pool_kernel, 1}};
+                                           {"pool_kernel", &CodecSettings::pool_kernel, 1},
+                                           {"coef_bits", &CodecSettings::coef_bits, 2}};
 struct BoolField {
     const char* key;
     bool CodecSettings::*field;
@@ -94,6 +96,9 @@ CodecSettings codec_settings_from_json(const nlohmann::json& j, const std::strin
                 throw Error(fmt::format("{}: \"{}\" must be an integer >= {}, got {}", where, key,
                                         integer->min, value.dump()));
             s.*(integer->field) = value.get<int64_t>();
+            if (key == "coef_bits" && s.coef_bits != 16 && !is_supported_bits(s.coef_bits))
+                throw Error(
+                    fmt::format("{}: \"coef_bits\" must be 2, 3, 4, 8 or 16, got {}", where, s.coef_bits));
             continue;
         }
         const auto flag = std::find_if(std::begin(kBoolFields), std::end(kBoolFields),
@@ -134,6 +139,8 @@ nlohmann::json to_json(const LayerDiagnostics& d, bool per_token) {
         {"full_bytes", d.full_bytes},
         {"footprint", d.footprint},
         {"mean_rel_error", d.mean_rel_error},
+        {"mean_quant_error", d.mean_quant_error},
+        {"coef_bits", d.coef_bits},
         {"weighted_rel_error", d.weighted_rel_error},
         {"attn_output_error", d.attn_output_error},
         {"timing_ms",
@@ -178,6 +185,8 @@ LayerDiagnostics layer_diagnostics_from_json(const nlohmann::json& j, const std:
     d.full_bytes = json_field<int64_t>(j, "full_bytes", where, 0);
     d.footprint = json_field<double>(j, "footprint", where, 0);
     d.mean_rel_error = json_field<double>(j, "mean_rel_error", where, 0);
+    d.mean_quant_error = json_field<double>(j, "mean_quant_error", where, 0);
+    d.coef_bits = json_field<int64_t>(j, "coef_bits", where, 0);
     d.weighted_rel_error = json_field<double>(j, "weighted_rel_error", where, -1);
     d.attn_output_error = json_field<double>(j, "attn_output_error", where, -1);
     if (j.contains("timing_ms")) {

@@ -8,6 +8,7 @@
 
 #include "codec/anchors.h"
 #include "codec/method.h"
+#include "codec/quantize.h"
 #include "core/base/error.h"
 #include "models/rope.h"
 
@@ -49,29 +50,46 @@ CompressedLayer::CompressedLayer(Parts parts) : p_(std::move(parts)) {
         throw Error(fmt::format("{}: anchor indices must be [{}, c]", where, n_coded));
     c_ = p_.nearest.size(1);
     check(p_.inv_freq, {hd / 2}, "RoPE frequencies");
-    if (!p_.coefficients.defined() || p_.coefficients.dim() != 1)
+    if (quantized()) {
+        if (!is_supported_bits(p_.coef_bits))
+            throw Error(fmt::format("{}: coefficient bits {} is not 2, 3, 4, 8 or 16", where, p_.coef_bits));
+        if (!p_.codes.defined() || p_.codes.dim() != 1 || p_.codes.scalar_type() != at::kByte)
+            throw Error(fmt::format("{}: quantized coefficients need packed uint8 codes", where));
+    } else if (!p_.coefficients.defined() || p_.coefficients.dim() != 1) {
         throw Error(fmt::format("{}: coefficients must be one flat array", where));
+    }
     if (!p_.basis.defined() || p_.basis.dim() != 2 || p_.basis.size(1) != dim_)
         throw Error(fmt::format("{}: basis must be [R, {}]", where, dim_));
     exact_pos_ = exact_order(L, p_.stride, p_.window).to(p_.exact_keys.device());
     // The block plan, on the host once: where each block's coefficients start and its widest rank.
     const at::Tensor ranks = p_.ranks.to(at::kCPU, at::kLong).contiguous();
     const int64_t* r = ranks.data_ptr<int64_t>();
-    int64_t offset = 0;
+    int64_t offset = 0, groups = 0;
     for (int64_t begin = 0; begin < n_coded; begin += kBlock) {
-        Block b{begin, std::min(kBlock, n_coded - begin), offset, 0};
+        Block b{begin, std::min(kBlock, n_coded - begin), offset, groups, 0};
         for (int64_t i = b.begin; i < b.begin + b.count; ++i) {
             if (r[i] < 0 || r[i] > p_.basis.size(0))
                 throw Error(fmt::format("{}: coded token {} has rank {}, the basis {} rows", where, i, r[i],
                                         p_.basis.size(0)));
             b.width = std::max(b.width, r[i]);
             offset += r[i];
+            groups += ceil_div(r[i], kQuantGroup);
         }
+        b.n_coef = offset - b.coef_offset;
         blocks_.push_back(b);
     }
-    if (offset != p_.coefficients.size(0))
+    sum_ranks_ = offset;
+    if (quantized()) {
+        if (p_.codes.size(0) != packed_bytes(offset, p_.coef_bits))
+            throw Error(fmt::format("{}: {} bytes of {}-bit codes for ranks summing to {} (expected {})",
+                                    where, p_.codes.size(0), p_.coef_bits, offset,
+                                    packed_bytes(offset, p_.coef_bits)));
+        check(p_.group_scale, {groups}, "group scales");
+        check(p_.group_min, {groups}, "group minima");
+    } else if (offset != p_.coefficients.size(0)) {
         throw Error(fmt::format("{}: {} coefficients for ranks summing to {}", where, p_.coefficients.size(0),
                                 offset));
+    }
 }
 
 at::Tensor CompressedLayer::exact_order(int64_t n_tokens, int64_t stride, int64_t window) {
@@ -94,7 +112,8 @@ at::Tensor CompressedLayer::coded_positions(int64_t begin, int64_t count) const 
 
 int64_t CompressedLayer::resident_bytes() const {
     return bytes_of(p_.exact_keys) + bytes_of(p_.exact_values) + bytes_of(p_.nearest) + bytes_of(p_.ranks) +
-           bytes_of(p_.coefficients) + bytes_of(exact_pos_);
+           bytes_of(p_.coefficients) + bytes_of(p_.codes) + bytes_of(p_.group_scale) +
+           bytes_of(p_.group_min) + bytes_of(exact_pos_);
 }
 
 int64_t CompressedLayer::padded_scalars() const {
@@ -137,6 +156,25 @@ at::Tensor CompressedLayer::padded_coefficients(const Block& b) const {
     const at::Tensor start = r.cumsum(0) - r + b.coef_offset;                 // [n] exclusive
     const at::Tensor i = at::arange(b.width, r.options()).unsqueeze(0);       // [1, width]
     const at::Tensor keep = i < r.unsqueeze(1);                               // [n, width]
+    if (quantized()) {
+        // The block's codes, then each kept slot's group: token-local index / 32 past the token's first
+        // group.
+        const int64_t n_coef = b.n_coef;
+        const at::Tensor codes = unpack_bits(p_.codes, p_.coef_bits, b.coef_offset, n_coef);  // [n_coef]
+        const at::Tensor n_groups = (r + kQuantGroup - 1).div(kQuantGroup, "floor");
+        const at::Tensor gstart = n_groups.cumsum(0) - n_groups + b.group_offset;  // [n]
+        const at::Tensor local = (start - b.coef_offset).unsqueeze(1) + i;         // [n, width]
+        const at::Tensor slot = local.clamp_max(std::max<int64_t>(n_coef - 1, 0)).reshape({-1});
+        const at::Tensor group = (gstart.unsqueeze(1) + i.div(kQuantGroup, "floor"))
+                                     .clamp_max(std::max<int64_t>(p_.group_scale.size(0) - 1, 0))
+                                     .reshape({-1});
+        if (n_coef == 0) return at::zeros({b.count, b.width}, p_.basis.options().dtype(at::kFloat));
+        return (codes.index_select(0, slot).to(at::kFloat) *
+                    p_.group_scale.index_select(0, group).to(at::kFloat) +
+                p_.group_min.index_select(0, group).to(at::kFloat))
+            .view({b.count, b.width})
+            .mul_(keep);
+    }
     // Past its rank a token's index runs into the next token's coefficients (or is clamped): masked to 0.
     const at::Tensor idx = (start.unsqueeze(1) + i).clamp_max(p_.coefficients.size(0) - 1);
     return p_.coefficients.index_select(0, idx.reshape({-1}))

@@ -3,7 +3,9 @@
 // rebuilding the L x D cache:
 //   exact tokens (anchors, then the rest of the window)  keys pre-RoPE and values at cache precision;
 //   coded tokens (every other position, ascending)       c anchor ordinals (int16), the token's rank (int16)
-//                                                         and its r_t coefficients, ragged in one flat array;
+//                                                         and its r_t coefficients, ragged in one flat array
+//                                                         (at cache precision, or b-bit codes packed with a
+//                                                         scale and minimum per group of 32);
 //   the layer's basis rows (shared: model-level or self-calibrated) are held apart and not counted here.
 // Positions are not stored: they follow from the layout (L, stride, window).
 // Attention (attend) factorises the values,
@@ -30,9 +32,16 @@ class CompressedLayer : public LayerPrefix {
         at::Tensor exact_values;  // [n_kv_head, n_exact, head_dim]
         at::Tensor nearest;       // [n_coded, c] anchor ordinals: int16 below 32768 anchors, else int32
         at::Tensor ranks;         // [n_coded] int16
-        at::Tensor coefficients;  // [sum ranks] cache dtype: token after token in position order
-        at::Tensor basis;         // [>= max rank, D] fp32, shared (D = 2 * n_kv_head * head_dim)
-        at::Tensor inv_freq;      // [head_dim / 2] fp32 RoPE frequencies (model-level)
+        at::Tensor
+            coefficients;  // [sum ranks] cache dtype: token after token in position order (coef_bits 16)
+        // Quantized coefficients (coef_bits 2, 3, 4 or 8; `coefficients` then undefined): the codes of the
+        // same order packed (codec/quantize.h), and the scale and minimum of each token's groups of 32 along
+        // its rank.
+        int64_t coef_bits = 16;
+        at::Tensor codes;                   // [packed_bytes(sum ranks, coef_bits)] uint8
+        at::Tensor group_scale, group_min;  // [sum over tokens of ceil(r_t / 32)] fp16, position order
+        at::Tensor basis;                   // [>= max rank, D] fp32, shared (D = 2 * n_kv_head * head_dim)
+        at::Tensor inv_freq;                // [head_dim / 2] fp32 RoPE frequencies (model-level)
         at::ScalarType rope_dtype = at::kFloat;  // the dtype the model's cos/sin tables are rounded to
     };
     // Checks shapes and the layout; throws Error naming what does not match.
@@ -45,7 +54,8 @@ class CompressedLayer : public LayerPrefix {
     int64_t n_exact() const { return p_.exact_keys.size(1); }
     int64_t n_coded() const { return p_.ranks.size(0); }
     int64_t n_anchors() const { return n_anchors_; }
-    int64_t sum_ranks() const { return p_.coefficients.size(0); }
+    int64_t sum_ranks() const { return sum_ranks_; }
+    bool quantized() const { return p_.coef_bits < 16; }
     const Parts& parts() const { return p_; }
     // Ascending positions of the exact rows' order (anchors first, then the window's other tokens) and of the
     // coded tokens: [n_exact], [n_coded] int64 on the store's device.
@@ -73,8 +83,10 @@ class CompressedLayer : public LayerPrefix {
   private:
     struct Block {
         int64_t begin = 0, count = 0;  // coded ordinals
-        int64_t coef_offset = 0;       // into coefficients
+        int64_t coef_offset = 0;       // into coefficients (or codes)
+        int64_t group_offset = 0;      // into group_scale / group_min (quantized)
         int64_t width = 0;             // the block's largest rank
+        int64_t n_coef = 0;            // the block's coefficients (sum of its ranks)
     };
     // The anchors' joint vectors [n_anchor, D] fp32 (pre-RoPE keys, values), which the coded tokens' means
     // read.
@@ -88,7 +100,7 @@ class CompressedLayer : public LayerPrefix {
 
     Parts p_;
     at::Tensor exact_pos_;  // [n_exact] int64: the exact rows' positions (anchors first)
-    int64_t n_anchors_ = 0, c_ = 0, dim_ = 0;
+    int64_t n_anchors_ = 0, c_ = 0, dim_ = 0, sum_ranks_ = 0;
     std::vector<Block> blocks_;
 };
 

@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "codec/anchors.h"
+#include "codec/quantize.h"
 #include "core/base/error.h"
 
 namespace varrate {
@@ -36,7 +37,31 @@ std::string calibrate_hint(const CodecSettings& s, int64_t rank) {
         rank, s.stride, s.anchors, s.window);
 }
 
+// Scalars of cache precision that `sum_ranks` coefficients of `n_coded` tokens take at most: at cache
+// precision one each; quantized, b bits each plus one scale and minimum per group of 32, a partial group per
+// token reserved (sum ceil(r / 32) <= sum r / 32 + n_coded).
+int64_t coefficient_scalars(const CodecBudget& b, int64_t sum_ranks) {
+    if (!b.quantized()) return sum_ranks;
+    const int64_t g = kQuantGroup, param_bits = 8 * kGroupParamBytes;
+    const int64_t bits = (sum_ranks * (b.coef_bits * g + param_bits) + g - 1) / g + param_bits * b.n_coded;
+    const int64_t scalar_bits = 8 * b.element_size;
+    return (bits + scalar_bits - 1) / scalar_bits;
+}
+
+// The most coefficients that `scalars` of cache precision hold (the inverse of coefficient_scalars).
+int64_t coefficients_in(const CodecBudget& b, int64_t scalars) {
+    if (!b.quantized()) return scalars;
+    const int64_t g = kQuantGroup, param_bits = 8 * kGroupParamBytes;
+    const int64_t bits = scalars * 8 * b.element_size - param_bits * b.n_coded;
+    return bits <= 0 ? 0 : bits * g / (b.coef_bits * g + param_bits);
+}
+
 }  // namespace
+
+int64_t CodecBudget::coefficient_bytes(int64_t sum_ranks, int64_t n_groups) const {
+    if (!quantized()) return sum_ranks * element_size;
+    return packed_bytes(sum_ranks, coef_bits) + n_groups * kGroupParamBytes;
+}
 
 CodecBudget plan_codec_budget(const CodecSettings& s, int64_t n_tokens, int64_t dim, int64_t element_size,
                               const std::string& who, bool self_calibrated_basis) {
@@ -63,6 +88,12 @@ CodecBudget plan_codec_budget(const CodecSettings& s, int64_t n_tokens, int64_t 
                         "anchors and {} coded tokens (needs >= {} anchors and >= 1 coded token); no kappa is "
                         "feasible for this L",
                         who, n_tokens, s.stride, s.anchors, s.window, b.n_anchors, b.n_coded, s.anchors));
+    if (s.coef_bits != 16 && !is_supported_bits(s.coef_bits))
+        throw Error(
+            fmt::format("{}: coefficient bits {} is not supported (2, 3, 4, 8, or 16 for the cache "
+                        "precision)",
+                        who, s.coef_bits));
+    b.coef_bits = s.coef_bits;
     if (s.r_min > b.rank_cap)
         throw Error(fmt::format("{}: rank floor r_min={} is above the rank cap R={} (D={})", who, s.r_min,
                                 b.rank_cap, dim));
@@ -74,7 +105,8 @@ CodecBudget plan_codec_budget(const CodecSettings& s, int64_t n_tokens, int64_t 
         if (self_calibrated_basis) b.basis_rows = b.rank_cap;
     }
     b.basis_scalars = b.basis_rows * dim;
-    const int64_t needed_uncharged = b.n_exact * dim + b.index_scalars + s.r_min * b.n_coded;
+    const int64_t floor_scalars_needed = coefficient_scalars(b, s.r_min * b.n_coded);
+    const int64_t needed_uncharged = b.n_exact * dim + b.index_scalars + floor_scalars_needed;
     const int64_t needed = needed_uncharged + b.basis_scalars;
     b.min_feasible_budget = smallest_kappa(needed, n_tokens, dim);
     b.min_feasible_uncharged = smallest_kappa(needed_uncharged, n_tokens, dim);
@@ -91,8 +123,9 @@ CodecBudget plan_codec_budget(const CodecSettings& s, int64_t n_tokens, int64_t 
     if (!(s.budget > 0.0 && s.budget <= 1.0))
         throw Error(fmt::format("{}: budget kappa={} is outside (0, 1]; {}", who, s.budget, hint));
     const int64_t total = floor_scalars(s.budget, n_tokens, dim);
-    b.budget_B = total - b.n_exact * dim - b.index_scalars - b.basis_scalars;
-    if (b.budget_B < s.r_min * b.n_coded) {
+    const int64_t left = total - b.n_exact * dim - b.index_scalars - b.basis_scalars;
+    b.budget_B = coefficients_in(b, left);
+    if (left < floor_scalars_needed || b.budget_B < s.r_min * b.n_coded) {
         if (b.basis_scalars > 0)
             throw InfeasibleBudget(fmt::format(
                 "{}: budget kappa={} is infeasible with a basis fitted on this very context: its R={} x D={} "

@@ -23,6 +23,7 @@ struct CodecBudget {
     int64_t index_scalars = 0;          // index bytes charged to B, in scalars (0 with paper accounting)
     int64_t basis_rows = 0;             // basis rows charged: R for a self-calibrated basis, else 0
     int64_t basis_scalars = 0;          // basis_rows * D
+    int64_t coef_bits = 16;             // 16: coefficients at cache precision; else quantized (bits each)
     int64_t budget_B = 0;               // sum of the coded ranks
     double min_feasible_budget = 0;     // smallest kappa that is feasible for this L
     double min_feasible_uncharged = 0;  // the same without the basis charge (with a calibrated basis file)
@@ -30,18 +31,25 @@ struct CodecBudget {
     int64_t full_bytes() const { return n_tokens * dim * element_size; }
     int64_t index_total_bytes() const { return n_coded * anchors * index_bytes; }
     int64_t basis_bytes() const { return basis_scalars * element_size; }
-    int64_t stored_bytes(int64_t sum_ranks) const {
-        return (n_exact * dim + sum_ranks) * element_size + index_total_bytes() + basis_bytes();
+    bool quantized() const { return coef_bits < 16; }
+    // Bytes of the coefficients: at cache precision, or packed codes plus each group's scale and minimum.
+    int64_t coefficient_bytes(int64_t sum_ranks, int64_t n_groups) const;
+    // n_groups: the quantization groups, sum over coded tokens of ceil(r_t / 32) (ignored unquantized).
+    int64_t stored_bytes(int64_t sum_ranks, int64_t n_groups = 0) const {
+        return n_exact * dim * element_size + coefficient_bytes(sum_ranks, n_groups) + index_total_bytes() +
+               basis_bytes();
     }
 };
 
-// Plans one layer of VarRate/flat. self_calibrated_basis: the basis was fitted on this very context, so
-// its R x D scalars (R = min(rank, D), the rows the codec projects on) are charged unless
-// paper_accounting. Throws Error for infeasible settings: kappa outside (0, 1], L too short for the
-// anchors and the window, r_min above R, or B below r_min per coded token; the message names the
-// smallest feasible kappa for this L, and when the charged basis is what makes kappa infeasible it says
-// so and gives the `varrate calibrate` command that makes a basis file instead. A budget above R per
-// coded token is capped (logged).
+// Plans one layer of VarRate/flat. Quantized coefficients (s.coef_bits < 16) are counted in bits: what the
+// exact tokens, indices and basis leave of kappa x L x D scalars becomes bits, and B is the most coefficients
+// whose codes and group parameters fit, reserving one partial group per coded token (so the stored bytes
+// never exceed the budget). self_calibrated_basis: the basis was fitted on this very context, so its R x D
+// scalars (R = min(rank, D), the rows the codec projects on) are charged unless paper_accounting. Throws
+// Error for infeasible settings: kappa outside (0, 1], L too short for the anchors and the window, r_min
+// above R, or B below r_min per coded token; the message names the smallest feasible kappa for this L, and
+// when the charged basis is what makes kappa infeasible it says so and gives the `varrate calibrate` command
+// that makes a basis file instead. A budget above R per coded token is capped (logged).
 CodecBudget plan_codec_budget(const CodecSettings& s, int64_t n_tokens, int64_t dim, int64_t element_size,
                               const std::string& who = "varrate", bool self_calibrated_basis = false);
 

@@ -25,6 +25,10 @@ struct CodecSettings {
     int64_t window = 64;      // w: the last w tokens are stored exactly
     int64_t obs_window = 64;  // w_obs: queries of the last w_obs tokens score salience (SnapKV window)
     int64_t pool_kernel = 5;  // SnapKV smoothing (average pool, padding kernel/2)
+    // Bits per stored coefficient (VarRate/flat): 16 keeps them at cache precision (the unquantized codec);
+    // 2, 3, 4 or 8 quantizes them in groups of 32 along each token's rank (codec/quantize.h), and the budget,
+    // counted in bits, then holds more of them.
+    int64_t coef_bits = 16;
     bool paper_accounting =
         false;                   // true: anchor indices are not charged to B (the paper; footprint > kappa)
     bool precise_timing = true;  // wait for the device at stage boundaries so stage times are real
@@ -61,6 +65,10 @@ struct LayerDiagnostics {
     int64_t full_bytes = 0;     // L * D * element size of the cache dtype
     double footprint = 0;       // stored_bytes / full_bytes: accounted, the runtime cache still holds L x D
     double mean_rel_error = 0;  // mean over all L tokens of ||z - z^|| / ||z|| (exact 0, evicted 1)
+    // Of which what quantization lost (coefficients at b < 16 bits: ||c - c^|| over the kept ones; KIVI: its
+    // keys' and values'), mean over L of that over ||z||; 0 unquantized. The rest is truncation.
+    double mean_quant_error = 0;
+    int64_t coef_bits = 0;  // bits per stored coefficient or quantized scalar (0: not applicable)
     // Distortion that says what matters (core/capture.h's add_distortion; -1 when not measured):
     double weighted_rel_error =
         -1;  // ||z - z^|| / ||z|| weighted by VarRate's salience (where attention looks)
@@ -95,7 +103,11 @@ struct LayerAnalysis {
 struct RankGroup {
     int64_t tokens = 0;
     int64_t width = 0;
-    at::Tensor coefficients;  // [tokens, width] fp32 as stored (cache precision), zero past each token's rank
+    at::Tensor coefficients;  // [tokens, width] fp32 as stored (cache precision or dequantized), zero past
+                              // each token's rank
+    // Quantized coefficients (coef_bits < 16): codes [tokens, ceil(width / 32) * 32] uint8 and the scale and
+    // minimum [tokens, ceil(width / 32)] fp16 of each group of 32.
+    at::Tensor codes, group_scale, group_min;
 };
 
 // One budget's choice on an analysed layer: diagnostics (counts, accounted footprint, per-token rank and
@@ -106,7 +118,8 @@ struct LayerAllocation {
     at::Tensor
         rank_order;  // [n_coded] int64 on the device: coded ordinals by decreasing width (VarRate/flat)
     std::vector<RankGroup> rank_groups;  // consecutive runs of rank_order, widths decreasing (VarRate/flat)
-    at::Tensor kept;  // [n_kv_head, kept] int64 ascending positions on the compute device (SnapKV)
+    at::Tensor kept;         // [n_kv_head, kept] int64 ascending positions on the compute device (SnapKV)
+    int64_t coef_bits = 16;  // what the coefficients were stored with (CodecSettings::coef_bits)
 };
 
 // Every method in three steps, so that one prefill capture serves every method and budget:

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "codec/full_method.h"
+#include "codec/kivi_method.h"
 #include "codec/snapkv_method.h"
 #include "codec/varrate_method.h"
 #include "core/base/error.h"
@@ -19,27 +20,38 @@ using Factory =
 struct Entry {
     const char* name;
     bool needs_basis;
+    bool by_default;  // run when no method list is given
     const char* description;
     Factory make;
 };
 
 const std::vector<Entry>& registry() {
     static const std::vector<Entry> entries = {
-        {"full", false, "no compression (the ceiling)",
+        {"full", false, true, "no compression (the ceiling)",
          [](const CodecSettings& s, std::shared_ptr<const Basis>) {
              return std::make_unique<FullMethod>(s);
          }},
-        {"varrate", true, "variable-rate low-rank codec, ranks water-filled by SnapKV salience",
+        {"varrate", true, true, "variable-rate low-rank codec, ranks water-filled by SnapKV salience",
          [](const CodecSettings& s, std::shared_ptr<const Basis> b) {
              return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Salience);
          }},
-        {"flat", true, "the same codec with uniform ranks (ablation)",
+        {"flat", true, true, "the same codec with uniform ranks (ablation)",
          [](const CodecSettings& s, std::shared_ptr<const Basis> b) {
              return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Uniform);
          }},
-        {"snapkv", false, "SnapKV eviction, kvpress scoring (window 64, pool 5)",
+        {"snapkv", false, true, "SnapKV eviction, kvpress scoring (window 64, pool 5)",
          [](const CodecSettings& s, std::shared_ptr<const Basis>) {
              return std::make_unique<SnapKVMethod>(s);
+         }},
+        {"kivi2", false, false,
+         "KIVI 2-bit quantization (keys per channel, values per token, 128 recent exact)",
+         [](const CodecSettings& s, std::shared_ptr<const Basis>) {
+             return std::make_unique<KiviMethod>(s, 2);
+         }},
+        {"kivi4", false, false,
+         "KIVI 4-bit quantization (keys per channel, values per token, 128 recent exact)",
+         [](const CodecSettings& s, std::shared_ptr<const Basis>) {
+             return std::make_unique<KiviMethod>(s, 4);
          }},
     };
     return entries;
@@ -65,6 +77,13 @@ std::unique_ptr<CompressionMethod> make_method(const std::string& name, const Co
 std::vector<std::string> method_names() {
     std::vector<std::string> names;
     for (const Entry& e : registry()) names.emplace_back(e.name);
+    return names;
+}
+
+std::vector<std::string> default_method_names() {
+    std::vector<std::string> names;
+    for (const Entry& e : registry())
+        if (e.by_default) names.emplace_back(e.name);
     return names;
 }
 

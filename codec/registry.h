@@ -13,6 +13,9 @@ namespace varrate {
 std::unique_ptr<CompressionMethod> make_method(const std::string& name, const CodecSettings& settings,
                                                std::shared_ptr<const Basis> basis = nullptr);
 std::vector<std::string> method_names();  // in registry order: full, varrate, flat, snapkv, ...
+// What runs when no method list is given: full, varrate, flat, snapkv (the quantization baselines kivi2 and
+// kivi4 have a footprint set by their bits, not by kappa, and are asked for by name).
+std::vector<std::string> default_method_names();
 bool method_needs_basis(const std::string& name);
 std::string method_description(const std::string& name);
 

@@ -11,6 +11,7 @@
 #include "codec/anchors.h"
 #include "codec/footprint.h"
 #include "codec/gemm.h"
+#include "codec/quantize.h"
 #include "codec/salience.h"
 #include "codec/water_filling.h"
 #include "core/base/error.h"
@@ -121,7 +122,7 @@ std::vector<RankGroup> plan_rank_groups(const int64_t* sorted, int64_t n) {
         const int64_t width = sorted[begin];
         const int64_t end =
             std::partition_point(sorted + begin, sorted + n, [&](int64_t w) { return w == width; }) - sorted;
-        groups.push_back({end - begin, width, at::Tensor()});
+        groups.push_back(RankGroup{end - begin, width, {}, {}, {}, {}});
         begin = end;
     }
     return groups;
@@ -134,8 +135,12 @@ std::vector<RankGroup> plan_rank_groups(const int64_t* sorted, int64_t n) {
 //   ||z - z^||^2 = sum_{i<r} (c_i - c^_i)^2 + sum_{r<=i<width} c_i^2 + (||e||^2 - sum_{i<width} c_i^2),
 // the last term zero when the width is D (every row of a complete basis), else a difference formed in fp64
 // (of norms accurate to fp32 rounding).
+// Quantized (coef_bits < 16), c^ is dequantized from b-bit codes in groups of 32 along the rank (the group's
+// scale and minimum over the token's kept coefficients only), and quant_sq ([n_coded] fp64, rank order) takes
+// what the kept coefficients lost to their precision, the quantization part of err_sq.
 void project_groups(const VarRateAnalysis& a, const at::Tensor& V, const at::Tensor& sorted_ranks,
-                    const at::Tensor& order, std::vector<RankGroup>& groups, at::Tensor* err_sq) {
+                    const at::Tensor& order, int64_t coef_bits, std::vector<RankGroup>& groups,
+                    at::Tensor* err_sq, at::Tensor* quant_sq = nullptr) {
     int64_t begin = 0;
     for (RankGroup& g : groups) {
         const at::Tensor rows = order.narrow(0, begin, g.tokens);
@@ -144,12 +149,33 @@ void project_groups(const VarRateAnalysis& a, const at::Tensor& V, const at::Ten
         gemm_out(c, e, V.narrow(0, 0, g.width).t(), 0.0, 1.0, /*onednn=*/a.dtype == at::kBFloat16);
         const at::Tensor dropped = at::arange(g.width, sorted_ranks.options()).unsqueeze(0) >=  // [n, width]
                                    sorted_ranks.narrow(0, begin, g.tokens).unsqueeze(1);
-        at::Tensor stored = a.dtype != at::kFloat ? c.to(a.dtype).to(at::kFloat) : c.clone();
+        at::Tensor stored;
+        if (coef_bits < 16) {
+            const int64_t n_groups = (g.width + kQuantGroup - 1) / kQuantGroup,
+                          padded = n_groups * kQuantGroup;
+            const at::Tensor cp = at::constant_pad_nd(c, {0, padded - g.width});               // [n, padded]
+            const at::Tensor keep = at::arange(padded, sorted_ranks.options()).unsqueeze(0) <  // [n, padded]
+                                    sorted_ranks.narrow(0, begin, g.tokens).unsqueeze(1);
+            QuantizedGroups q =
+                quantize_groups(cp.view({-1, kQuantGroup}), coef_bits, keep.view({-1, kQuantGroup}));
+            stored =
+                dequantize_groups(q.codes, q.scale, q.min).view({g.tokens, padded}).narrow(1, 0, g.width);
+            g.codes = q.codes.view({g.tokens, padded});
+            g.group_scale = q.scale.view({g.tokens, n_groups});
+            g.group_min = q.min.view({g.tokens, n_groups});
+            stored = stored.contiguous();
+        } else {
+            stored = a.dtype != at::kFloat ? c.to(a.dtype).to(at::kFloat) : c.clone();
+        }
         stored.masked_fill_(dropped, 0.0);
+        if (quant_sq)
+            quant_sq->narrow(0, begin, g.tokens)
+                .copy_((c - stored).masked_fill_(dropped, 0.0).norm(2, {1}))
+                .square_();
         if (err_sq) {
             at::Tensor e2 = err_sq->narrow(0, begin, g.tokens);
             e2.copy_((c - stored).norm(2, {1}))
-                .square_();  // what the stored row lost: rounding, dropped rows
+                .square_();  // what the stored row lost: rounding or quantization, dropped rows
             if (g.width < a.dim)
                 e2.add_((a.res.energy.index_select(0, rows) - c.norm(2, {1}).to(at::kDouble).square())
                             .clamp_min(0));
@@ -317,7 +343,7 @@ LayerAllocation VarRateMethod::allocate(const LayerAnalysis& analysis, const Cod
     if (a.rank <= 128) {
         // One width (gemm_widths): position order, one group, nothing to sort or copy.
         out.rank_order = at::arange(n_coded, ranks.options());
-        if (n_coded > 0) out.rank_groups = {RankGroup{n_coded, a.rank, at::Tensor()}};
+        if (n_coded > 0) out.rank_groups = {RankGroup{n_coded, a.rank, {}, {}, {}, {}}};
     } else {
         auto by_width = at::sort(gemm_widths(ranks, a.rank), /*stable=*/true, 0, /*descending=*/true);
         out.rank_order = std::get<1>(by_width);  // [n_coded]
@@ -330,17 +356,24 @@ LayerAllocation VarRateMethod::allocate(const LayerAnalysis& analysis, const Cod
     // 12: each coded token's error at its rank: read from the analysis's error table when it keeps one
     // (materialise() then projects), else from the coefficients projected here (project_groups), which
     // materialise() reconstructs from.
+    // Quantized coefficients are projected every time: the table holds no quantization error.
+    out.coef_bits = budget.coef_bits;
     const at::Tensor& V = basis_on(a.layer, a.rank, a.coded.device(), a.dtype);  // [R, D]
-    const at::Tensor table = error_table(a, V);
-    at::Tensor err, err_pos;  // [n_coded]: relative errors and their positions
+    const at::Tensor table = plan.quantized() ? at::Tensor() : error_table(a, V);
+    at::Tensor err, err_pos, quant;  // [n_coded]: relative errors, their positions, the quantization part
     if (table.defined()) {
         const at::Tensor err_sq = table.gather(1, ranks.unsqueeze(1)).squeeze(1).to(at::kDouble);
         err = err_sq.sqrt() / a.z_norm.clamp_min(1e-30);
         err_pos = a.coded;
+        quant = at::zeros_like(err);  // not quantized
     } else {
         at::Tensor err_sq = at::empty({n_coded}, a.z_norm.options().dtype(at::kDouble));  // rank order
-        project_groups(a, V, ranks.index_select(0, order), order, out.rank_groups, &err_sq);
-        err = err_sq.sqrt() / a.z_norm.index_select(0, order).clamp_min(1e-30);
+        at::Tensor quant_sq = at::empty_like(err_sq);
+        project_groups(a, V, ranks.index_select(0, order), order, budget.coef_bits, out.rank_groups, &err_sq,
+                       &quant_sq);
+        const at::Tensor z_norm = a.z_norm.index_select(0, order).clamp_min(1e-30);
+        err = err_sq.sqrt() / z_norm;
+        quant = plan.quantized() ? quant_sq.sqrt() / z_norm : at::zeros_like(err);
         err_pos = a.coded.index_select(0, order);
     }
     sync_for_timing(err, settings_.precise_timing);
@@ -353,9 +386,11 @@ LayerAllocation VarRateMethod::allocate(const LayerAnalysis& analysis, const Cod
         at::full({n_tok}, static_cast<double>(dim), dopts).index_copy_(0, a.coded, rf);  // [L]
     at::Tensor err_all = at::zeros({n_tok}, dopts).index_copy_(0, err_pos, err);
     at::Tensor norm_all = at::zeros({n_tok}, dopts).index_copy_(0, a.coded, a.s_hat.to(at::kDouble));
-    const at::Tensor stats = at::stack({rf.sum(), rf.min(), rf.max(), rf.mean(),
-                                        (ranks == budget.r_min).to(at::kDouble).mean(), err_all.mean()});
-    const at::Tensor host = at::cat({stats, rank_all, err_all, norm_all}).to(at::kCPU);  // [6 + 3 L]
+    const at::Tensor n_groups = (ranks + kQuantGroup - 1).div(kQuantGroup, "floor").sum().to(at::kDouble);
+    const at::Tensor stats =
+        at::stack({rf.sum(), rf.min(), rf.max(), rf.mean(), (ranks == budget.r_min).to(at::kDouble).mean(),
+                   err_all.mean(), quant.sum() / static_cast<double>(n_tok), n_groups});
+    const at::Tensor host = at::cat({stats, rank_all, err_all, norm_all}).to(at::kCPU);  // [8 + 3 L]
     const double* st = host.data_ptr<double>();
 
     LayerDiagnostics& d = out.diagnostics;
@@ -372,15 +407,17 @@ LayerAllocation VarRateMethod::allocate(const LayerAnalysis& analysis, const Cod
     d.mean_rank = st[3];
     d.floor_share = st[4];
     d.mean_rel_error = st[5];
+    d.mean_quant_error = st[6];
+    d.coef_bits = plan.quantized() ? plan.coef_bits : 8 * element_size(a.dtype);
     d.index_bytes = plan.index_bytes;
     d.basis_bytes = plan.basis_bytes();
-    d.stored_bytes = plan.stored_bytes(d.sum_ranks);
+    d.stored_bytes = plan.stored_bytes(d.sum_ranks, static_cast<int64_t>(st[7]));
     d.full_bytes = plan.full_bytes();
     d.footprint = static_cast<double>(d.stored_bytes) / static_cast<double>(d.full_bytes);
     d.salience = a.salience;
-    d.rank = host.narrow(0, 6, n_tok).to(at::kLong);
-    d.rel_error = host.narrow(0, 6 + n_tok, n_tok).to(at::kFloat);
-    d.salience_norm = host.narrow(0, 6 + 2 * n_tok, n_tok).to(at::kFloat);
+    d.rank = host.narrow(0, 8, n_tok).to(at::kLong);
+    d.rel_error = host.narrow(0, 8 + n_tok, n_tok).to(at::kFloat);
+    d.salience_norm = host.narrow(0, 8 + 2 * n_tok, n_tok).to(at::kFloat);
     d.exact = a.layout.exact_mask;
     d.timing = a.timing;
     d.timing.projection = projection_ms;
@@ -402,7 +439,8 @@ std::vector<RankGroup> VarRateMethod::coefficient_groups(const LayerAnalysis& an
     if (std::any_of(groups.begin(), groups.end(),
                     [](const RankGroup& g) { return !g.coefficients.defined(); }))
         project_groups(a, basis_on(a.layer, a.rank, a.coded.device(), a.dtype),
-                       allocation.coded_ranks.index_select(0, order), order, groups, nullptr);
+                       allocation.coded_ranks.index_select(0, order), order, allocation.coef_bits, groups,
+                       nullptr);
     return groups;
 }
 
@@ -418,15 +456,33 @@ std::shared_ptr<const LayerPrefix> VarRateMethod::store(const LayerCapture& capt
     const at::Tensor ranks = allocation.coded_ranks;   // [n_coded] int64, position order
     const at::Tensor start = ranks.cumsum(0) - ranks;  // [n_coded] exclusive
     const int64_t sum_ranks = allocation.diagnostics.sum_ranks;
-    // Each group's coefficients (rank order, zero past each rank) into one flat array in position order.
-    at::Tensor flat = at::empty({sum_ranks}, capture.keys.options());
+    const bool quantized = allocation.coef_bits < 16;
+    // Each group's coefficients (rank order, zero past each rank) into one flat array in position order;
+    // quantized, their codes, and each token's groups' scales and minima likewise.
+    at::Tensor flat = quantized ? at::empty({sum_ranks}, ranks.options().dtype(at::kByte))
+                                : at::empty({sum_ranks}, capture.keys.options());
+    const at::Tensor n_groups = (ranks + kQuantGroup - 1).div(kQuantGroup, "floor");  // [n_coded]
+    const at::Tensor group_start = n_groups.cumsum(0) - n_groups;                     // [n_coded] exclusive
+    const int64_t total_groups = quantized ? n_groups.sum().item<int64_t>() : 0;
+    at::Tensor scale = at::empty({total_groups}, ranks.options().dtype(at::kHalf));
+    at::Tensor minimum = at::empty_like(scale);
     int64_t begin = 0;
     for (const RankGroup& g : groups) {
         const at::Tensor rows = order.narrow(0, begin, g.tokens);
         const at::Tensor i = at::arange(g.width, ranks.options()).unsqueeze(0);  // [1, width]
         const at::Tensor keep = i < ranks.index_select(0, rows).unsqueeze(1);    // [n, width]
         const at::Tensor idx = start.index_select(0, rows).unsqueeze(1) + i;     // [n, width]
-        flat.index_put_({idx.masked_select(keep)}, g.coefficients.masked_select(keep).to(flat.scalar_type()));
+        if (quantized) {
+            flat.index_put_({idx.masked_select(keep)}, g.codes.narrow(1, 0, g.width).masked_select(keep));
+            const at::Tensor j = at::arange(g.group_scale.size(1), ranks.options()).unsqueeze(0);
+            const at::Tensor used = j < n_groups.index_select(0, rows).unsqueeze(1);  // [n, groups]
+            const at::Tensor gi = (group_start.index_select(0, rows).unsqueeze(1) + j).masked_select(used);
+            scale.index_put_({gi}, g.group_scale.masked_select(used));
+            minimum.index_put_({gi}, g.group_min.masked_select(used));
+        } else {
+            flat.index_put_({idx.masked_select(keep)},
+                            g.coefficients.masked_select(keep).to(flat.scalar_type()));
+        }
         begin += g.tokens;
     }
     const at::Tensor exact = CompressedLayer::exact_order(a.n_tokens, a.settings.stride, a.settings.window)
@@ -442,7 +498,14 @@ std::shared_ptr<const LayerPrefix> VarRateMethod::store(const LayerCapture& capt
     p.exact_values = capture.values.index_select(1, exact);
     p.nearest = a.res.nearest.to(a.layout.n_anchors() < 32768 ? at::kShort : at::kInt);
     p.ranks = ranks.to(at::kShort);
-    p.coefficients = flat;
+    if (quantized) {
+        p.coef_bits = allocation.coef_bits;
+        p.codes = pack_bits(flat, p.coef_bits);
+        p.group_scale = scale;
+        p.group_min = minimum;
+    } else {
+        p.coefficients = flat;
+    }
     p.basis = basis_on(a.layer, a.rank, a.coded.device(), a.dtype);
     p.inv_freq = capture.rope_inv_freq;
     p.rope_dtype = capture.rope_cos.scalar_type();

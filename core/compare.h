@@ -26,7 +26,7 @@ struct CompareRequest {
     // The start of each reply, given to the model after the question (optional; same count as questions when
     // given; "" for none); see build_prompt.
     std::vector<std::string> answer_prefixes;
-    std::vector<std::string> methods = method_names();  // every registered method
+    std::vector<std::string> methods = default_method_names();  // full, varrate, flat, snapkv
     CodecSettings settings;
     // Budgets to run every compressing method at (settings.budget replaced by each); empty:
     // {settings.budget}. CompareResult.runs holds one MethodRun per (method, budget), method-major, in this
@@ -123,9 +123,9 @@ nlohmann::json to_json(const CompareResult& r, const CompareRequest& req);
 std::string rank_log_csv(const CompareResult& r, const Tokenizer& tokenizer);
 
 struct PplRequest {
-    std::vector<int64_t> ids;                           // the whole scored text
-    int64_t prefix_tokens = 0;                          // compressed part
-    std::vector<std::string> methods = method_names();  // every registered method
+    std::vector<int64_t> ids;                                   // the whole scored text
+    int64_t prefix_tokens = 0;                                  // compressed part
+    std::vector<std::string> methods = default_method_names();  // full, varrate, flat, snapkv
     CodecSettings settings;
     std::vector<double> budgets;  // empty: {settings.budget}; `full` runs once
     // A text longer than the model's max_position_embeddings is refused (an Error naming

@@ -27,10 +27,10 @@
 namespace varrate {
 
 struct NiahSweepOptions {
-    std::vector<int64_t> lengths;                       // context lengths in the model's tokens
-    std::vector<double> depths;                         // needle depth percent, 0..100
-    int64_t samples = 1;                                // documents per (length, depth)
-    std::vector<std::string> methods = method_names();  // every registered method
+    std::vector<int64_t> lengths;                               // context lengths in the model's tokens
+    std::vector<double> depths;                                 // needle depth percent, 0..100
+    int64_t samples = 1;                                        // documents per (length, depth)
+    std::vector<std::string> methods = default_method_names();  // full, varrate, flat, snapkv
     CodecSettings settings;
     std::vector<double> budgets;  // the compressed methods' budgets, each in (0, 1]; empty: {settings.budget}
     CompressionMode mode = CompressionMode::QueryAgnostic;

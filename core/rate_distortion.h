@@ -36,7 +36,8 @@ std::vector<double> default_rd_kappas();     // 0.02 0.03 0.05 0.075 0.1 0.15 0.
 std::vector<double> default_rd_answer_at();  // 0.05 0.1 0.2
 
 struct RdRequest {
-    std::vector<std::string> methods = method_names();       // `full` is the reference point (kappa 1, once)
+    std::vector<std::string> methods =
+        default_method_names();                              // `full` is the reference point (kappa 1, once)
     std::vector<double> kappas = default_rd_kappas();        // each in (0, 1], distinct
     std::vector<double> answer_at = default_rd_answer_at();  // each one of kappas; may be empty
     CompressionMode mode = CompressionMode::QueryAgnostic;

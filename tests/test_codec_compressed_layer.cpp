@@ -23,6 +23,7 @@ struct Case {
     int64_t n_head, n_kv_head;
     at::ScalarType dtype;
     RankAllocation allocation;
+    int64_t coef_bits = 16;
 };
 
 SyntheticShape shape_of(const Case& c, int64_t n_tokens = 700) {
@@ -34,9 +35,10 @@ SyntheticShape shape_of(const Case& c, int64_t n_tokens = 700) {
     return s;
 }
 
-CodecSettings settings(double kappa) {
+CodecSettings settings(double kappa, int64_t coef_bits = 16) {
     CodecSettings s;
     s.budget = kappa;
+    s.coef_bits = coef_bits;
     s.r_min = 2;
     s.rank = 1024;  // clamped to D
     s.precise_timing = false;
@@ -53,7 +55,7 @@ struct Stored {
 Stored make_store(const Case& c, double kappa, uint64_t seed, int64_t n_tokens = 700) {
     const SyntheticShape shape = shape_of(c, n_tokens);
     const int64_t dim = 2 * shape.n_kv_head * shape.head_dim;
-    const CodecSettings s = settings(kappa);
+    const CodecSettings s = settings(kappa, c.coef_bits);
     VarRateMethod m(s, random_basis(1, dim, dim, s.stride, s.anchors, seed + 1), c.allocation);
     Stored out;
     out.capture = synthetic_capture(shape, seed, 0, c.dtype);
@@ -88,13 +90,19 @@ void add_cases() {
     QTest::addColumn<int>("n_kv_head");
     QTest::addColumn<bool>("bf16");
     QTest::addColumn<bool>("flat");
+    QTest::addColumn<int>("bits");
     for (bool bf16 : {false, true})
         for (int g : {1, 4}) {
             const char* dt = bf16 ? "bf16" : "fp32";
             QTest::newRow(qPrintable(QString("varrate %1 gqa %2:1").arg(dt).arg(g)))
-                << 2 * g << 2 << bf16 << false;
+                << 2 * g << 2 << bf16 << false << 16;
         }
-    QTest::newRow("flat fp32 gqa 4:1") << 8 << 2 << false << true;
+    QTest::newRow("flat fp32 gqa 4:1") << 8 << 2 << false << true << 16;
+    // Quantized coefficients: packed codes, dequantized block by block.
+    QTest::newRow("varrate fp32 gqa 4:1 4-bit") << 8 << 2 << false << false << 4;
+    QTest::newRow("varrate bf16 gqa 1:1 3-bit") << 2 << 2 << true << false << 3;
+    QTest::newRow("flat fp32 gqa 1:1 2-bit") << 2 << 2 << false << true << 2;
+    QTest::newRow("varrate bf16 gqa 4:1 8-bit") << 8 << 2 << true << false << 8;
 }
 
 Case fetch_case() {
@@ -102,8 +110,9 @@ Case fetch_case() {
     QFETCH(int, n_kv_head);
     QFETCH(bool, bf16);
     QFETCH(bool, flat);
+    QFETCH(int, bits);
     return {n_head, n_kv_head, bf16 ? at::kBFloat16 : at::kFloat,
-            flat ? RankAllocation::Uniform : RankAllocation::Salience};
+            flat ? RankAllocation::Uniform : RankAllocation::Salience, bits};
 }
 
 }  // namespace
@@ -119,6 +128,7 @@ class TestCodecCompressedLayer : public QObject {
     void reconstruction_equals_materialised() {
         const Case c = fetch_case();
         const Stored s = make_store(c, 0.3, 11);
+        QCOMPARE(s.store->quantized(), c.coef_bits < 16);
         const LayerKV r = s.store->reconstruct();
         QCOMPARE(r.keys.sizes().vec(), s.materialised.keys.sizes().vec());
         QCOMPARE(r.keys.scalar_type(), c.dtype);
@@ -160,10 +170,16 @@ class TestCodecCompressedLayer : public QObject {
     }
 
     // Resident bytes, measured from the tensors, are the accounted stored bytes plus what the accounting
-    // leaves out: each coded token's rank (int16) and the exact rows' positions (int64).
+    // leaves out: each coded token's rank (int16) and the exact rows' positions (int64). Quantized: the
+    // packed codes and the groups' fp16 scales and minima are what the budget counted, and it is met.
+    void resident_bytes_are_the_accounted_footprint_data() {
+        QTest::addColumn<int>("bits");
+        for (int b : {16, 4, 3}) QTest::newRow(qPrintable(QString("%1-bit").arg(b))) << b;
+    }
     void resident_bytes_are_the_accounted_footprint() {
+        QFETCH(int, bits);
         for (double kappa : {0.2, 0.4}) {
-            const Case c{8, 2, at::kBFloat16, RankAllocation::Salience};
+            const Case c{8, 2, at::kBFloat16, RankAllocation::Salience, bits};
             const Stored s = make_store(c, kappa, 13, 2000);
             const LayerDiagnostics& d = s.allocation.diagnostics;
             QCOMPARE(d.basis_bytes, int64_t(0));  // a shared basis, not charged
@@ -175,6 +191,7 @@ class TestCodecCompressedLayer : public QObject {
             QCOMPARE(s.store->sum_ranks(), d.sum_ranks);
             QCOMPARE(s.store->n_exact(), d.n_exact);
             QCOMPARE(s.store->basis_bytes(), int64_t(64 * 64 * 4));
+            QVERIFY(d.stored_bytes <= static_cast<int64_t>(kappa * static_cast<double>(d.full_bytes)));
         }
     }
 

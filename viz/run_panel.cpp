@@ -115,7 +115,8 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
         auto* c = new QCheckBox(QString::fromStdString(names[i]));
         c->setObjectName("method_" + QString::fromStdString(names[i]));
         c->setToolTip(QString::fromStdString(method_description(names[i])));
-        c->setChecked(true);
+        const auto defaults = default_method_names();
+        c->setChecked(std::find(defaults.begin(), defaults.end(), names[i]) != defaults.end());
         ml->addWidget(c, static_cast<int>(i) / 2, static_cast<int>(i) % 2);
         methods_.push_back(c);
     }

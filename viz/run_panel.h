@@ -26,9 +26,9 @@ namespace varrate::viz {
 
 // Everything the panel edits; the document comes from the main window.
 struct RunSettings {
-    std::vector<std::string> questions, answers;        // answers: empty, or one per question
-    std::vector<std::string> answer_prefixes;           // the start of each reply: empty, or one per question
-    std::vector<std::string> methods = method_names();  // every registered method
+    std::vector<std::string> questions, answers;  // answers: empty, or one per question
+    std::vector<std::string> answer_prefixes;     // the start of each reply: empty, or one per question
+    std::vector<std::string> methods = default_method_names();
     CodecSettings codec;
     CompressionMode mode = CompressionMode::QueryAgnostic;
     int64_t max_new_tokens = 32;

@@ -98,6 +98,13 @@ CodecFlags add_codec_options(CLI::App& sub, CodecSettings& s, std::vector<double
     f.obs_window =
         sub.add_option("--obs-window", s.obs_window, "w_obs: observation window queries for salience")
             ->capture_default_str();
+    sub.add_option(
+           "--coef-bits", s.coef_bits,
+           "bits per stored VarRate/flat coefficient: 2, 3, 4 or 8 quantizes them (groups of 32 along "
+           "each token's rank, fp16 scale and minimum; the budget counts bits); 16 keeps the cache "
+           "precision")
+        ->check(CLI::IsMember({2, 3, 4, 8, 16}))
+        ->capture_default_str();
     sub.add_flag("--paper-accounting", s.paper_accounting,
                  "charge neither anchor indices nor a self-calibrated basis to the budget (the paper's "
                  "accounting; footprint slightly above kappa, runs labelled \"basis not charged\")");
@@ -155,7 +162,7 @@ JobControl terminal_job() {
 }
 
 std::string join_method_names() {
-    return fmt::format("{}", fmt::join(method_names(), ","));
+    return fmt::format("{}", fmt::join(default_method_names(), ","));
 }
 
 bool check_methods_feasible(const std::vector<std::string>& methods, const CodecSettings& settings,

@@ -21,7 +21,7 @@ namespace {
 struct SessionArgs {
     std::string model, basis;
     RuntimeArgs runtime;
-    std::string methods = join_method_names();  // every registered method
+    std::string methods = join_method_names();  // the default methods
     CodecSettings settings;
     std::vector<double> budgets;  // --budget as a list
     CodecFlags codec_flags;

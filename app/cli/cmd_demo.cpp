@@ -26,7 +26,7 @@ constexpr double kDemoBudget = DemoRegime{}.budget;
 struct DemoArgs {
     std::string model;  // empty: the embedded demo model
     std::string basis;
-    std::string methods = join_method_names();  // every registered method
+    std::string methods = join_method_names();  // the default methods
     // The regime where the methods part ways on the demo model (core/data_paths.h DemoRegime), so that a
     // first run shows what the allocation changes rather than identical right answers.
     int64_t length = DemoRegime{}.length, distractors = DemoRegime{}.distractors;

@@ -129,7 +129,7 @@ void clear_progress_line() {
 struct NiahArgs {
     std::string model, basis, haystack_file, out;
     RuntimeArgs runtime;
-    std::string methods = join_method_names();  // every registered method
+    std::string methods = join_method_names();  // the default methods
     std::string lengths, depths = "0,25,50,75,100";
     std::string mode = "query-agnostic";
     std::string needles = "fresh";

@@ -24,7 +24,7 @@ namespace {
 struct RdArgs {
     std::string model, basis, out;
     RuntimeArgs runtime;
-    std::string methods = join_method_names();  // every registered method, `full` as the reference
+    std::string methods = join_method_names();  // the default methods, `full` as the reference
     std::vector<double> kappas = default_rd_kappas();
     std::vector<double> answer_at;  // empty: the default points that lie on the grid
     CLI::Option* answer_at_opt = nullptr;

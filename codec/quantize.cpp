@@ -1,0 +1,123 @@
+#include "codec/quantize.h"
+
+#include <cmath>
+#include <limits>
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include "codec/method.h"
+#include "core/base/error.h"
+
+namespace varrate {
+
+namespace {
+
+// 2^0 .. 2^(n-1) as int32 on `like`'s device.
+at::Tensor powers_of_two(int64_t n, const at::Tensor& like) {
+    return at::pow(2, at::arange(n, like.options().dtype(at::kInt))).to(at::kInt);
+}
+
+void check_bits(int64_t bits, const char* who) {
+    if (!is_supported_bits(bits))
+        throw Error(fmt::format("{}: {} bits is not a supported width (2, 3, 4 or 8)", who, bits));
+}
+
+// When `bits` divides 8 and the codes start on a byte, each byte holds 8 / bits of them, lowest bits first.
+at::Tensor unpack_aligned(const at::Tensor& bytes, int64_t bits, int64_t count) {
+    const at::Tensor shifts = at::arange(0, 8, bits, bytes.options().dtype(at::kInt));
+    const at::Tensor b = bytes.to(at::kInt).unsqueeze(1);  // [n, 1]
+    return at::bitwise_and(b.div(at::pow(2, shifts).to(at::kInt), "floor"), (1 << bits) - 1)
+        .reshape({-1})
+        .narrow(0, 0, count)
+        .to(at::kLong);
+}
+
+}  // namespace
+
+bool is_supported_bits(int64_t bits) {
+    return bits == 2 || bits == 3 || bits == 4 || bits == 8;
+}
+
+int64_t packed_bytes(int64_t count, int64_t bits) {
+    return (count * bits + 7) / 8;
+}
+
+QuantizedGroups quantize_groups(const at::Tensor& x, int64_t bits, const at::Tensor& valid) {
+    check_bits(bits, "quantize");
+    if (!x.defined() || x.dim() != 2)
+        throw Error(fmt::format("quantize: groups must be [n, g], got {}", shape_str(x)));
+    const at::Tensor xf = x.to(at::kFloat);
+    const double inf = std::numeric_limits<double>::infinity();
+    at::Tensor lo, hi;
+    if (valid.defined()) {
+        lo = xf.masked_fill(valid.logical_not(), inf).amin(1);   // [n]
+        hi = xf.masked_fill(valid.logical_not(), -inf).amax(1);  // [n]
+        const at::Tensor empty = valid.any(1).logical_not();     // a group with nothing to hold
+        lo.masked_fill_(empty, 0.0);
+        hi.masked_fill_(empty, 0.0);
+    } else {
+        lo = xf.amin(1);
+        hi = xf.amax(1);
+    }
+    const double levels = static_cast<double>((int64_t(1) << bits) - 1);
+    QuantizedGroups q;
+    q.scale = ((hi - lo) / levels).to(at::kHalf);
+    q.min = lo.to(at::kHalf);
+    const at::Tensor sf = q.scale.to(at::kFloat), mf = q.min.to(at::kFloat);
+    if (!at::isfinite(sf).all().item<bool>() || !at::isfinite(mf).all().item<bool>())
+        throw Error(
+            "quantize: a group's range exceeds fp16 (|values| above 65504): this cache cannot be quantized "
+            "with fp16 scales");
+    const at::Tensor safe = at::where(sf > 0, sf, at::ones_like(sf)).unsqueeze(1);
+    at::Tensor codes = ((xf - mf.unsqueeze(1)) / safe).round_().clamp_(0.0, levels);
+    if (valid.defined()) codes.masked_fill_(valid.logical_not(), 0.0);
+    q.codes = codes.to(at::kByte);
+    return q;
+}
+
+at::Tensor dequantize_groups(const at::Tensor& codes, const at::Tensor& scale, const at::Tensor& min) {
+    return codes.to(at::kFloat) * scale.to(at::kFloat).unsqueeze(1) + min.to(at::kFloat).unsqueeze(1);
+}
+
+at::Tensor pack_bits(const at::Tensor& codes, int64_t bits) {
+    check_bits(bits, "pack");
+    const at::Tensor flat = codes.reshape({-1}).to(at::kInt);
+    const int64_t m = flat.size(0);
+    at::Tensor out = at::empty({packed_bytes(m, bits)}, flat.options().dtype(at::kByte));
+    if (m == 0) return out;
+    const at::Tensor code_bits = powers_of_two(bits, flat);  // [bits]
+    const at::Tensor byte_bits = powers_of_two(8, flat);     // [8]
+    // Chunks of 8 k codes end on a byte boundary whatever the width, and bound the bit temporaries.
+    constexpr int64_t kChunk = int64_t(1) << 20;
+    for (int64_t begin = 0; begin < m; begin += kChunk) {
+        const int64_t n = std::min(kChunk, m - begin);
+        const at::Tensor c = flat.narrow(0, begin, n).unsqueeze(1);                       // [n, 1]
+        at::Tensor stream = at::bitwise_and(c.div(code_bits, "floor"), 1).reshape({-1});  // [n * bits]
+        const int64_t n_bytes = packed_bytes(n, bits);
+        if (stream.size(0) < n_bytes * 8)
+            stream = at::cat({stream, at::zeros({n_bytes * 8 - stream.size(0)}, stream.options())});
+        out.narrow(0, begin * bits / 8, n_bytes)
+            .copy_((stream.view({n_bytes, 8}) * byte_bits).sum(1).to(at::kByte));
+    }
+    return out;
+}
+
+at::Tensor unpack_bits(const at::Tensor& packed, int64_t bits, int64_t begin, int64_t count) {
+    check_bits(bits, "unpack");
+    const int64_t bit0 = begin * bits, bit1 = (begin + count) * bits;
+    if (begin < 0 || count < 0 || (bit1 + 7) / 8 > packed.size(0))
+        throw Error(fmt::format("unpack: codes [{}, {}) of {} bits lie past a stream of {} bytes", begin,
+                                begin + count, bits, packed.size(0)));
+    if (count == 0) return at::empty({0}, packed.options().dtype(at::kLong));
+    const int64_t byte0 = bit0 / 8, n_bytes = (bit1 + 7) / 8 - byte0;
+    const at::Tensor bytes = packed.narrow(0, byte0, n_bytes);
+    if (bits == 8) return bytes.to(at::kLong);
+    if (8 % bits == 0 && bit0 % 8 == 0) return unpack_aligned(bytes, bits, count);
+    const at::Tensor b = bytes.to(at::kInt).unsqueeze(1);  // [n_bytes, 1]
+    const at::Tensor stream = at::bitwise_and(b.div(powers_of_two(8, b), "floor"), 1).reshape({-1});
+    const at::Tensor mine = stream.narrow(0, bit0 - byte0 * 8, count * bits).view({count, bits});
+    return (mine * powers_of_two(bits, b)).sum(1).to(at::kLong);
+}
+
+}  // namespace varrate

@@ -1,0 +1,164 @@
+// KIVI (codec/kivi_method.h, codec/quantized_layer.h): keys per channel, values per token, the recent tokens
+// exact; attention over the packed layer equals attention over its dequantization, the bytes it holds are its
+// accounted footprint, the footprint is KIVI's (~19 % / ~31 % of a 16-bit cache), and error falls with bits.
+#include "tests/test_support.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <cmath>
+#include <limits>
+
+#include "codec/kivi_method.h"
+#include "codec/quantize.h"
+#include "codec/quantized_layer.h"
+#include "codec/registry.h"
+#include "codec/synthetic.h"
+#include "core/base/error.h"
+
+using namespace varrate;
+
+namespace {
+
+struct Kivi {
+    LayerCapture capture;
+    LayerAllocation allocation;
+    LayerKV materialised;
+    std::shared_ptr<const QuantizedLayer> store;
+};
+
+Kivi run_kivi(int64_t bits, int64_t n_head, int64_t n_kv_head, int64_t head_dim, int64_t n_tokens,
+              at::ScalarType dtype) {
+    SyntheticShape shape;
+    shape.n_head = n_head;
+    shape.n_kv_head = n_kv_head;
+    shape.head_dim = head_dim;
+    shape.n_tokens = n_tokens;
+    CodecSettings s;
+    s.precise_timing = false;
+    auto m = make_method("kivi" + std::to_string(bits), s);
+    Kivi k;
+    k.capture = synthetic_capture(shape, 31, 0, dtype);
+    const auto analysis = m->analyse(k.capture);
+    k.allocation = m->allocate(*analysis, s);
+    k.materialised = m->materialise(k.capture, *analysis, k.allocation);
+    k.store = std::dynamic_pointer_cast<const QuantizedLayer>(m->store(k.capture, *analysis, k.allocation));
+    return k;
+}
+
+at::Tensor dense_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale) {
+    const int64_t H = q.size(0), n = q.size(1), G = k.size(0), m = k.size(1);
+    const at::Tensor kk = k.to(at::kFloat).repeat_interleave(H / G, 0);
+    const at::Tensor vv = v.to(at::kFloat).repeat_interleave(H / G, 0);
+    at::Tensor s = at::bmm(q.to(at::kFloat), kk.transpose(1, 2)) * scale;
+    const at::Tensor col = at::arange(m, at::kLong), row = at::arange(n, at::kLong) + (m - n);
+    s.masked_fill_((col.unsqueeze(0) > row.unsqueeze(1)).unsqueeze(0),
+                   -std::numeric_limits<float>::infinity());
+    return at::bmm(s.softmax(2), vv);
+}
+
+double rel_max_diff(const at::Tensor& a, const at::Tensor& b) {
+    const at::Tensor fa = a.to(at::kFloat), fb = b.to(at::kFloat);
+    return (fa - fb).abs().max().item<double>() / std::max(fb.abs().max().item<double>(), 1e-30);
+}
+
+}  // namespace
+
+class TestCodecKivi : public QObject {
+    Q_OBJECT
+  private Q_SLOTS:
+    void initTestCase() { at::set_num_threads(2); }
+
+    // Attention over the packed layer (blocks dequantized into scratch) equals dense attention over the
+    // layer's dequantization, which is what materialise() returns; the residual is kept exactly.
+    void attention_equals_dequantized_data() {
+        QTest::addColumn<int>("bits");
+        QTest::addColumn<int>("n_head");
+        QTest::addColumn<bool>("bf16");
+        QTest::newRow("kivi2 fp32 gqa 1:1") << 2 << 2 << false;
+        QTest::newRow("kivi4 fp32 gqa 4:1") << 4 << 8 << false;
+        QTest::newRow("kivi2 bf16 gqa 4:1") << 2 << 8 << true;
+        QTest::newRow("kivi4 bf16 gqa 1:1") << 4 << 2 << true;
+    }
+    void attention_equals_dequantized() {
+        QFETCH(int, bits);
+        QFETCH(int, n_head);
+        QFETCH(bool, bf16);
+        const at::ScalarType dtype = bf16 ? at::kBFloat16 : at::kFloat;
+        const Kivi k = run_kivi(bits, n_head, 2, 32, 1500, dtype);  // 1344 quantized tokens: two blocks
+        QCOMPARE(k.store->parts().n_quant, int64_t(1344));
+        const LayerKV r = k.store->reconstruct();
+        QVERIFY(at::equal(r.keys, k.materialised.keys));
+        QVERIFY(at::equal(r.values, k.materialised.values));
+        QVERIFY(at::equal(r.keys.narrow(1, 1344, 156), k.capture.keys.narrow(1, 1344, 156)));
+        at::Generator gen = at::detail::createCPUGenerator(3);
+        for (int64_t n_q : {1, 4}) {
+            const int64_t n_tail = n_q + 2;
+            const auto f32 = at::TensorOptions().dtype(at::kFloat);
+            const at::Tensor q = at::normal(0.0, 1.0, {n_head, n_q, 32}, gen, f32).to(dtype);
+            const at::Tensor tk = at::normal(0.0, 1.0, {2, n_tail, 32}, gen, f32).to(dtype);
+            const at::Tensor tv = at::normal(0.0, 1.0, {2, n_tail, 32}, gen, f32).to(dtype);
+            const double scale = 1.0 / std::sqrt(32.0);
+            const at::Tensor got = k.store->attend(q, tk, tv, scale);
+            const at::Tensor want =
+                dense_attention(q, at::cat({r.keys, tk}, 1), at::cat({r.values, tv}, 1), scale);
+            const double d = rel_max_diff(got, want);
+            qInfo("n_q %lld: differs by %.3g", static_cast<long long>(n_q), d);
+            QVERIFY2(d <= (bf16 ? 2e-2 : 1e-5), qPrintable(QString("differs by %1").arg(d)));
+        }
+    }
+
+    // The footprint is what the bits say: codes + fp16 scale and minimum per group of 32 + the exact
+    // residual, measured from the tensors and equal to the accounted bytes; ~19 % (2-bit) and ~31 % (4-bit)
+    // of a 16-bit cache at 8k tokens; the error falls with bits.
+    void footprint_is_kivis() {
+        const int64_t L = 8192, G = 2, hd = 64;
+        double previous = 1e9;
+        for (int64_t bits : {2, 4}) {
+            const Kivi k = run_kivi(bits, 4, G, hd, L, at::kBFloat16);
+            const LayerDiagnostics& d = k.allocation.diagnostics;
+            const int64_t nq = (L - KiviMethod::kResidual) / 32 * 32;
+            const int64_t codes = 2 * packed_bytes(nq * G * hd, bits);
+            const int64_t params = kGroupParamBytes * (nq / 32 * G * hd + nq * G * hd / 32);
+            const int64_t residual = 2 * (L - nq) * G * hd * 2;
+            QCOMPARE(d.stored_bytes, codes + params + residual);
+            QCOMPARE(k.store->resident_bytes(), d.stored_bytes);
+            QCOMPARE(d.full_bytes, L * 2 * G * hd * 2);
+            qInfo("kivi%lld: footprint %.4f, rel error %.4f", static_cast<long long>(bits), d.footprint,
+                  d.mean_rel_error);
+            const double expected = (static_cast<double>(bits) + 1.0) / 16.0;  // codes + one fp16 pair per 32
+            QVERIFY(std::abs(d.footprint - expected) < 0.02);
+            QCOMPARE(d.mean_quant_error, d.mean_rel_error);
+            QVERIFY(d.mean_rel_error < previous);
+            previous = d.mean_rel_error;
+            QCOMPARE(d.n_exact, L - nq);
+        }
+    }
+
+    // A head narrower than 32 channels is one value group; a context shorter than the residual is kept whole.
+    void narrow_heads_and_short_contexts() {
+        const Kivi k = run_kivi(2, 4, 2, 8, 300, at::kFloat);
+        QCOMPARE(QuantizedLayer::value_group(8), int64_t(8));
+        QCOMPARE(k.store->parts().n_quant, int64_t(160));
+        QVERIFY(rel_max_diff(k.store->reconstruct().values, k.capture.values) < 0.5);
+        const Kivi s = run_kivi(4, 4, 2, 16, 100, at::kFloat);
+        QCOMPARE(s.store->parts().n_quant, int64_t(0));
+        QVERIFY(at::equal(s.materialised.keys, s.capture.keys));
+        QCOMPARE(s.allocation.diagnostics.mean_rel_error, 0.0);
+    }
+
+    // A malformed layer is refused with a message naming what is wrong.
+    void malformed_parts_are_refused() {
+        const Kivi k = run_kivi(2, 4, 2, 32, 400, at::kFloat);
+        QuantizedLayer::Parts p = k.store->parts();
+        p.key_codes = p.key_codes.narrow(0, 0, 10);
+        EXPECT_ERROR(QuantizedLayer{p}, "key codes has shape");
+        p = k.store->parts();
+        p.bits = 5;
+        EXPECT_ERROR(QuantizedLayer{p}, "5 bits is not");
+        EXPECT_ERROR(make_method("kivi3", CodecSettings{}), "unknown compression method 'kivi3'");
+    }
+};
+
+QTEST_GUILESS_MAIN(TestCodecKivi)
+#include "test_codec_kivi.moc"
