@@ -26,7 +26,9 @@
 namespace varrate {
 
 struct PrefixTensors {
-    nlohmann::json meta;                                      // {"kind": ..., the kind's scalars}
+    // {"kind": ..., the kind's scalars}; every kind writes "n_tokens" (its entries), which cache files check
+    // against their per-layer counts before reading the tensors.
+    nlohmann::json meta;
     std::vector<std::pair<std::string, at::Tensor>> tensors;  // each name begins with the given prefix
     // Bytes of the saved tensors that are model-level data rather than the store's own (a basis, RoPE
     // frequencies): a file reports them apart from the store's resident bytes.
