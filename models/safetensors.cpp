@@ -36,6 +36,7 @@ struct DtypeInfo {
 const DtypeInfo kDtypes[] = {
     {"F32", c10::kFloat, 4}, {"F16", c10::kHalf, 2}, {"BF16", c10::kBFloat16, 2},
     {"I64", c10::kLong, 8},  {"I32", c10::kInt, 4},  {"I16", c10::kShort, 2},
+    {"I8", c10::kChar, 1},   {"U8", c10::kByte, 1},  // packed codes of quantized stores
 };
 
 const DtypeInfo* dtype_by_name(const std::string& name) {
@@ -123,7 +124,8 @@ class SafetensorsFile {
                         " is absurd (over 100 MB); not a safetensors file?");
         if (n > size_ - 8) {
             throw Error(where + ": header length " + std::to_string(n) +
-                        " extends beyond the end of the file (" + std::to_string(size_) + " bytes)");
+                        " extends beyond the end of the file (" + std::to_string(size_) +
+                        " bytes): the file is truncated (or not a safetensors file)");
         }
         data_start_ = 8 + n;
         const uint64_t data_size = size_ - data_start_;
@@ -164,7 +166,7 @@ class SafetensorsFile {
             const DtypeInfo* dt = dtype_by_name(t.dtype);
             if (!dt)
                 throw Error(tw + ": unsupported dtype '" + t.dtype +
-                            "' (supported: F32, F16, BF16, I64, I32, I16)");
+                            "' (supported: F32, F16, BF16, I64, I32, I16, I8, U8)");
             uint64_t bytes = dt->size;
             for (const auto& d : v["shape"]) {
                 if (!d.is_number_unsigned()) throw Error(tw + ": shape must hold non-negative integers");
@@ -180,8 +182,10 @@ class SafetensorsFile {
             if (t.end < t.begin)
                 throw Error(tw + ": data_offsets " + offsets_str(t.begin, t.end) + " end before they begin");
             if (t.end > data_size) {
+                // Offsets past the end of a well-formed header mean the bytes are missing: a cut-off copy.
                 throw Error(tw + ": data_offsets " + offsets_str(t.begin, t.end) +
-                            " lie outside the data section (" + std::to_string(data_size) + " bytes)");
+                            " lie outside the data section (" + std::to_string(data_size) +
+                            " bytes): the file is truncated (or its header is corrupt)");
             }
             if (t.end - t.begin != bytes) {
                 throw Error(tw + ": shape " + shape_str(t.shape) + " of " + t.dtype + " needs " +
@@ -411,7 +415,7 @@ void write_safetensors_streamed(const std::filesystem::path& path, const std::ve
         if (!dt) {
             throw Error(where + ": tensor '" + s.name + "' has dtype " + std::string(c10::toString(s.dtype)) +
                         ", which safetensors writing does not support (float32, float16, bfloat16, int64, "
-                        "int32, int16)");
+                        "int32, int16, int8, uint8)");
         }
         uint64_t n = dt->size;
         for (int64_t d : s.shape) {

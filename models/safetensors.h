@@ -18,7 +18,7 @@ namespace varrate {
 
 struct TensorInfo {
     std::string name;
-    std::string dtype;  // "F32", "F16", "BF16"
+    std::string dtype;  // "F32", "F16", "BF16", "I64", "I32", "I16", "I8", "U8"
     std::vector<int64_t> shape;
     uint64_t begin = 0;  // byte offsets relative to the data section
     uint64_t end = 0;
@@ -48,7 +48,8 @@ class SafetensorsArchive {
 };
 
 // Writes tensors (any device; converted to contiguous CPU) with optional metadata, atomically.
-// Supported dtypes: float32, float16, bfloat16 (and int64/int32/int16 for codec indices).
+// Supported dtypes: float32, float16, bfloat16 (and int64/int32/int16 for codec indices, int8/uint8 for
+// packed codes).
 void write_safetensors(const std::filesystem::path& path,
                        const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata = {});

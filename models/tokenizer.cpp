@@ -1,12 +1,14 @@
 #include "models/tokenizer.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <unordered_map>
 
 #include <nlohmann/json.hpp>
 
 #include "core/base/error.h"
 #include "core/base/file_io.h"
+#include "core/base/hash.h"
 #include "models/tokenizer_added.h"
 #include "models/tokenizer_bpe.h"
 #include "models/tokenizer_decode.h"
@@ -34,6 +36,7 @@ struct Tokenizer::Impl {
     std::vector<int32_t> prefix_ids, suffix_ids;
 
     std::string bos_token, eos_token, chat_template;
+    std::string fingerprint;
 
     Impl(const nlohmann::json& tok, const std::string& where_)
         : where(where_),
@@ -277,6 +280,23 @@ Tokenizer Tokenizer::from_json(const nlohmann::json& tok, const nlohmann::json& 
         if (!impl->piece_of(id))
             throw Error(where + ": post_processor adds id " + std::to_string(id) +
                         ", which is not in the vocab");
+    // Everything that decides ids and prompts: the whole tokenizer.json (vocabulary, merges, added tokens,
+    // normaliser, pre-tokenizer; nlohmann's dump sorts keys, so the same content hashes the same whatever
+    // its layout), then what tokenizer_config.json changes (BOS/EOS handling, the chat template).
+    uint64_t h = fnv1a(tok.dump());
+    for (const std::vector<int32_t>* ids : {&impl->prefix_ids, &impl->suffix_ids}) {
+        const uint64_t n = ids->size();
+        h = fnv1a(h, &n, sizeof n);
+        h = fnv1a(h, ids->data(), ids->size() * sizeof(int32_t));
+    }
+    for (const std::string* text : {&impl->bos_token, &impl->eos_token, &impl->chat_template}) {
+        const uint64_t n = text->size();
+        h = fnv1a(h, &n, sizeof n);
+        h = fnv1a(h, text->data(), text->size());
+    }
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+    impl->fingerprint = hex;
     return Tokenizer(std::move(impl));
 }
 
@@ -351,6 +371,10 @@ std::string Tokenizer::eos_token() const {
 }
 const std::string& Tokenizer::chat_template() const {
     return impl_->chat_template;
+}
+
+const std::string& Tokenizer::fingerprint() const {
+    return impl_->fingerprint;
 }
 
 }  // namespace varrate

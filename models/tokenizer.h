@@ -42,6 +42,10 @@ class Tokenizer {
     std::string eos_token() const;
     // tokenizer_config.json's chat_template ("" when none).
     const std::string& chat_template() const;
+    // 16 hex digits identifying what decides ids and prompts: tokenizer.json's content (vocabulary, merges,
+    // added tokens, normaliser...) as loaded, BOS/EOS handling and the chat template. Saved caches record it
+    // so that a cache is never read with another tokenizer's ids.
+    const std::string& fingerprint() const;
 
   private:
     struct Impl;

@@ -99,6 +99,65 @@ class TestCli : public QObject {
             "config.json");
     }
 
+    // `compress` writes a cache file once; `ask` answers from it (no prefill) what `compare --mode
+    // query-agnostic` answers with the same method and settings; a file that does not fit the model, or is
+    // damaged, is one line.
+    void compress_then_ask_answers_as_compare() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        const QString model = QString::fromStdString(dir.string());
+        const auto tmp = varrate::test::temp_dir("cli-compress");
+        const auto greedy = varrate::read_json_file(dir / "expected_greedy.json");
+        const auto ctx = tmp / "context.txt";
+        varrate::write_file_atomic(ctx, greedy["cases"][0]["text"].get<std::string>() + "\n" +
+                                            greedy["cases"][2]["text"].get<std::string>());
+        const QString context = QString::fromStdString(ctx.string());
+        const QString cache = QString::fromStdString((tmp / "doc.vrkv").string());
+        const QStringList codec = {"--budget",     "0.4",      "--rmin",    "4",        "--rank",
+                                   "64",           "--stride", "32",        "--window", "16",
+                                   "--obs-window", "16",       "--threads", "2"};
+        const QStringList questions = {"--question",       "Who was in the story?",
+                                       "--question",       "What happened at the end?",
+                                       "--max-new-tokens", "8"};
+        const CliResult made =
+            run_varrate(QStringList{"compress", "--model", model, "--context-file", context, "--method",
+                                    "varrate", "--out", cache, "--json"} +
+                        codec);
+        QVERIFY2(made.exit_code == 0, qPrintable(made.err));
+        const auto written = nlohmann::json::parse(varrate::test::utf8(made.out));
+        QVERIFY(written["resident_bytes"].get<int64_t>() > written["stored_bytes"].get<int64_t>());
+        QVERIFY(written["saved_shared_bytes"].get<int64_t>() > 0);  // the basis travels with the cache
+        const CliResult asked = run_varrate(
+            QStringList{"ask", "--model", model, "--cache", cache, "--json", "--threads", "2"} + questions);
+        QVERIFY2(asked.exit_code == 0, qPrintable(asked.err));
+        const auto got = nlohmann::json::parse(varrate::test::utf8(asked.out));
+        const auto compare_json = tmp / "compare.json";
+        const CliResult compared = run_varrate(
+            QStringList{"compare", "--model", model, "--context-file", context, "--methods", "varrate",
+                        "--mode", "query-agnostic", "--json", QString::fromStdString(compare_json.string())} +
+            codec + questions);
+        QVERIFY2(compared.exit_code == 0, qPrintable(compared.err));
+        const auto want = varrate::read_json_file(compare_json)["methods"][0];
+        QCOMPARE(got["answer_ids"].dump(), want["answer_ids"].dump());
+        QCOMPARE(got["answers"].dump(), want["answers"].dump());
+        QCOMPARE(got["stored_bytes"], want["stored_bytes"]);
+        QCOMPARE(got["resident_bytes"], want["resident_bytes"]);
+        // The text form names the method and the answers.
+        const CliResult text =
+            run_varrate(QStringList{"ask", "--model", model, "--cache", cache, "--threads", "2"} + questions);
+        QVERIFY2(text.exit_code == 0 && text.out.contains("varrate at kappa 0.4") && text.out.contains("A: "),
+                 qPrintable(text.out + text.err));
+
+        expect_one_line_error(
+            {"ask", "--model", model, "--cache", cache, "--question", "Who?", "--dtype", "bf16"},
+            "different model: cache_dtype");
+        std::filesystem::resize_file(tmp / "doc.vrkv", std::filesystem::file_size(tmp / "doc.vrkv") / 2);
+        expect_one_line_error({"ask", "--model", model, "--cache", cache, "--question", "Who?"}, "truncated");
+        expect_one_line_error({"compress", "--model", model, "--context-file", context, "--method",
+                               "full,snapkv", "--out", cache},
+                              "name one method");
+        std::filesystem::remove_all(tmp);
+    }
+
     // `varrate demo` with no flags runs the regime where the methods part ways on the embedded model (three
     // distractors, kappa 0.1): full answers right and at least one compressed run answers wrong, so a first
     // run shows an effect; --budget still wins.

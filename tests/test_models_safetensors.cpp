@@ -67,12 +67,15 @@ class TestSafetensors : public QObject {
         const at::Tensor i64 = at::arange(-5, 5, at::kLong).view({2, 5});
         const at::Tensor i32 = at::tensor({-2147483647 - 1, 0, 2147483647}, at::kInt);
         const at::Tensor i16 = at::tensor({-32768, 1, 32767}, at::kShort);
+        const at::Tensor i8 = at::tensor({-128, 0, 127}, at::kChar);
+        const at::Tensor u8 = at::tensor({0, 1, 255, 7, 9}, at::kByte);  // odd length: the next is unaligned
         const at::Tensor transposed = at::arange(12, at::kFloat).view({3, 4}).t();  // non-contiguous input
         const at::Tensor scalar = at::full({}, 3.5f);
         const at::Tensor empty = at::empty({0, 4}, at::kFloat);
         const std::vector<std::pair<std::string, at::Tensor>> tensors = {
-            {"z.f32", f32}, {"b.bf16", bf16},  {"f16", f16},       {"ids.i64", i64}, {"i32", i32},
-            {"i16", i16},   {"t", transposed}, {"scalar", scalar}, {"empty", empty}};
+            {"z.f32", f32},   {"b.bf16", bf16}, {"f16", f16},      {"ids.i64", i64},
+            {"i32", i32},     {"i16", i16},     {"t", transposed}, {"scalar", scalar},
+            {"empty", empty}, {"codes.i8", i8}, {"codes.u8", u8}};
         const auto path = dir / "rt.safetensors";
         varrate::write_safetensors(path, tensors, {{"format", "pt"}, {"codec", "test"}});
 
@@ -87,6 +90,8 @@ class TestSafetensors : public QObject {
         QCOMPARE(archive.info("b.bf16").dtype, std::string("BF16"));
         QCOMPARE(archive.info("f16").dtype, std::string("F16"));
         QCOMPARE(archive.info("ids.i64").dtype, std::string("I64"));
+        QCOMPARE(archive.info("codes.i8").dtype, std::string("I8"));
+        QCOMPARE(archive.info("codes.u8").dtype, std::string("U8"));
         QCOMPARE(archive.info("t").shape, std::vector<int64_t>({4, 3}));
         QCOMPARE(archive.metadata().at("codec"), std::string("test"));
         // Zero copy: the tensor is a view of the mapping, not a fresh buffer per call.
@@ -203,7 +208,8 @@ class TestSafetensors : public QObject {
         write_raw(p, R"({"a": 5})", 0);
         check("tensor 'a'", "header entry is not an object");
         write_raw(p, R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})", 4);
-        check("tensor 'w'", "data_offsets [0, 8] lie outside the data section (4 bytes)");
+        check("tensor 'w'",
+              "data_offsets [0, 8] lie outside the data section (4 bytes): the file is truncated");
         write_raw(p,
                   R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},)"
                   R"( "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})",

@@ -27,5 +27,8 @@ Command add_calibrate(CLI::App& root);
 Command add_niah(CLI::App& root);
 Command add_demo(CLI::App& root);
 Command add_rd(CLI::App& root);
+// `compress` (cmd_compress.cpp) saves a compressed cache; `ask` (cmd_ask.cpp) answers from one.
+Command add_compress(CLI::App& root);
+Command add_ask(CLI::App& root);
 
 }  // namespace varrate::cli

@@ -1,0 +1,157 @@
+#include "codec/prefix_io.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <typeinfo>
+
+#include "codec/compressed_layer.h"
+#include "codec/method.h"
+#include "core/base/error.h"
+#include "models/device.h"
+
+namespace varrate {
+
+namespace {
+
+constexpr const char* kCompressedLayer = "compressed_layer";
+
+int64_t bytes_of(const at::Tensor& t) {
+    return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
+}
+
+// A required integer field of a store's metadata.
+int64_t integer(const nlohmann::json& meta, const char* key, const std::string& where) {
+    const auto it = meta.find(key);
+    if (it == meta.end()) throw Error(fmt::format("{}: the metadata has no '{}'", where, key));
+    if (!it->is_number_integer())
+        throw Error(fmt::format("{}: '{}' must be an integer, got {}", where, key, it->dump()));
+    return it->get<int64_t>();
+}
+
+std::string string_field(const nlohmann::json& meta, const char* key, const std::string& where) {
+    const auto it = meta.find(key);
+    if (it == meta.end()) throw Error(fmt::format("{}: the metadata has no '{}'", where, key));
+    if (!it->is_string())
+        throw Error(fmt::format("{}: '{}' must be a string, got {}", where, key, it->dump()));
+    return it->get<std::string>();
+}
+
+at::ScalarType float_dtype(const std::string& name, const std::string& where) {
+    for (at::ScalarType t : {at::kFloat, at::kBFloat16, at::kHalf})
+        if (dtype_name(t) == name) return t;
+    throw Error(fmt::format("{}: unknown floating dtype '{}' (fp32, bf16, fp16)", where, name));
+}
+
+// The tensor `field` of a store, checked to have one of `dtypes`.
+at::Tensor typed(const TensorSource& tensors, const std::string& name,
+                 std::initializer_list<at::ScalarType> dtypes, const std::string& where) {
+    at::Tensor t = tensors(name);
+    for (at::ScalarType d : dtypes)
+        if (t.scalar_type() == d) return t;
+    std::vector<std::string> names;
+    for (at::ScalarType d : dtypes) names.emplace_back(c10::toString(d));
+    throw Error(fmt::format("{}: tensor '{}' is {}, expected {}", where, name, c10::toString(t.scalar_type()),
+                            fmt::join(names, " or ")));
+}
+
+PrefixTensors compressed_layer_tensors(const CompressedLayer& c, const std::string& prefix) {
+    const CompressedLayer::Parts& p = c.parts();
+    // Only the rows the ranks reach: the rest of the basis is never read for this layer's tokens.
+    const int64_t used_rows = c.n_coded() > 0 ? p.ranks.max().item<int64_t>() : 0;
+    const at::Tensor basis = p.basis.narrow(0, 0, used_rows);
+    PrefixTensors out;
+    out.meta = {{"kind", kCompressedLayer},     {"layer", p.layer},
+                {"n_tokens", p.n_tokens},       {"n_kv_head", p.n_kv_head},
+                {"head_dim", p.head_dim},       {"stride", p.stride},
+                {"window", p.window},           {"rope_dtype", dtype_name(p.rope_dtype)},
+                {"basis_rows", p.basis.size(0)}};
+    out.tensors = {{prefix + "exact_keys", p.exact_keys},     {prefix + "exact_values", p.exact_values},
+                   {prefix + "nearest", p.nearest},           {prefix + "ranks", p.ranks},
+                   {prefix + "coefficients", p.coefficients}, {prefix + "basis", basis},
+                   {prefix + "inv_freq", p.inv_freq}};
+    out.shared_bytes = bytes_of(basis) + bytes_of(p.inv_freq);
+    return out;
+}
+
+std::shared_ptr<const LayerPrefix> compressed_layer_from_tensors(const nlohmann::json& meta,
+                                                                 const std::string& prefix,
+                                                                 const TensorSource& tensors,
+                                                                 const PrefixExpectation& expect,
+                                                                 const std::string& where) {
+    CompressedLayer::Parts p;
+    p.layer = integer(meta, "layer", where);
+    p.n_tokens = integer(meta, "n_tokens", where);
+    p.n_kv_head = integer(meta, "n_kv_head", where);
+    p.head_dim = integer(meta, "head_dim", where);
+    p.stride = integer(meta, "stride", where);
+    p.window = integer(meta, "window", where);
+    p.rope_dtype = float_dtype(string_field(meta, "rope_dtype", where), where);
+    const int64_t basis_rows = integer(meta, "basis_rows", where);
+    auto expect_equal = [&](const char* what, int64_t got, int64_t want) {
+        if (got != want) throw Error(fmt::format("{}: {} is {}, expected {}", where, what, got, want));
+    };
+    expect_equal("n_tokens", p.n_tokens, expect.n_tokens);
+    expect_equal("n_kv_head", p.n_kv_head, expect.n_kv_head);
+    expect_equal("head_dim", p.head_dim, expect.head_dim);
+    if (p.stride < 1 || p.window < 0)
+        throw Error(fmt::format("{}: bad layout stride={} window={}", where, p.stride, p.window));
+
+    p.exact_keys = typed(tensors, prefix + "exact_keys", {expect.dtype}, where);
+    p.exact_values = typed(tensors, prefix + "exact_values", {expect.dtype}, where);
+    p.nearest = typed(tensors, prefix + "nearest", {at::kShort, at::kInt}, where);
+    p.ranks = typed(tensors, prefix + "ranks", {at::kShort}, where);
+    p.coefficients = typed(tensors, prefix + "coefficients", {expect.dtype}, where);
+    const at::Tensor basis = typed(tensors, prefix + "basis", {at::kFloat}, where);
+    p.inv_freq = typed(tensors, prefix + "inv_freq", {at::kFloat}, where);
+    if (basis.dim() != 2 || basis.size(0) > basis_rows)
+        throw Error(fmt::format("{}: basis has shape {}, expected at most {} rows", where, shape_str(basis),
+                                basis_rows));
+    // The rows past those saved were multiplied by zero coefficient sums only; zeros give the same sums.
+    p.basis = basis.size(0) == basis_rows
+                  ? basis
+                  : at::cat({basis, at::zeros({basis_rows - basis.size(0), basis.size(1)}, basis.options())});
+    const int64_t n_anchors = (p.n_tokens + p.stride - 1) / p.stride;
+    if (p.nearest.numel() > 0) {
+        const int64_t lo = p.nearest.min().item<int64_t>(), hi = p.nearest.max().item<int64_t>();
+        if (lo < 0 || hi >= n_anchors)
+            throw Error(fmt::format("{}: anchor indices span [{}, {}], the layer has {} anchors", where, lo,
+                                    hi, n_anchors));
+    }
+    try {
+        return std::make_shared<const CompressedLayer>(std::move(p));  // checks every shape and the layout
+    } catch (const Error& e) {
+        throw Error(where + ": " + e.what());
+    } catch (const c10::Error& e) {
+        throw Error(where + ": " + describe_exception(e));
+    }
+}
+
+}  // namespace
+
+PrefixTensors to_tensors(const LayerPrefix& prefix, const std::string& name_prefix) {
+    if (const auto* c = dynamic_cast<const CompressedLayer*>(&prefix))
+        return compressed_layer_tensors(*c, name_prefix);
+    throw Error(fmt::format("cannot save a compressed store of type {}: prefix_io knows {}",
+                            typeid(prefix).name(), fmt::join(prefix_kinds(), ", ")));
+}
+
+std::shared_ptr<const LayerPrefix> prefix_from_tensors(const nlohmann::json& meta,
+                                                       const std::string& name_prefix,
+                                                       const TensorSource& tensors,
+                                                       const PrefixExpectation& expect,
+                                                       const std::string& where) {
+    if (!meta.is_object()) throw Error(where + ": the store's metadata is not an object");
+    const std::string kind = string_field(meta, "kind", where);
+    if (kind == kCompressedLayer)
+        return compressed_layer_from_tensors(meta, name_prefix, tensors, expect, where);
+    throw Error(fmt::format("{}: unknown store kind '{}' (this build reads {})", where, kind,
+                            fmt::join(prefix_kinds(), ", ")));
+}
+
+std::vector<std::string> prefix_kinds() {
+    return {kCompressedLayer};
+}
+
+}  // namespace varrate
