@@ -8,6 +8,7 @@
 
 #include "codec/compressed_layer.h"
 #include "codec/method.h"
+#include "codec/quantized_layer.h"
 #include "core/base/error.h"
 #include "models/device.h"
 
@@ -16,6 +17,7 @@ namespace varrate {
 namespace {
 
 constexpr const char* kCompressedLayer = "compressed_layer";
+constexpr const char* kQuantizedLayer = "quantized_layer";
 
 int64_t bytes_of(const at::Tensor& t) {
     return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
@@ -62,15 +64,29 @@ PrefixTensors compressed_layer_tensors(const CompressedLayer& c, const std::stri
     const int64_t used_rows = c.n_coded() > 0 ? p.ranks.max().item<int64_t>() : 0;
     const at::Tensor basis = p.basis.narrow(0, 0, used_rows);
     PrefixTensors out;
-    out.meta = {{"kind", kCompressedLayer},     {"layer", p.layer},
-                {"n_tokens", p.n_tokens},       {"n_kv_head", p.n_kv_head},
-                {"head_dim", p.head_dim},       {"stride", p.stride},
-                {"window", p.window},           {"rope_dtype", dtype_name(p.rope_dtype)},
-                {"basis_rows", p.basis.size(0)}};
-    out.tensors = {{prefix + "exact_keys", p.exact_keys},     {prefix + "exact_values", p.exact_values},
-                   {prefix + "nearest", p.nearest},           {prefix + "ranks", p.ranks},
-                   {prefix + "coefficients", p.coefficients}, {prefix + "basis", basis},
+    out.meta = {{"kind", kCompressedLayer},
+                {"layer", p.layer},
+                {"n_tokens", p.n_tokens},
+                {"n_kv_head", p.n_kv_head},
+                {"head_dim", p.head_dim},
+                {"stride", p.stride},
+                {"window", p.window},
+                {"rope_dtype", dtype_name(p.rope_dtype)},
+                {"basis_rows", p.basis.size(0)},
+                {"coef_bits", p.coef_bits}};
+    out.tensors = {{prefix + "exact_keys", p.exact_keys},
+                   {prefix + "exact_values", p.exact_values},
+                   {prefix + "nearest", p.nearest},
+                   {prefix + "ranks", p.ranks},
+                   {prefix + "basis", basis},
                    {prefix + "inv_freq", p.inv_freq}};
+    if (c.quantized()) {
+        out.tensors.push_back({prefix + "codes", p.codes});
+        out.tensors.push_back({prefix + "group_scale", p.group_scale});
+        out.tensors.push_back({prefix + "group_min", p.group_min});
+    } else {
+        out.tensors.push_back({prefix + "coefficients", p.coefficients});
+    }
     out.shared_bytes = bytes_of(basis) + bytes_of(p.inv_freq);
     return out;
 }
@@ -102,7 +118,15 @@ std::shared_ptr<const LayerPrefix> compressed_layer_from_tensors(const nlohmann:
     p.exact_values = typed(tensors, prefix + "exact_values", {expect.dtype}, where);
     p.nearest = typed(tensors, prefix + "nearest", {at::kShort, at::kInt}, where);
     p.ranks = typed(tensors, prefix + "ranks", {at::kShort}, where);
-    p.coefficients = typed(tensors, prefix + "coefficients", {expect.dtype}, where);
+    // Files written before quantized coefficients existed hold them at cache precision.
+    p.coef_bits = meta.contains("coef_bits") ? integer(meta, "coef_bits", where) : 16;
+    if (p.coef_bits < 16) {
+        p.codes = typed(tensors, prefix + "codes", {at::kByte}, where);
+        p.group_scale = typed(tensors, prefix + "group_scale", {at::kHalf}, where);
+        p.group_min = typed(tensors, prefix + "group_min", {at::kHalf}, where);
+    } else {
+        p.coefficients = typed(tensors, prefix + "coefficients", {expect.dtype}, where);
+    }
     const at::Tensor basis = typed(tensors, prefix + "basis", {at::kFloat}, where);
     p.inv_freq = typed(tensors, prefix + "inv_freq", {at::kFloat}, where);
     if (basis.dim() != 2 || basis.size(0) > basis_rows)
@@ -128,11 +152,62 @@ std::shared_ptr<const LayerPrefix> compressed_layer_from_tensors(const nlohmann:
     }
 }
 
+PrefixTensors quantized_layer_tensors(const QuantizedLayer& q, const std::string& prefix) {
+    const QuantizedLayer::Parts& p = q.parts();
+    PrefixTensors out;
+    out.meta = {{"kind", kQuantizedLayer},  {"layer", p.layer},       {"n_tokens", p.n_tokens},
+                {"n_kv_head", p.n_kv_head}, {"head_dim", p.head_dim}, {"bits", p.bits},
+                {"n_quant", p.n_quant}};
+    out.tensors = {
+        {prefix + "key_codes", p.key_codes},         {prefix + "value_codes", p.value_codes},
+        {prefix + "key_scale", p.key_scale},         {prefix + "key_min", p.key_min},
+        {prefix + "value_scale", p.value_scale},     {prefix + "value_min", p.value_min},
+        {prefix + "residual_keys", p.residual_keys}, {prefix + "residual_values", p.residual_values}};
+    return out;
+}
+
+std::shared_ptr<const LayerPrefix> quantized_layer_from_tensors(const nlohmann::json& meta,
+                                                                const std::string& prefix,
+                                                                const TensorSource& tensors,
+                                                                const PrefixExpectation& expect,
+                                                                const std::string& where) {
+    QuantizedLayer::Parts p;
+    p.layer = integer(meta, "layer", where);
+    p.n_tokens = integer(meta, "n_tokens", where);
+    p.n_kv_head = integer(meta, "n_kv_head", where);
+    p.head_dim = integer(meta, "head_dim", where);
+    p.bits = integer(meta, "bits", where);
+    p.n_quant = integer(meta, "n_quant", where);
+    auto expect_equal = [&](const char* what, int64_t got, int64_t want) {
+        if (got != want) throw Error(fmt::format("{}: {} is {}, expected {}", where, what, got, want));
+    };
+    expect_equal("n_tokens", p.n_tokens, expect.n_tokens);
+    expect_equal("n_kv_head", p.n_kv_head, expect.n_kv_head);
+    expect_equal("head_dim", p.head_dim, expect.head_dim);
+    p.key_codes = typed(tensors, prefix + "key_codes", {at::kByte}, where);
+    p.value_codes = typed(tensors, prefix + "value_codes", {at::kByte}, where);
+    p.key_scale = typed(tensors, prefix + "key_scale", {at::kHalf}, where);
+    p.key_min = typed(tensors, prefix + "key_min", {at::kHalf}, where);
+    p.value_scale = typed(tensors, prefix + "value_scale", {at::kHalf}, where);
+    p.value_min = typed(tensors, prefix + "value_min", {at::kHalf}, where);
+    p.residual_keys = typed(tensors, prefix + "residual_keys", {expect.dtype}, where);
+    p.residual_values = typed(tensors, prefix + "residual_values", {expect.dtype}, where);
+    try {
+        return std::make_shared<const QuantizedLayer>(std::move(p));  // checks every shape
+    } catch (const Error& e) {
+        throw Error(where + ": " + e.what());
+    } catch (const c10::Error& e) {
+        throw Error(where + ": " + describe_exception(e));
+    }
+}
+
 }  // namespace
 
 PrefixTensors to_tensors(const LayerPrefix& prefix, const std::string& name_prefix) {
     if (const auto* c = dynamic_cast<const CompressedLayer*>(&prefix))
         return compressed_layer_tensors(*c, name_prefix);
+    if (const auto* q = dynamic_cast<const QuantizedLayer*>(&prefix))
+        return quantized_layer_tensors(*q, name_prefix);
     throw Error(fmt::format("cannot save a compressed store of type {}: prefix_io knows {}",
                             typeid(prefix).name(), fmt::join(prefix_kinds(), ", ")));
 }
@@ -146,12 +221,14 @@ std::shared_ptr<const LayerPrefix> prefix_from_tensors(const nlohmann::json& met
     const std::string kind = string_field(meta, "kind", where);
     if (kind == kCompressedLayer)
         return compressed_layer_from_tensors(meta, name_prefix, tensors, expect, where);
+    if (kind == kQuantizedLayer)
+        return quantized_layer_from_tensors(meta, name_prefix, tensors, expect, where);
     throw Error(fmt::format("{}: unknown store kind '{}' (this build reads {})", where, kind,
                             fmt::join(prefix_kinds(), ", ")));
 }
 
 std::vector<std::string> prefix_kinds() {
-    return {kCompressedLayer};
+    return {kCompressedLayer, kQuantizedLayer};
 }
 
 }  // namespace varrate

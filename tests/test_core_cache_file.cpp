@@ -51,20 +51,16 @@ void expect_same_cache(const CompressedContext& saved, const CompressedContext& 
                      qPrintable(where + " values"));
             continue;
         }
-        const auto* a = dynamic_cast<const CompressedLayer*>(saved.stores[l].get());
-        const auto* b = dynamic_cast<const CompressedLayer*>(loaded.stores[l].get());
-        QVERIFY2(a && b, qPrintable(where + " store type"));
-        const CompressedLayer::Parts &x = a->parts(), &y = b->parts();
-        using Pair = std::pair<const at::Tensor*, const at::Tensor*>;
-        for (const Pair& p : std::initializer_list<Pair>{{&x.exact_keys, &y.exact_keys},
-                                                         {&x.exact_values, &y.exact_values},
-                                                         {&x.nearest, &y.nearest},
-                                                         {&x.ranks, &y.ranks},
-                                                         {&x.coefficients, &y.coefficients},
-                                                         {&x.inv_freq, &y.inv_freq}})
-            QVERIFY2(at::equal(*p.first, *p.second), qPrintable(where + " parts"));
-        QCOMPARE(y.basis.size(0), x.basis.size(0));
-        QCOMPARE(y.rope_dtype, x.rope_dtype);
+        const LayerPrefix *a = saved.stores[l].get(), *b = loaded.stores[l].get();
+        // Every kind's parts, as prefix_io writes them (compressed VarRate/flat layers, KIVI's packed ones).
+        const PrefixTensors x = to_tensors(*a, ""), y = to_tensors(*b, "");
+        QVERIFY2(x.meta == y.meta, qPrintable(where + " scalars"));
+        QCOMPARE(y.tensors.size(), x.tensors.size());
+        for (size_t i = 0; i < x.tensors.size(); ++i) {
+            QCOMPARE(y.tensors[i].first, x.tensors[i].first);
+            QVERIFY2(at::equal(x.tensors[i].second, y.tensors[i].second),
+                     qPrintable(where + " " + QString::fromStdString(x.tensors[i].first)));
+        }
         const LayerKV ra = a->reconstruct(), rb = b->reconstruct();
         QVERIFY2(at::equal(ra.keys, rb.keys) && at::equal(ra.values, rb.values),
                  qPrintable(where + " reconstruction"));
@@ -98,7 +94,9 @@ void expect_ask_equals_compare(const Session& s, CompareRequest req, const fs::p
     QCOMPARE(loaded.info.method, c.method);
     QCOMPARE(loaded.info.next_position, static_cast<int64_t>(want.context_ids.size()));
     QCOMPARE(loaded.info.saved_shared_bytes, written.saved_shared_bytes);
-    QCOMPARE(loaded.info.saved_shared_bytes > 0, bool(saved.stores.at(0)));
+    // A basis (and RoPE frequencies) travels with VarRate/flat stores; KIVI's store needs none.
+    QCOMPARE(loaded.info.saved_shared_bytes > 0,
+             bool(dynamic_cast<const CompressedLayer*>(saved.stores.at(0).get())));
     QVERIFY(to_json(loaded.info.settings) == to_json(saved.info.settings));
     // No prefill: the answers are decoded from the restored cache (forward_batch steps only).
     const int64_t prefills = s.model().forward_calls();
@@ -168,10 +166,13 @@ class TestCoreCacheFile : public QObject {
         req.questions = {"Who was in the story?", "What happened at the end?"};
         req.settings = test::small_codec_settings(0.4);
         req.max_new_tokens = 8;
-        for (const char* method : {"full", "snapkv", "varrate", "flat"}) {
+        for (const char* method : {"full", "snapkv", "varrate", "flat", "kivi2"}) {
             req.methods = {method};
             expect_ask_equals_compare(s, req, dir_);
         }
+        req.methods = {"varrate"};  // quantized coefficients
+        req.settings.coef_bits = 4;
+        expect_ask_equals_compare(s, req, dir_);
     }
 
     void demo_model_answers_from_a_saved_cache_equal_compare() {
@@ -184,10 +185,13 @@ class TestCoreCacheFile : public QObject {
         req.settings = *session->codec_defaults();
         req.settings.budget = 0.1;  // where the methods part ways on this model
         req.max_new_tokens = 16;
-        for (const char* method : {"full", "snapkv", "varrate", "flat"}) {
+        for (const char* method : {"full", "snapkv", "varrate", "flat", "kivi4"}) {
             req.methods = {method};
             expect_ask_equals_compare(*session, req, dir_);
         }
+        req.methods = {"flat"};
+        req.settings.coef_bits = 3;
+        expect_ask_equals_compare(*session, req, dir_);
     }
 
     // prefix_io on its own: a store's tensors and scalars back into an equal store; an unknown kind, a store
