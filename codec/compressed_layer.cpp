@@ -60,7 +60,6 @@ CompressedLayer::CompressedLayer(Parts parts) : p_(std::move(parts)) {
     }
     if (!p_.basis.defined() || p_.basis.dim() != 2 || p_.basis.size(1) != dim_)
         throw Error(fmt::format("{}: basis must be [R, {}]", where, dim_));
-    exact_pos_ = exact_order(L, p_.stride, p_.window).to(p_.exact_keys.device());
     // The block plan, on the host once: where each block's coefficients start and its widest rank.
     const at::Tensor ranks = p_.ranks.to(at::kCPU, at::kLong).contiguous();
     const int64_t* r = ranks.data_ptr<int64_t>();
@@ -101,7 +100,8 @@ at::Tensor CompressedLayer::exact_order(int64_t n_tokens, int64_t stride, int64_
 }
 
 at::Tensor CompressedLayer::exact_positions() const {
-    return exact_pos_;
+    // Derived, not held: the store's bytes are what the budget counts.
+    return exact_order(p_.n_tokens, p_.stride, p_.window).to(p_.exact_keys.device());
 }
 
 at::Tensor CompressedLayer::coded_positions(int64_t begin, int64_t count) const {
@@ -112,8 +112,7 @@ at::Tensor CompressedLayer::coded_positions(int64_t begin, int64_t count) const 
 
 int64_t CompressedLayer::resident_bytes() const {
     return bytes_of(p_.exact_keys) + bytes_of(p_.exact_values) + bytes_of(p_.nearest) + bytes_of(p_.ranks) +
-           bytes_of(p_.coefficients) + bytes_of(p_.codes) + bytes_of(p_.group_scale) +
-           bytes_of(p_.group_min) + bytes_of(exact_pos_);
+           bytes_of(p_.coefficients) + bytes_of(p_.codes) + bytes_of(p_.group_scale) + bytes_of(p_.group_min);
 }
 
 int64_t CompressedLayer::padded_scalars() const {

@@ -99,7 +99,6 @@ class CompressedLayer : public LayerPrefix {
     std::pair<at::Tensor, at::Tensor> rope_tables(const at::Tensor& positions) const;
 
     Parts p_;
-    at::Tensor exact_pos_;  // [n_exact] int64: the exact rows' positions (anchors first)
     int64_t n_anchors_ = 0, c_ = 0, dim_ = 0, sum_ranks_ = 0;
     std::vector<Block> blocks_;
 };

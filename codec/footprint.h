@@ -1,10 +1,11 @@
 #pragma once
 // Budgets and accounted footprints (what a compressed store would hold; the runtime cache still holds
-// L x D). VarRate/flat: stored scalars = D per exact token + r_t per coded token, plus c anchor indices per
-// coded token (int16 below 32768 anchors, else int32), plus, for a basis fitted on the very context being
+// L x D). VarRate/flat: stored scalars = D per exact token + r_t per coded token (or their b-bit codes and
+// group parameters), plus c anchor indices per coded token (int16 below 32768 anchors, else int32) and its
+// rank (int16), plus, for a basis fitted on the very context being
 // compressed (self-calibrated: a per-sequence oracle a decoder would need to receive), its R x D scalars.
-// By default index and basis bytes are charged to B, so the accounted footprint is <= kappa and within
-// one scalar of it; paper_accounting charges neither (the paper's footprint, slightly above kappa). A
+// By default index (and rank) and basis bytes are charged to B, so the accounted footprint is <= kappa and
+// within one scalar of it; paper_accounting charges neither (the paper's footprint, slightly above kappa). A
 // basis calibrated once on other texts is shared by every context and never charged.
 #include <cstdint>
 #include <string>
@@ -29,7 +30,9 @@ struct CodecBudget {
     double min_feasible_uncharged = 0;  // the same without the basis charge (with a calibrated basis file)
 
     int64_t full_bytes() const { return n_tokens * dim * element_size; }
-    int64_t index_total_bytes() const { return n_coded * anchors * index_bytes; }
+    int64_t rank_bytes = 2;  // each coded token's rank, stored as int16 (a decoder needs it)
+    // The per-token metadata a decoder reads: c anchor indices and the rank of every coded token.
+    int64_t index_total_bytes() const { return n_coded * (anchors * index_bytes + rank_bytes); }
     int64_t basis_bytes() const { return basis_scalars * element_size; }
     bool quantized() const { return coef_bits < 16; }
     // Bytes of the coefficients: at cache precision, or packed codes plus each group's scale and minimum.

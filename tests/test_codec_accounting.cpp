@@ -118,7 +118,7 @@ class TestCodecAccounting : public QObject {
         QCOMPARE(self.budget_B, file.budget_B - kD * kD);
         QCOMPARE(self.sum_ranks, self.budget_B);
         QVERIFY(self.mean_rank < file.mean_rank);
-        const int64_t index = self.n_coded * s.anchors * self.index_bytes;
+        const int64_t index = self.n_coded * (s.anchors * self.index_bytes + 2);  // indices and int16 rank
         QCOMPARE(self.stored_bytes, (self.n_exact * kD + self.sum_ranks) * es + index + self.basis_bytes);
         const int64_t total = static_cast<int64_t>(std::floor(s.budget * kL * kD + 1e-6));
         QVERIFY2(

@@ -18,6 +18,7 @@
 #include "app/cli/commands.h"
 #include "codec/compressed_layer.h"
 #include "codec/footprint.h"
+#include "codec/quantized_layer.h"
 #include "codec/registry.h"
 #include "codec/synthetic.h"
 #include "core/base/error.h"
@@ -64,6 +65,7 @@ struct DecodeRow {
     int64_t ranks = 0, padded = 0;  // coefficients stored, and the slots the key rebuild multiplies
     double codec_ms = 0, tokens_per_s = 0;
     double store_attention_ms = -1;  // one decoding step's attention through every layer's store
+    bool stored = false;             // decoding reads stores (VarRate/flat compressed, KIVI packed)
 };
 
 int run_bench_decode(BenchDecodeArgs a) {
@@ -108,6 +110,9 @@ int run_bench_decode(BenchDecodeArgs a) {
                 row.accounted += diagnostics[l].stored_bytes;
                 row.full += diagnostics[l].full_bytes;
                 if (stores[l]) layers[l] = LayerKV{};  // decoding reads the store: drop the reconstruction
+                if (stores[l]) row.stored = true;
+                if (const auto* q = dynamic_cast<const QuantizedLayer*>(stores[l].get()))
+                    row.scratch = std::max(row.scratch, q->scratch_bytes(cfg.n_head, 1, a.new_tokens));
                 if (const auto* c = dynamic_cast<const CompressedLayer*>(stores[l].get())) {
                     row.scratch = std::max(row.scratch, c->scratch_bytes(cfg.n_head, 1, a.new_tokens));
                     row.ranks += c->sum_ranks();
@@ -132,7 +137,7 @@ int run_bench_decode(BenchDecodeArgs a) {
         row.tokens_per_s = median(rates);
         // Where a step's time goes: the attention through the stores alone (one query, one tail entry per
         // layer), against the whole step (1000 / tokens_per_s).
-        if (row.padded > 0 || row.ranks > 0) {
+        if (row.stored) {
             const auto opts =
                 at::TensorOptions().dtype(model->options().dtype).device(model->options().device);
             const at::Tensor q = at::randn({cfg.n_head, 1, cfg.head_dim}, opts);
