@@ -89,8 +89,9 @@ int run_compare_cmd(const CompareArgs& a) {
                   "self-calibrated basis not charged); resident: what the decoded cache holds, measured\n"
                 : "accounted footprints (anchor indices and a self-calibrated basis charged); resident: what "
                   "the decoded cache holds, measured (VarRate/flat: the compressed store)\n");
-    std::cout << fmt::format("{:<9} {:>6} {:>9} {:>9} {:>8} {:>11} {:>11}  {}\n", "method", "kappa",
-                             "accounted", "resident", "basis", "prefill ms", "codec ms", "answers");
+    std::cout << fmt::format("{:<9} {:>6} {:>9} {:>9} {:>8} {:>7} {:>7} {:>11} {:>11}  {}\n", "method",
+                             "kappa", "accounted", "resident", "basis", "kv err", "quant", "prefill ms",
+                             "codec ms", "answers");
     for (const MethodRun& run : r.runs) {
         std::string answers;
         for (size_t i = 0; i < run.answers.size(); ++i) {
@@ -107,10 +108,18 @@ int run_compare_cmd(const CompareArgs& a) {
             std::cout << fmt::format("{:<9} {:>6g} infeasible: {}\n", run.method, run.budget, run.infeasible);
             continue;
         }
+        // Mean over layers of the per-token relative error, and of its quantization part (the rest is
+        // truncation or eviction).
+        double err = 0, quant = 0;
+        for (const LayerDiagnostics& d : run.layers) {
+            err += d.mean_rel_error / static_cast<double>(run.layers.size());
+            quant += d.mean_quant_error / static_cast<double>(run.layers.size());
+        }
         std::cout << fmt::format(
-            "{:<9} {:>6g} {:>8.2f}% {:>8.2f}% {:>7.2f}% {:>11.1f} {:>11.1f}  {}{}\n", run.method, run.budget,
-            100.0 * run.footprint_fraction, 100.0 * run.resident_fraction(), 100.0 * basis_share,
-            run.prefill_ms, run.compress_ms, answers, basis_note(run.self_calibrated, run.basis_accounting));
+            "{:<9} {:>6g} {:>8.2f}% {:>8.2f}% {:>7.2f}% {:>7.3f} {:>7.3f} {:>11.1f} {:>11.1f}  {}{}\n",
+            run.method, run.budget, 100.0 * run.footprint_fraction, 100.0 * run.resident_fraction(),
+            100.0 * basis_share, err, quant, run.prefill_ms, run.compress_ms, answers,
+            basis_note(run.self_calibrated, run.basis_accounting));
     }
     return 0;
 }
