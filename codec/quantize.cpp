@@ -23,14 +23,13 @@ void check_bits(int64_t bits, const char* who) {
         throw Error(fmt::format("{}: {} bits is not a supported width (2, 3, 4 or 8)", who, bits));
 }
 
-// When `bits` divides 8 and the codes start on a byte, each byte holds 8 / bits of them, lowest bits first.
+// When `bits` divides 8 and the codes start on a byte, each byte holds 8 / bits of them, lowest bits first:
+// shifted and masked in uint8, never widened (decoding unpacks every block at every step).
 at::Tensor unpack_aligned(const at::Tensor& bytes, int64_t bits, int64_t count) {
-    const at::Tensor shifts = at::arange(0, 8, bits, bytes.options().dtype(at::kInt));
-    const at::Tensor b = bytes.to(at::kInt).unsqueeze(1);  // [n, 1]
-    return at::bitwise_and(b.div(at::pow(2, shifts).to(at::kInt), "floor"), (1 << bits) - 1)
+    const at::Tensor shifts = at::arange(0, 8, bits, bytes.options().dtype(at::kLong)).to(at::kByte);
+    return at::bitwise_and(bytes.unsqueeze(1).__rshift__(shifts), (1 << bits) - 1)
         .reshape({-1})
-        .narrow(0, 0, count)
-        .to(at::kLong);
+        .narrow(0, 0, count);
 }
 
 }  // namespace
@@ -109,15 +108,15 @@ at::Tensor unpack_bits(const at::Tensor& packed, int64_t bits, int64_t begin, in
     if (begin < 0 || count < 0 || (bit1 + 7) / 8 > packed.size(0))
         throw Error(fmt::format("unpack: codes [{}, {}) of {} bits lie past a stream of {} bytes", begin,
                                 begin + count, bits, packed.size(0)));
-    if (count == 0) return at::empty({0}, packed.options().dtype(at::kLong));
+    if (count == 0) return at::empty({0}, packed.options().dtype(at::kByte));
     const int64_t byte0 = bit0 / 8, n_bytes = (bit1 + 7) / 8 - byte0;
     const at::Tensor bytes = packed.narrow(0, byte0, n_bytes);
-    if (bits == 8) return bytes.to(at::kLong);
+    if (bits == 8) return bytes;
     if (8 % bits == 0 && bit0 % 8 == 0) return unpack_aligned(bytes, bits, count);
     const at::Tensor b = bytes.to(at::kInt).unsqueeze(1);  // [n_bytes, 1]
     const at::Tensor stream = at::bitwise_and(b.div(powers_of_two(8, b), "floor"), 1).reshape({-1});
     const at::Tensor mine = stream.narrow(0, bit0 - byte0 * 8, count * bits).view({count, bits});
-    return (mine * powers_of_two(bits, b)).sum(1).to(at::kLong);
+    return (mine * powers_of_two(bits, b)).sum(1).to(at::kByte);
 }
 
 }  // namespace varrate

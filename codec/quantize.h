@@ -33,7 +33,7 @@ at::Tensor dequantize_groups(const at::Tensor& codes, const at::Tensor& scale, c
 
 // codes [m] (integers in [0, 2^bits)) -> [packed_bytes(m, bits)] uint8, on the codes' device.
 at::Tensor pack_bits(const at::Tensor& codes, int64_t bits);
-// Codes [begin, begin + count) of a packed stream -> [count] int64 on the stream's device.
+// Codes [begin, begin + count) of a packed stream -> [count] uint8 on the stream's device.
 at::Tensor unpack_bits(const at::Tensor& packed, int64_t bits, int64_t begin, int64_t count);
 
 }  // namespace varrate

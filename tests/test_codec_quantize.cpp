@@ -72,9 +72,10 @@ class TestCodecQuantize : public QObject {
         const at::Tensor packed = pack_bits(codes, bits);
         QCOMPARE(packed.scalar_type(), at::kByte);
         QCOMPARE(packed.size(0), (m * bits + 7) / 8);
-        QVERIFY(at::equal(unpack_bits(packed, bits, 0, m), codes));
+        QVERIFY(at::equal(unpack_bits(packed, bits, 0, m).to(at::kLong), codes));
         for (auto [begin, count] : {std::pair<int64_t, int64_t>{1, 7}, {5, 300}, {1000, 237}, {13, 0}})
-            QVERIFY(at::equal(unpack_bits(packed, bits, begin, count), codes.narrow(0, begin, count)));
+            QVERIFY(at::equal(unpack_bits(packed, bits, begin, count).to(at::kLong),
+                              codes.narrow(0, begin, count)));
         EXPECT_ERROR(unpack_bits(packed, bits, m - 3, 10), "lie past a stream");
         EXPECT_ERROR(pack_bits(codes, 5), "5 bits is not a supported width");
     }
