@@ -10,10 +10,11 @@ std::vector<double> live_rd_kappas() {
 
 namespace {
 
-// The settings a grid depends on: all but kappa (and the stage timing, which changes no number).
+// The settings a grid depends on: all but kappa (and the stage timing, which changes no number). The
+// coefficient bits change every footprint and error of VarRate and flat.
 bool same_grid_settings(const CodecSettings& a, const CodecSettings& b) {
     return structural_difference(a, b).empty() && a.r_min == b.r_min && a.rank == b.rank &&
-           a.paper_accounting == b.paper_accounting;
+           a.paper_accounting == b.paper_accounting && a.coef_bits == b.coef_bits;
 }
 
 }  // namespace
@@ -139,8 +140,8 @@ QStringList LiveExplorer::waiting_for_run() const {
 QString LiveExplorer::hint() const {
     if (!active_) return {};
     QString h =
-        "<b>Live</b>: κ, r_min, R re-allocate the kept run at once; stride, anchors, windows and "
-        "pool re-analyse it (no prefill). Enter decodes the answers now.";
+        "<b>Live</b>: κ, r_min, R and coefficient bits re-allocate the kept run at once; stride, anchors, "
+        "windows and pool re-analyse it (no prefill). Enter decodes the answers now.";
     if (outcome_ && outcome_->answers_stale) h += " <span style='color:#EBB839'>Answers are stale.</span>";
     const QStringList pending = waiting_for_run();
     if (!pending.isEmpty())

@@ -345,6 +345,7 @@ void MainWindow::build_menus() {
         const QString f = ask_save_path("Save session", "session.varrate.json", "VarRate session (*.json)");
         if (!f.isEmpty()) save_session(f);
     });
+    build_cache_actions(file);
     QMenu* exp = file->addMenu("&Export");
     exp->addAction("Results &JSON…", this, [this] {
         const QString f = ask_save_path("Export results", "results.json", "JSON (*.json)");
@@ -404,7 +405,8 @@ void MainWindow::rebuild_recent_menu() {
 void MainWindow::connect_worker() {
     connect(worker_, &RunWorker::started, this, [this] { job_failed_ = false; });
     connect(worker_, &RunWorker::progress, this, [this](const QString& stage, qint64 done, qint64 total) {
-        if (!jobs_.empty() && jobs_.front() != JobKind::Niah) panel_->set_progress(stage, done, total);
+        if (!jobs_.empty() && jobs_.front() != JobKind::Niah && jobs_.front() != JobKind::AskCache)
+            panel_->set_progress(stage, done, total);
     });
     connect(worker_, &RunWorker::model_loaded, this, &MainWindow::on_model_loaded);
     connect(worker_, &RunWorker::document_ready, this, [this](const GeneratedDocument& d) {
@@ -438,7 +440,7 @@ void MainWindow::connect_worker() {
     });
     connect(worker_, &RunWorker::failed, this, [this](const QString& m) {
         job_failed_ = true;
-        show_error(m);
+        if (!cache_job_failed(m)) show_error(m);
     });
     connect(worker_, &RunWorker::cancelled, this, [this] {
         job_failed_ = true;
@@ -457,7 +459,9 @@ void MainWindow::on_job_finished() {
         run_when_ready_ = false;
     }
     if (kind == JobKind::Compare || kind == JobKind::Calibrate)
-        panel_->set_running(job_queued(JobKind::Compare) || job_queued(JobKind::Calibrate));
+        panel_->set_running(job_queued(JobKind::Compare) || job_queued(JobKind::Calibrate) ||
+                            job_queued(JobKind::SaveCache));
+    finish_cache_job(kind, ok);
     if (kind == JobKind::Compare) {
         if (!ok) {
             panel_->set_progress(job_failed_ && error_text().isEmpty() ? "Cancelled" : "Stopped", 0, 0);
@@ -735,6 +739,7 @@ void MainWindow::update_status_labels() {
 
 void MainWindow::update_empty_state() {
     const bool empty = model_dir_.isEmpty() && !outcome_;
+    if (save_cache_action_) save_cache_action_->setEnabled(outcome_ != nullptr);
     stack_->setCurrentIndex(empty ? 0 : 1);
     if (!empty && !outcome_ && tabs_->currentIndex() == 0) tabs_->setCurrentIndex(1);  // text until a run
 }

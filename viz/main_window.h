@@ -19,11 +19,14 @@ class QPlainTextEdit;
 class QStackedWidget;
 class QTabWidget;
 class QFrame;
+class QMessageBox;
 
 namespace varrate::viz {
 
 class AnswersTable;
 class AppSettings;
+class CacheDialog;
+class CacheQa;
 class DocumentView;
 class LayerSummary;
 class LiveExplorer;
@@ -79,6 +82,22 @@ class MainWindow : public QMainWindow {
     bool export_chart(const QString& path);  // the current view, format from the suffix
     bool copy_chart();
     void set_theme(const QString& theme);  // "dark" | "light"
+    // Compressed-cache files (main_window_cache.cpp; the File menu's actions ask for the method and the path,
+    // then call these). save_compressed_cache writes `method`'s cache of the current run — its document,
+    // model, settings as shown (live ones included) and basis — on the worker; cache_saved(ok) follows and
+    // the status bar reports its accounted and resident bytes. open_compressed_cache reads a file and checks
+    // it against the model (a failure is one message box); cache_opened(ok). ask_compressed_cache answers a
+    // question from the opened cache without prefilling its document; cache_answered(ok).
+    bool save_compressed_cache(const QString& path, const QString& method);
+    bool open_compressed_cache(const QString& path);
+    bool ask_compressed_cache(const QString& question, const QString& answer_prefix = {},
+                              int max_new_tokens = 32);
+    QStringList cache_methods() const;        // the current run's methods a cache can be saved for
+    QString selected_answers_method() const;  // the method of the answers table's selected row, or ""
+    CacheQa* cache_qa() const { return cache_qa_; }
+    CacheDialog* cache_dialog() const { return cache_dialog_; }
+    QString cache_error() const { return cache_error_; }  // the last message box's text
+    QAction* save_cache_action() const { return save_cache_action_; }
 
     QString error_text() const;  // the banner's message ("" when hidden)
     void clear_error();
@@ -120,6 +139,9 @@ class MainWindow : public QMainWindow {
     void calibration_finished(bool ok);
     void idle();          // no job queued or running
     void live_applied();  // a live update or re-decode is in every view
+    void cache_saved(bool ok);
+    void cache_opened(bool ok);
+    void cache_answered(bool ok);
 
   protected:
     void closeEvent(QCloseEvent* e) override;
@@ -130,6 +152,14 @@ class MainWindow : public QMainWindow {
   private:
     void build_menus();
     void build_live();  // main_window_live.cpp: live controls, rate-distortion chart, pin
+    // main_window_cache.cpp: the cache actions and the worker's cache results.
+    void build_cache_actions(QMenu* file);
+    void dialog_save_cache();
+    void dialog_open_cache();
+    void show_cache_error(const QString& message);
+    // A failed job that reads or answers from a cache reports here (true) rather than in the banner.
+    bool cache_job_failed(const QString& message);
+    void finish_cache_job(JobKind kind, bool ok);
     void apply_live_outcome(std::shared_ptr<const RunOutcome> outcome);
     void apply_pin();
     void show_current_rd_points();
@@ -178,7 +208,11 @@ class MainWindow : public QMainWindow {
               *layer_box_ = nullptr, *error_box_ = nullptr;
     QMenu* recent_menu_ = nullptr;
     QAction *dark_action_ = nullptr, *light_action_ = nullptr, *run_action_ = nullptr,
-            *cancel_action_ = nullptr;
+            *cancel_action_ = nullptr, *save_cache_action_ = nullptr;
+    CacheQa* cache_qa_ = nullptr;
+    CacheDialog* cache_dialog_ = nullptr;  // made when a cache is first opened
+    QMessageBox* cache_error_box_ = nullptr;
+    QString cache_error_;
 
     QString model_dir_;        // the model runs use (requested; may still be loading)
     ModelInfo loaded_;         // the model the worker has loaded

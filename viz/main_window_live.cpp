@@ -238,9 +238,10 @@ void MainWindow::update_cache_label() {
     text += o->answers_stale ? " · answers stale" : " · answers current";
     cache_label_->setText(text);
     cache_label_->setToolTip(
-        "The run's prefill capture and every method's analysis stay in memory: κ, r_min and R re-allocate "
-        "them, structural settings re-analyse them. A prefill runs again only for another model, document, "
-        "questions (query-aware), dtype or device, or a longer observation window.");
+        "The run's prefill capture and every method's analysis stay in memory: κ, r_min, R and the "
+        "coefficient bits re-allocate them, structural settings re-analyse them. A prefill runs again only "
+        "for another model, document, questions (query-aware), dtype or device, or a longer observation "
+        "window.");
 }
 
 }  // namespace varrate::viz

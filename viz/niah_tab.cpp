@@ -335,6 +335,7 @@ QString niah_run_settings_text(const RunSettings& run) {
                          QStringLiteral("obs. window %1").arg(c.obs_window),
                          QStringLiteral("pool %1").arg(c.pool_kernel),
                          QStringLiteral("%1 new tokens").arg(run.max_new_tokens)};
+    if (c.coef_bits < 16) parts << QStringLiteral("%1-bit coefficients").arg(c.coef_bits);
     if (c.paper_accounting) parts << QStringLiteral("paper accounting");
     if (run.chat) parts << QStringLiteral("chat");
     return QStringLiteral("run panel: ") + parts.join(QStringLiteral(" · "));

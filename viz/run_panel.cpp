@@ -185,6 +185,17 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
     cf->addRow("Window w", window_);
     cf->addRow("Obs. window", obs_window_);
     cf->addRow("Pool kernel", pool_kernel_);
+    // A budget-level setting (allocate() reads it, the analyses do not depend on it): live like kappa.
+    coef_bits_ = new QComboBox;
+    coef_bits_->setObjectName("coef_bits");
+    coef_bits_->addItem("16 (cache precision)", 16);
+    for (int bits : {8, 4, 3, 2}) coef_bits_->addItem(QString::number(bits), bits);
+    coef_bits_->setToolTip(
+        "Bits per stored VarRate/flat coefficient. 16 keeps them at the cache's precision; 8, 4, 3 or 2 "
+        "quantizes them in groups of 32 along each token's rank (fp16 scale and minimum per group), and "
+        "the budget, counted in bits, then holds more rank. Live after a run: re-allocates like κ. "
+        "SnapKV and full ignore it; kivi2 / kivi4 have their own bits.");
+    cf->addRow("Coefficient bits", coef_bits_);
     paper_accounting_ = new QCheckBox("Paper accounting (indices free)");
     precise_timing_ = new QCheckBox("Precise stage timing");
     cf->addRow(paper_accounting_);
@@ -210,6 +221,7 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
             connect(qobject_cast<QSpinBox*>(box), &QSpinBox::valueChanged, this, &RunPanel::emit_live_change);
     }
     connect(paper_accounting_, &QCheckBox::toggled, this, &RunPanel::emit_live_change);
+    connect(coef_bits_, &QComboBox::currentIndexChanged, this, &RunPanel::emit_live_change);
 
     // Run settings.
     auto* rbox = new QGroupBox("Run");
@@ -313,7 +325,7 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
     connect(budget_, &QDoubleSpinBox::valueChanged, this, &RunPanel::settings_changed);
     for (QSpinBox* b : {r_min_, rank_, stride_, anchors_, window_, obs_window_, pool_kernel_, max_new_})
         connect(b, &QSpinBox::valueChanged, this, &RunPanel::settings_changed);
-    for (QComboBox* b : {mode_, device_, dtype_, basis_})
+    for (QComboBox* b : {mode_, device_, dtype_, basis_, coef_bits_})
         connect(b, &QComboBox::currentIndexChanged, this, &RunPanel::settings_changed);
     connect(basis_file_, &QLineEdit::textChanged, this, &RunPanel::settings_changed);
     connect(questions_, &QTableWidget::cellChanged, this, &RunPanel::settings_changed);
@@ -381,6 +393,7 @@ RunSettings RunPanel::settings() const {
     s.codec.window = window_->value();
     s.codec.obs_window = obs_window_->value();
     s.codec.pool_kernel = pool_kernel_->value();
+    s.codec.coef_bits = coef_bits_->currentData().toInt();
     s.codec.paper_accounting = paper_accounting_->isChecked();
     s.codec.precise_timing = precise_timing_->isChecked();
     s.mode = parse_mode(mode_->currentText().toStdString());
@@ -434,6 +447,8 @@ void RunPanel::set_settings(const RunSettings& s) {
     window_->setValue(static_cast<int>(s.codec.window));
     obs_window_->setValue(static_cast<int>(s.codec.obs_window));
     pool_kernel_->setValue(static_cast<int>(s.codec.pool_kernel));
+    // Any other value was refused when the settings were read (codec_json): 16 is the codec's default.
+    coef_bits_->setCurrentIndex(std::max(0, coef_bits_->findData(static_cast<int>(s.codec.coef_bits))));
     paper_accounting_->setChecked(s.codec.paper_accounting);
     precise_timing_->setChecked(s.codec.precise_timing);
     mode_->setCurrentText(QString::fromStdString(to_string(s.mode)));
@@ -454,10 +469,12 @@ void RunPanel::apply_model_defaults(const CodecSettings& defaults, bool recorded
                                     const QString& description) {
     RunSettings s = settings();
     s.codec = defaults;
-    // Keep the user's paper-accounting / timing / SnapKV choices; only the width-dependent ones change.
+    // Keep the user's paper-accounting / timing / SnapKV / coefficient-bits choices (a regime, not a property
+    // of the model); only the width-dependent ones change.
     s.codec.paper_accounting = paper_accounting_->isChecked();
     s.codec.precise_timing = precise_timing_->isChecked();
     s.codec.pool_kernel = pool_kernel_->value();
+    s.codec.coef_bits = coef_bits_->currentData().toInt();
     if (!recorded) s.codec.anchors = anchors_->value();
     set_settings(s);
     defaults_->setText(description);

@@ -48,8 +48,9 @@ class RunPanel : public QWidget {
     RunSettings settings() const;
     void set_settings(const RunSettings& s);
     // Applies a model's codec defaults (core/codec_defaults.h: recorded beside the model, else width-based)
-    // and shows `description`, which says which are in force. Paper accounting, stage timing and the
-    // SnapKV pool kernel keep the user's choice; so do the anchors unless the model records them.
+    // and shows `description`, which says which are in force. Paper accounting, stage timing, the
+    // coefficient bits and the SnapKV pool kernel keep the user's choice; so do the anchors unless the model
+    // records them.
     void apply_model_defaults(const CodecSettings& defaults, bool recorded, const QString& description);
     QString defaults_text() const;
 
@@ -80,6 +81,7 @@ class RunPanel : public QWidget {
     QDoubleSpinBox* budget_box() const { return budget_; }
     QSpinBox* r_min_box() const { return r_min_; }
     QSpinBox* rank_box() const { return rank_; }
+    QComboBox* coef_bits_box() const { return coef_bits_; }
 
   Q_SIGNALS:
     void run_requested();
@@ -104,7 +106,8 @@ class RunPanel : public QWidget {
              *obs_window_ = nullptr, *pool_kernel_ = nullptr, *max_new_ = nullptr;
     QCheckBox *paper_accounting_ = nullptr, *precise_timing_ = nullptr, *chat_ = nullptr;
     std::vector<QCheckBox*> methods_;
-    QComboBox *mode_ = nullptr, *device_ = nullptr, *dtype_ = nullptr, *basis_ = nullptr;
+    QComboBox *mode_ = nullptr, *device_ = nullptr, *dtype_ = nullptr, *basis_ = nullptr,
+              *coef_bits_ = nullptr;
     QLineEdit* basis_file_ = nullptr;
     QPushButton* basis_browse_ = nullptr;
     QLabel *defaults_ = nullptr, *basis_status_ = nullptr, *stage_ = nullptr;

@@ -5,6 +5,7 @@
 #include <QThread>
 
 #include <chrono>
+#include <filesystem>
 #include <new>
 
 #include <c10/util/Exception.h>
@@ -43,6 +44,12 @@ QString to_string(JobKind kind) {
             return QStringLiteral("calibrate");
         case JobKind::Explore:
             return QStringLiteral("explore");
+        case JobKind::SaveCache:
+            return QStringLiteral("save-cache");
+        case JobKind::OpenCache:
+            return QStringLiteral("open-cache");
+        case JobKind::AskCache:
+            return QStringLiteral("ask-cache");
     }
     return {};
 }
@@ -61,6 +68,7 @@ struct RunWorker::State {
     QString dir;
     std::string device, dtype;
     std::shared_ptr<const Tokenizer> gui_tokenizer;
+    int64_t loads = 0;  // sessions opened so far: an opened cache's tensors belong to one of them
 
     Session& ensure(RunWorker& w, const QString& model_dir, const RunSettings& rs, const JobControl& job,
                     bool* reused = nullptr, double* load_s = nullptr) {
@@ -82,6 +90,7 @@ struct RunWorker::State {
         ro.dtype = parse_dtype(rs.dtype, ro.device);
         const auto t0 = Clock::now();
         session = Session::open(clean.toStdString(), ro, {}, job);
+        ++loads;
         dir = clean;
         device = rs.device;
         dtype = rs.dtype;
@@ -157,6 +166,9 @@ RunWorker::RunWorker(QObject* parent) : QObject(parent), state_(std::make_unique
     qRegisterMetaType<std::shared_ptr<const RunOutcome>>();
     qRegisterMetaType<std::shared_ptr<const NiahOutcome>>();
     qRegisterMetaType<std::shared_ptr<const RateGrid>>();
+    qRegisterMetaType<CacheSaveOutcome>();
+    qRegisterMetaType<std::shared_ptr<const OpenedCache>>();
+    qRegisterMetaType<std::shared_ptr<const CacheAnswers>>();
     thread_ = new QThread(this);
     thread_->setObjectName("varrate-worker");
     executor_ = new QObject;
@@ -289,6 +301,7 @@ void RunWorker::run_compare(const QString& dir, const RunSettings& settings, con
             base->token_texts = token_display_texts(s.tokenizer(), first.runs[0].context_ids);
         base->needle_span = text_token_span(base->token_texts, needle.trimmed());
         base->model_dir = st.dir;
+        base->run = settings;
         base->wall_s = seconds_since(t0);
         st.live = std::move(live);
         st.live_base = base;
@@ -393,6 +406,107 @@ void RunWorker::calibrate(const QString& dir, const RunSettings& settings,
         o.tokens = basis->info().calibration_tokens;
         Q_EMIT calibrated(o);
     });
+}
+
+namespace {
+
+// " (the cache was made at bf16 ...)" when the file differs from the session's model in the cache dtype
+// alone; "" otherwise (or when the file cannot say).
+std::string dtype_hint(const std::filesystem::path& file, const Session& s) {
+    nlohmann::json there, here = model_identity(s.model().config(), s.model().options().dtype);
+    try {
+        there = read_cache_file_info(file).model;
+    } catch (const std::exception&) {
+        return {};
+    }
+    if (!there.is_object() || !there.contains("cache_dtype") || there["cache_dtype"] == here["cache_dtype"])
+        return {};
+    const std::string want = there["cache_dtype"].is_string() ? there["cache_dtype"].get<std::string>() : "";
+    const std::string have = here["cache_dtype"].get<std::string>();
+    there.erase("cache_dtype");
+    here.erase("cache_dtype");
+    if (want.empty() || there != here) return {};
+    return " (the cache was made at " + want + " and the model is loaded at " + have + ": choose " + want +
+           " as the Run panel's dtype and open the cache again, which loads the model at it)";
+}
+
+}  // namespace
+
+void RunWorker::save_cache(const QString& dir, const RunSettings& settings, const CacheSaveRequest& request) {
+    post(JobKind::SaveCache, [this, dir, settings, request](State& st, const JobControl& job) {
+        const auto t0 = Clock::now();
+        if (request.context.empty()) throw Error("the run has no document to compress");
+        Session& s = st.ensure(*this, dir, settings, job);
+        // The basis the run used (shipped, a file, or calibrated on this document), so that the cache is
+        // the one whose answers the answers table shows.
+        st.select_basis(settings, request.context, job);
+        CompressContextRequest c;
+        c.context = request.context;
+        c.method = request.method;
+        c.settings = settings.codec;
+        c.chat = request.chat;
+        c.max_new_tokens = request.max_new_tokens;
+        const CompressedContext ctx = compress_context(s, c, job);
+        check_cancel(job);
+        const std::filesystem::path path(request.path.toStdString());
+        CacheSaveOutcome out;
+        out.path = request.path;
+        out.info = write_cache_file(path, ctx);
+        out.file_bytes = static_cast<int64_t>(std::filesystem::file_size(path));
+        out.wall_s = seconds_since(t0);
+        Q_EMIT cache_saved(out);
+    });
+}
+
+void RunWorker::open_cache(const QString& dir, const RunSettings& settings, const QString& path) {
+    post(JobKind::OpenCache, [this, dir, settings, path](State& st, const JobControl& job) {
+        Session& s = st.ensure(*this, dir, settings, job);
+        const auto t0 = Clock::now();
+        const std::filesystem::path file(path.toStdString());
+        auto out = std::make_shared<OpenedCache>();
+        try {
+            out->context = std::make_shared<const CompressedContext>(read_cache_file(file, s));
+        } catch (const Error& e) {
+            // The model runs at the Run panel's dtype, and a cache made by the same model at another dtype is
+            // refused as another model: say which setting makes it fit.
+            const std::string hint = dtype_hint(file, s);
+            if (hint.empty()) throw;
+            throw Error(std::string(e.what()) + hint);
+        }
+        out->path = path;
+        out->model_dir = st.dir;
+        out->model_load = st.loads;
+        out->prefills = s.model().forward_calls();
+        out->file_bytes = static_cast<int64_t>(std::filesystem::file_size(file));
+        out->load_ms = seconds_since(t0) * 1000;
+        Q_EMIT cache_opened(out);
+    });
+}
+
+void RunWorker::ask_cache(std::shared_ptr<const OpenedCache> cache, const std::vector<std::string>& questions,
+                          const std::vector<std::string>& answer_prefixes, int64_t max_new_tokens) {
+    post(JobKind::AskCache,
+         [this, cache, questions, answer_prefixes, max_new_tokens](State& st, const JobControl& job) {
+             if (!cache || !cache->context)
+                 throw Error("no compressed cache is open: File > Open Compressed Cache");
+             if (!st.session || st.loads != cache->model_load)
+                 throw Error("the model was loaded again since " + cache->path.toStdString() +
+                             " was opened: open the cache again");
+             const Session& s = *st.session;
+             const auto t0 = Clock::now();
+             const int64_t prefills = s.model().forward_calls();
+             auto out = std::make_shared<CacheAnswers>();
+             out->questions = questions;
+             out->answer_prefixes = answer_prefixes;
+             out->max_new_tokens = max_new_tokens;
+             out->answer_ids =
+                 answer_from_cache(s, *cache->context, questions, answer_prefixes, max_new_tokens, job);
+             // Decoded as compare decodes its answers, so that the strings compare equal too.
+             for (const auto& ids : out->answer_ids) out->answers.push_back(s.tokenizer().decode(ids, true));
+             out->prefills = s.model().forward_calls() - prefills;
+             out->ms = seconds_since(t0) * 1000;
+             Q_EMIT cache_answered(out);
+         });
 }
 
 }  // namespace varrate::viz

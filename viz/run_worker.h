@@ -1,9 +1,9 @@
 #pragma once
 // Runs the long jobs of the desktop app — model load, NIAH document generation, method comparison, NIAH
-// sweeps and basis calibration — one after another on a worker thread, through the same session API as the
-// CLI. Progress, results and errors come back as queued signals; cancel() raises the running job's JobControl
-// flag, and the job unwinds at its next layer step (well under a second). The loaded Session is kept and
-// reused while the model directory, device and dtype stay the same.
+// sweeps, basis calibration and compressed-cache files (save, open, answer) — one after another on a worker
+// thread, through the same session API as the CLI. Progress, results and errors come back as queued signals;
+// cancel() raises the running job's JobControl flag, and the job unwinds at its next layer step (well under a
+// second). The loaded Session is kept and reused while the model directory, device and dtype stay the same.
 #include <QObject>
 #include <QString>
 #include <QStringList>
@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/cache_file.h"
 #include "core/compare.h"
 #include "core/live_compare.h"
 #include "core/niah.h"
@@ -26,9 +27,11 @@ class QThread;
 namespace varrate::viz {
 
 // What a job is; the worker reports it with started(), the window keeps its queue by it.
-// Explore: a live update, re-decode or rate-distortion grid of the kept comparison.
-enum class JobKind { Load, Generate, Compare, Niah, Calibrate, Explore };
-QString to_string(JobKind kind);  // "load", "generate", "compare", "niah", "calibrate", "explore"
+// Explore: a live update, re-decode or rate-distortion grid of the kept comparison. SaveCache, OpenCache,
+// AskCache: a .vrkv file written, read, or answered from (core/cache_file.h).
+enum class JobKind { Load, Generate, Compare, Niah, Calibrate, Explore, SaveCache, OpenCache, AskCache };
+// "load", "generate", "compare", "niah", "calibrate", "explore", "save-cache", "open-cache", "ask-cache"
+QString to_string(JobKind kind);
 
 struct ModelInfo {
     QString model_dir, name;
@@ -67,6 +70,9 @@ struct RunOutcome {
     std::optional<std::pair<int, int>> needle_span;  // token positions [begin, end)
     QString model_dir;
     double wall_s = 0;
+    // The Run panel's settings the run was started with (device, dtype and basis too: a cache saved from it
+    // uses the same); a session file's own settings for an outcome read from one.
+    RunSettings run;
     // Live exploration (RunWorker::update_live): the worker keeps the run's capture, so settings re-allocate.
     bool answers_stale = false;  // settings changed since the answers were decoded (none shown)
     bool materialised = true;    // attention-output errors measured (else -1 until the caches are built)
@@ -103,6 +109,43 @@ struct NiahOutcome {
     bool complete = true;  // false: cancelled part-way (finished records stay; rerun resumes)
 };
 
+// "Save compressed cache...": one method's cache of the run's document, at the run's settings.
+struct CacheSaveRequest {
+    QString path;  // the .vrkv to write
+    std::string method;
+    std::string context;  // the document the run compressed
+    bool chat = false;
+    int64_t max_new_tokens = 32;  // of answers to come: only for the positions warning
+};
+
+struct CacheSaveOutcome {
+    QString path;
+    CacheFileInfo info;  // as written
+    int64_t file_bytes = 0;
+    double wall_s = 0;
+};
+
+// A cache file read and checked against the loaded model. The tensors sit on the model's device and are
+// used on the worker only; the GUI reads `context->info`.
+struct OpenedCache {
+    QString path;
+    std::shared_ptr<const CompressedContext> context;
+    QString model_dir;       // the model it was checked against
+    int64_t model_load = 0;  // which load of the worker's model (a reload invalidates the tensors)
+    int64_t prefills = 0;    // the model's prefill forward passes when it was opened
+    int64_t file_bytes = 0;
+    double load_ms = 0;
+};
+
+// Questions answered from an opened cache: decoded after the compressed context, no prefill of it.
+struct CacheAnswers {
+    std::vector<std::string> questions, answer_prefixes, answers;
+    std::vector<std::vector<int64_t>> answer_ids;
+    int64_t max_new_tokens = 0;
+    int64_t prefills = 0;  // prefill forward passes the answers took (the document's: none)
+    double ms = 0;
+};
+
 // The default NIAH document length for a model with `max_positions` positions: room for the question and
 // the answer, at most 2048 tokens.
 int64_t default_document_length(int64_t max_positions);
@@ -133,6 +176,15 @@ class RunWorker : public QObject {
     bool update_live(const RunSettings& settings);
     void decode_live();
     void live_rate_distortion(const std::vector<double>& kappas, bool attention_output);
+    // Compressed-cache files. save_cache compresses the request's context by one method with the settings'
+    // codec settings and basis (a query-agnostic prefill, as `varrate compress`) and writes it; open_cache
+    // reads a file against the model (loaded, or reused, with the settings' device and dtype; every check of
+    // read_cache_file); ask_cache answers questions from an opened cache without prefilling its document (as
+    // `varrate ask`).
+    void save_cache(const QString& dir, const RunSettings& settings, const CacheSaveRequest& request);
+    void open_cache(const QString& dir, const RunSettings& settings, const QString& path);
+    void ask_cache(std::shared_ptr<const OpenedCache> cache, const std::vector<std::string>& questions,
+                   const std::vector<std::string>& answer_prefixes, int64_t max_new_tokens);
     // Raises the cancel flag of the running and of every queued job.
     void cancel();
 
@@ -147,6 +199,9 @@ class RunWorker : public QObject {
     void niah_progress(QString cell, qint64 done, qint64 total, QString stage);
     void niah_done(std::shared_ptr<const varrate::viz::NiahOutcome> outcome);
     void calibrated(varrate::viz::CalibrationOutcome outcome);
+    void cache_saved(varrate::viz::CacheSaveOutcome outcome);
+    void cache_opened(std::shared_ptr<const varrate::viz::OpenedCache> cache);
+    void cache_answered(std::shared_ptr<const varrate::viz::CacheAnswers> answers);
     void failed(QString message);
     void cancelled();
     void finished();  // after every job, whatever its outcome
@@ -174,3 +229,6 @@ Q_DECLARE_METATYPE(varrate::viz::GeneratedDocument)
 Q_DECLARE_METATYPE(std::shared_ptr<const varrate::viz::RunOutcome>)
 Q_DECLARE_METATYPE(std::shared_ptr<const varrate::viz::NiahOutcome>)
 Q_DECLARE_METATYPE(std::shared_ptr<const varrate::viz::RateGrid>)
+Q_DECLARE_METATYPE(varrate::viz::CacheSaveOutcome)
+Q_DECLARE_METATYPE(std::shared_ptr<const varrate::viz::OpenedCache>)
+Q_DECLARE_METATYPE(std::shared_ptr<const varrate::viz::CacheAnswers>)

@@ -140,7 +140,10 @@ StudioSession load_session(const QString& path) {
     if (j.contains("restore") && j.contains("request")) {
         const RunSettings rs = run_settings_from_json(j["request"], where + " request");
         const CompareRequest req = rs.request(json_field<std::string>(j["request"], "context", where, ""));
-        s.outcome = outcome_from_json(j["restore"], req, where + " restore");
+        auto outcome = outcome_from_json(j["restore"], req, where + " restore");
+        // The file keeps the panel's settings, not the run's device, dtype and basis: the closest there is.
+        outcome->run = s.settings;
+        s.outcome = std::move(outcome);
     }
     return s;
 }
