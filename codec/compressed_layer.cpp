@@ -232,11 +232,7 @@ at::Tensor CompressedLayer::attend(const at::Tensor& q, const at::Tensor& tail_k
     {
         at::Tensor s = scores.narrow(2, n_exact + n_coded, n_tail);
         at::bmm_out(s, qf, tail_keys.to(at::kFloat).transpose(1, 2));
-        // Causal among the queries: query i sees tail entries up to n_tail - n_q + i.
-        const at::Tensor col = at::arange(n_tail, scores.options().dtype(at::kLong));
-        const at::Tensor row = at::arange(n_q, col.options()) + (n_tail - n_q);
-        const at::Tensor masked = (col.unsqueeze(0) > row.unsqueeze(1)).repeat({g, 1});  // [g*n_q, n_tail]
-        s.masked_fill_(masked.unsqueeze(0), -std::numeric_limits<float>::infinity());
+        mask_future_tail(s, n_q, g);
     }
     scores.mul_(scale);
     const at::Tensor p = scores.softmax(2);                      // [G, gq, n_all]

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <tuple>
 #include <typeinfo>
 
 #include "codec/compressed_layer.h"
@@ -58,6 +59,28 @@ at::Tensor typed(const TensorSource& tensors, const std::string& name,
                             fmt::join(names, " or ")));
 }
 
+// The store's scalars against what the model expects of a layer; throws Error naming the first that differs.
+void check_expected_shape(int64_t n_tokens, int64_t n_kv_head, int64_t head_dim,
+                          const PrefixExpectation& expect, const std::string& where) {
+    for (auto [what, got, want] :
+         {std::tuple<const char*, int64_t, int64_t>{"n_tokens", n_tokens, expect.n_tokens},
+          {"n_kv_head", n_kv_head, expect.n_kv_head},
+          {"head_dim", head_dim, expect.head_dim}})
+        if (got != want) throw Error(fmt::format("{}: {} is {}, expected {}", where, what, got, want));
+}
+
+// The store made from its parts (whose constructor checks them), its errors prefixed with `where`.
+template <typename Store>
+std::shared_ptr<const LayerPrefix> make_store(typename Store::Parts parts, const std::string& where) {
+    try {
+        return std::make_shared<const Store>(std::move(parts));
+    } catch (const Error& e) {
+        throw Error(where + ": " + e.what());
+    } catch (const c10::Error& e) {
+        throw Error(where + ": " + describe_exception(e));
+    }
+}
+
 PrefixTensors compressed_layer_tensors(const CompressedLayer& c, const std::string& prefix) {
     const CompressedLayer::Parts& p = c.parts();
     // Only the rows the ranks reach: the rest of the basis is never read for this layer's tokens.
@@ -105,12 +128,7 @@ std::shared_ptr<const LayerPrefix> compressed_layer_from_tensors(const nlohmann:
     p.window = integer(meta, "window", where);
     p.rope_dtype = float_dtype(string_field(meta, "rope_dtype", where), where);
     const int64_t basis_rows = integer(meta, "basis_rows", where);
-    auto expect_equal = [&](const char* what, int64_t got, int64_t want) {
-        if (got != want) throw Error(fmt::format("{}: {} is {}, expected {}", where, what, got, want));
-    };
-    expect_equal("n_tokens", p.n_tokens, expect.n_tokens);
-    expect_equal("n_kv_head", p.n_kv_head, expect.n_kv_head);
-    expect_equal("head_dim", p.head_dim, expect.head_dim);
+    check_expected_shape(p.n_tokens, p.n_kv_head, p.head_dim, expect, where);
     if (p.stride < 1 || p.window < 0)
         throw Error(fmt::format("{}: bad layout stride={} window={}", where, p.stride, p.window));
 
@@ -143,13 +161,7 @@ std::shared_ptr<const LayerPrefix> compressed_layer_from_tensors(const nlohmann:
             throw Error(fmt::format("{}: anchor indices span [{}, {}], the layer has {} anchors", where, lo,
                                     hi, n_anchors));
     }
-    try {
-        return std::make_shared<const CompressedLayer>(std::move(p));  // checks every shape and the layout
-    } catch (const Error& e) {
-        throw Error(where + ": " + e.what());
-    } catch (const c10::Error& e) {
-        throw Error(where + ": " + describe_exception(e));
-    }
+    return make_store<CompressedLayer>(std::move(p), where);  // checks every shape and the layout
 }
 
 PrefixTensors quantized_layer_tensors(const QuantizedLayer& q, const std::string& prefix) {
@@ -178,12 +190,7 @@ std::shared_ptr<const LayerPrefix> quantized_layer_from_tensors(const nlohmann::
     p.head_dim = integer(meta, "head_dim", where);
     p.bits = integer(meta, "bits", where);
     p.n_quant = integer(meta, "n_quant", where);
-    auto expect_equal = [&](const char* what, int64_t got, int64_t want) {
-        if (got != want) throw Error(fmt::format("{}: {} is {}, expected {}", where, what, got, want));
-    };
-    expect_equal("n_tokens", p.n_tokens, expect.n_tokens);
-    expect_equal("n_kv_head", p.n_kv_head, expect.n_kv_head);
-    expect_equal("head_dim", p.head_dim, expect.head_dim);
+    check_expected_shape(p.n_tokens, p.n_kv_head, p.head_dim, expect, where);
     p.key_codes = typed(tensors, prefix + "key_codes", {at::kByte}, where);
     p.value_codes = typed(tensors, prefix + "value_codes", {at::kByte}, where);
     p.key_scale = typed(tensors, prefix + "key_scale", {at::kHalf}, where);
@@ -192,13 +199,7 @@ std::shared_ptr<const LayerPrefix> quantized_layer_from_tensors(const nlohmann::
     p.value_min = typed(tensors, prefix + "value_min", {at::kHalf}, where);
     p.residual_keys = typed(tensors, prefix + "residual_keys", {expect.dtype}, where);
     p.residual_values = typed(tensors, prefix + "residual_values", {expect.dtype}, where);
-    try {
-        return std::make_shared<const QuantizedLayer>(std::move(p));  // checks every shape
-    } catch (const Error& e) {
-        throw Error(where + ": " + e.what());
-    } catch (const c10::Error& e) {
-        throw Error(where + ": " + describe_exception(e));
-    }
+    return make_store<QuantizedLayer>(std::move(p), where);  // checks every shape
 }
 
 }  // namespace

@@ -45,6 +45,14 @@ VarRateMethod::VarRateMethod(const CodecSettings& settings, std::shared_ptr<cons
     bf16_basis_.resize(basis_->n_layer());
 }
 
+at::Tensor VarRateMethod::coefficient_scale(int64_t layer, int64_t rank, const at::Device& device) const {
+    const at::Tensor& spectrum = basis_->spectrum(layer);
+    if (!spectrum.defined() || spectrum.size(0) < rank) return {};
+    // sqrt of the residual second moment along each basis row: the coefficients' typical magnitude.
+    const at::Tensor s = spectrum.narrow(0, 0, rank).to(at::kFloat).clamp_min(0).sqrt();
+    return s.clamp_min(std::max(s.max().item<float>() * 1e-6f, 1e-30f)).to(device);
+}
+
 bool VarRateMethod::basis_charged() const {
     return basis_->info().self_calibrated && !settings_.paper_accounting;
 }
@@ -138,9 +146,11 @@ std::vector<RankGroup> plan_rank_groups(const int64_t* sorted, int64_t n) {
 // Quantized (coef_bits < 16), c^ is dequantized from b-bit codes in groups of 32 along the rank (the group's
 // scale and minimum over the token's kept coefficients only), and quant_sq ([n_coded] fp64, rank order) takes
 // what the kept coefficients lost to their precision, the quantization part of err_sq.
+// sigma ([R] fp32, optional) divides each coefficient index before quantization (and multiplies it back): the
+// coefficients of one group then share a scale of their own magnitude instead of the leading one's.
 void project_groups(const VarRateAnalysis& a, const at::Tensor& V, const at::Tensor& sorted_ranks,
-                    const at::Tensor& order, int64_t coef_bits, std::vector<RankGroup>& groups,
-                    at::Tensor* err_sq, at::Tensor* quant_sq = nullptr) {
+                    const at::Tensor& order, int64_t coef_bits, const at::Tensor& sigma,
+                    std::vector<RankGroup>& groups, at::Tensor* err_sq, at::Tensor* quant_sq = nullptr) {
     int64_t begin = 0;
     for (RankGroup& g : groups) {
         const at::Tensor rows = order.narrow(0, begin, g.tokens);
@@ -153,7 +163,8 @@ void project_groups(const VarRateAnalysis& a, const at::Tensor& V, const at::Ten
         if (coef_bits < 16) {
             const int64_t n_groups = (g.width + kQuantGroup - 1) / kQuantGroup,
                           padded = n_groups * kQuantGroup;
-            const at::Tensor cp = at::constant_pad_nd(c, {0, padded - g.width});               // [n, padded]
+            const at::Tensor s = sigma.defined() ? sigma.narrow(0, 0, g.width) : at::Tensor();
+            const at::Tensor cp = at::constant_pad_nd(s.defined() ? c / s : c, {0, padded - g.width});
             const at::Tensor keep = at::arange(padded, sorted_ranks.options()).unsqueeze(0) <  // [n, padded]
                                     sorted_ranks.narrow(0, begin, g.tokens).unsqueeze(1);
             QuantizedGroups q =
@@ -163,7 +174,7 @@ void project_groups(const VarRateAnalysis& a, const at::Tensor& V, const at::Ten
             g.codes = q.codes.view({g.tokens, padded});
             g.group_scale = q.scale.view({g.tokens, n_groups});
             g.group_min = q.min.view({g.tokens, n_groups});
-            stored = stored.contiguous();
+            stored = s.defined() ? stored * s : stored.contiguous();
         } else {
             stored = a.dtype != at::kFloat ? c.to(a.dtype).to(at::kFloat) : c.clone();
         }
@@ -369,8 +380,10 @@ LayerAllocation VarRateMethod::allocate(const LayerAnalysis& analysis, const Cod
     } else {
         at::Tensor err_sq = at::empty({n_coded}, a.z_norm.options().dtype(at::kDouble));  // rank order
         at::Tensor quant_sq = at::empty_like(err_sq);
-        project_groups(a, V, ranks.index_select(0, order), order, budget.coef_bits, out.rank_groups, &err_sq,
-                       &quant_sq);
+        const at::Tensor sigma =
+            plan.quantized() ? coefficient_scale(a.layer, a.rank, a.coded.device()) : at::Tensor();
+        project_groups(a, V, ranks.index_select(0, order), order, budget.coef_bits, sigma, out.rank_groups,
+                       &err_sq, &quant_sq);
         const at::Tensor z_norm = a.z_norm.index_select(0, order).clamp_min(1e-30);
         err = err_sq.sqrt() / z_norm;
         quant = plan.quantized() ? quant_sq.sqrt() / z_norm : at::zeros_like(err);
@@ -438,9 +451,11 @@ std::vector<RankGroup> VarRateMethod::coefficient_groups(const LayerAnalysis& an
     std::vector<RankGroup> groups = allocation.rank_groups;
     if (std::any_of(groups.begin(), groups.end(),
                     [](const RankGroup& g) { return !g.coefficients.defined(); }))
-        project_groups(a, basis_on(a.layer, a.rank, a.coded.device(), a.dtype),
-                       allocation.coded_ranks.index_select(0, order), order, allocation.coef_bits, groups,
-                       nullptr);
+        project_groups(
+            a, basis_on(a.layer, a.rank, a.coded.device(), a.dtype),
+            allocation.coded_ranks.index_select(0, order), order, allocation.coef_bits,
+            allocation.coef_bits < 16 ? coefficient_scale(a.layer, a.rank, a.coded.device()) : at::Tensor(),
+            groups, nullptr);
     return groups;
 }
 
@@ -507,6 +522,11 @@ std::shared_ptr<const LayerPrefix> VarRateMethod::store(const LayerCapture& capt
         p.coefficients = flat;
     }
     p.basis = basis_on(a.layer, a.rank, a.coded.device(), a.dtype);
+    if (quantized) {
+        // The codes hold c / sigma: the store reconstructs with the basis rows scaled by sigma instead.
+        const at::Tensor sigma = coefficient_scale(a.layer, a.rank, a.coded.device());
+        if (sigma.defined()) p.basis = p.basis * sigma.unsqueeze(1);
+    }
     p.inv_freq = capture.rope_inv_freq;
     p.rope_dtype = capture.rope_cos.scalar_type();
     return std::make_shared<const CompressedLayer>(std::move(p));

@@ -50,6 +50,11 @@ class VarRateMethod : public CompressionMethod {
     // cache precision (and used at that precision) unless paper_accounting.
     bool basis_charged() const;
 
+    // Quantized coefficients are divided by this before grouping ([rank] fp32 on `device`: the square root of
+    // the basis's spectrum, each row's typical coefficient magnitude), undefined when the basis has no
+    // spectrum.
+    at::Tensor coefficient_scale(int64_t layer, int64_t rank, const at::Device& device) const;
+
   private:
     // The allocation's rank groups with their coefficients (projected now when it read its errors from a
     // table); throws when the allocation does not match the analysis.

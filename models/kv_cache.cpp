@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <limits>
 #include <string>
 
 #include "core/base/error.h"
@@ -34,6 +35,14 @@ KVCache::KVCache(int64_t n_layer, int64_t n_kv_head, int64_t head_dim, at::Tenso
         throw Error("KVCache: n_layers, n_kv_heads and head_dim must be positive (got " +
                     std::to_string(n_layer) + ", " + std::to_string(n_kv_head) + ", " +
                     std::to_string(head_dim) + ")");
+}
+
+void mask_future_tail(at::Tensor& tail_scores, int64_t n_q, int64_t group) {
+    const int64_t n_tail = tail_scores.size(2);
+    const at::Tensor col = at::arange(n_tail, tail_scores.options().dtype(at::kLong));
+    const at::Tensor row = at::arange(n_q, col.options()) + (n_tail - n_q);
+    const at::Tensor masked = (col.unsqueeze(0) > row.unsqueeze(1)).repeat({group, 1});  // [g * n_q, n_tail]
+    tail_scores.masked_fill_(masked.unsqueeze(0), -std::numeric_limits<float>::infinity());
 }
 
 void KVCache::reserve(int64_t layer, int64_t capacity) {

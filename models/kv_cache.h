@@ -37,6 +37,11 @@ class LayerPrefix {
     virtual int64_t resident_bytes() const = 0;
 };
 
+// Scores of queries over a layer's tail, [n_kv_head, g * n_q, n_tail] (the g query heads of one KV head side
+// by side, as LayerPrefix::attend lays them out), whose last n_q entries are the queries' own: masks to -inf
+// the entries each query may not see (query i sees tail entries up to n_tail - n_q + i).
+void mask_future_tail(at::Tensor& tail_scores, int64_t n_q, int64_t group);
+
 class KVCache {
   public:
     struct Snapshot {

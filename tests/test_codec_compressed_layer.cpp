@@ -67,24 +67,6 @@ Stored make_store(const Case& c, double kappa, uint64_t seed, int64_t n_tokens =
     return out;
 }
 
-// Softmax attention of q [H, n, hd] over dense post-RoPE keys/values [G, m, hd], fp32, the last n entries
-// being the queries' own (causal among them).
-at::Tensor dense_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale) {
-    const int64_t H = q.size(0), n = q.size(1), G = k.size(0), m = k.size(1);
-    const at::Tensor kk = k.to(at::kFloat).repeat_interleave(H / G, 0);
-    const at::Tensor vv = v.to(at::kFloat).repeat_interleave(H / G, 0);
-    at::Tensor s = at::bmm(q.to(at::kFloat), kk.transpose(1, 2)) * scale;  // [H, n, m]
-    const at::Tensor col = at::arange(m, at::kLong), row = at::arange(n, at::kLong) + (m - n);
-    s.masked_fill_((col.unsqueeze(0) > row.unsqueeze(1)).unsqueeze(0),
-                   -std::numeric_limits<float>::infinity());
-    return at::bmm(s.softmax(2), vv);
-}
-
-double rel_max_diff(const at::Tensor& a, const at::Tensor& b) {
-    const at::Tensor fa = a.to(at::kFloat), fb = b.to(at::kFloat);
-    return (fa - fb).abs().max().item<double>() / std::max(fb.abs().max().item<double>(), 1e-30);
-}
-
 void add_cases() {
     QTest::addColumn<int>("n_head");
     QTest::addColumn<int>("n_kv_head");
@@ -133,8 +115,8 @@ class TestCodecCompressedLayer : public QObject {
         QCOMPARE(r.keys.sizes().vec(), s.materialised.keys.sizes().vec());
         QCOMPARE(r.keys.scalar_type(), c.dtype);
         const double tol = c.dtype == at::kFloat ? 1e-5 : 1.6e-2;
-        const double dk = rel_max_diff(r.keys, s.materialised.keys),
-                     dv = rel_max_diff(r.values, s.materialised.values);
+        const double dk = test::rel_max_diff(r.keys, s.materialised.keys),
+                     dv = test::rel_max_diff(r.values, s.materialised.values);
         qInfo("keys %.3g, values %.3g (max |diff| / max |x|)", dk, dv);
         QVERIFY2(dk <= tol, qPrintable(QString("keys differ by %1").arg(dk)));
         QVERIFY2(dv <= tol, qPrintable(QString("values differ by %1").arg(dv)));
@@ -162,8 +144,8 @@ class TestCodecCompressedLayer : public QObject {
             QCOMPARE(got.scalar_type(), c.dtype);
             QCOMPARE(got.sizes().vec(), (std::vector<int64_t>{c.n_head, n_q, hd}));
             const at::Tensor want =
-                dense_attention(q, at::cat({r.keys, tk}, 1), at::cat({r.values, tv}, 1), scale);
-            const double d = rel_max_diff(got, want);
+                test::dense_causal_attention(q, at::cat({r.keys, tk}, 1), at::cat({r.values, tv}, 1), scale);
+            const double d = test::rel_max_diff(got, want);
             qInfo("n_q %lld: attention differs by %.3g", static_cast<long long>(n_q), d);
             QVERIFY2(d <= (c.dtype == at::kFloat ? 1e-5 : 2e-2), qPrintable(QString("differs by %1").arg(d)));
         }

@@ -46,22 +46,6 @@ Kivi run_kivi(int64_t bits, int64_t n_head, int64_t n_kv_head, int64_t head_dim,
     return k;
 }
 
-at::Tensor dense_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale) {
-    const int64_t H = q.size(0), n = q.size(1), G = k.size(0), m = k.size(1);
-    const at::Tensor kk = k.to(at::kFloat).repeat_interleave(H / G, 0);
-    const at::Tensor vv = v.to(at::kFloat).repeat_interleave(H / G, 0);
-    at::Tensor s = at::bmm(q.to(at::kFloat), kk.transpose(1, 2)) * scale;
-    const at::Tensor col = at::arange(m, at::kLong), row = at::arange(n, at::kLong) + (m - n);
-    s.masked_fill_((col.unsqueeze(0) > row.unsqueeze(1)).unsqueeze(0),
-                   -std::numeric_limits<float>::infinity());
-    return at::bmm(s.softmax(2), vv);
-}
-
-double rel_max_diff(const at::Tensor& a, const at::Tensor& b) {
-    const at::Tensor fa = a.to(at::kFloat), fb = b.to(at::kFloat);
-    return (fa - fb).abs().max().item<double>() / std::max(fb.abs().max().item<double>(), 1e-30);
-}
-
 }  // namespace
 
 class TestCodecKivi : public QObject {
@@ -101,8 +85,8 @@ class TestCodecKivi : public QObject {
             const double scale = 1.0 / std::sqrt(32.0);
             const at::Tensor got = k.store->attend(q, tk, tv, scale);
             const at::Tensor want =
-                dense_attention(q, at::cat({r.keys, tk}, 1), at::cat({r.values, tv}, 1), scale);
-            const double d = rel_max_diff(got, want);
+                test::dense_causal_attention(q, at::cat({r.keys, tk}, 1), at::cat({r.values, tv}, 1), scale);
+            const double d = test::rel_max_diff(got, want);
             qInfo("n_q %lld: differs by %.3g", static_cast<long long>(n_q), d);
             QVERIFY2(d <= (bf16 ? 2e-2 : 1e-5), qPrintable(QString("differs by %1").arg(d)));
         }
@@ -140,7 +124,7 @@ class TestCodecKivi : public QObject {
         const Kivi k = run_kivi(2, 4, 2, 8, 300, at::kFloat);
         QCOMPARE(QuantizedLayer::value_group(8), int64_t(8));
         QCOMPARE(k.store->parts().n_quant, int64_t(160));
-        QVERIFY(rel_max_diff(k.store->reconstruct().values, k.capture.values) < 0.5);
+        QVERIFY(test::rel_max_diff(k.store->reconstruct().values, k.capture.values) < 0.5);
         const Kivi s = run_kivi(4, 4, 2, 16, 100, at::kFloat);
         QCOMPARE(s.store->parts().n_quant, int64_t(0));
         QVERIFY(at::equal(s.materialised.keys, s.capture.keys));

@@ -175,6 +175,37 @@ class TestCoreCacheFile : public QObject {
         expect_ask_equals_compare(s, req, dir_);
     }
 
+    // What compare reports: for every method that stores a cache, at two budgets (and with 4-bit
+    // coefficients), the bytes the decoded cache holds, measured from its tensors, are the accounted bytes
+    // (within 1 %; in fact equal: ranks are charged with the anchor indices, positions derived).
+    void resident_is_accounted_for_every_method() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        const Session& s = *test::shared_fixture_session();
+        CompareRequest req;
+        req.context = fixture_context();
+        req.questions = {"Who was in the story?"};
+        req.mode = CompressionMode::QueryAgnostic;
+        req.methods = {"varrate", "flat", "snapkv", "kivi2", "kivi4"};
+        req.budgets = {0.4, 0.6};
+        req.attention_output_error = false;
+        req.max_new_tokens = 2;
+        for (int64_t bits : {16, 4}) {
+            req.settings = test::small_codec_settings(0.4);
+            req.settings.coef_bits = bits;
+            const CompareResult r = run_compare(s, req);
+            QCOMPARE(r.runs.size(), size_t(10));
+            for (const MethodRun& run : r.runs) {
+                qInfo("%s kappa %.1f, %lld-bit: accounted %lld, resident %lld of %lld", run.method.c_str(),
+                      run.budget, static_cast<long long>(bits), static_cast<long long>(run.stored_bytes),
+                      static_cast<long long>(run.resident_bytes), static_cast<long long>(run.full_bytes));
+                QVERIFY(run.resident_bytes > 0);
+                QVERIFY2(std::abs(run.resident_bytes - run.stored_bytes) <= run.stored_bytes / 100,
+                         qPrintable(QString::fromStdString(run.method)));
+                QVERIFY(run.resident_bytes < run.full_bytes * 7 / 10);
+            }
+        }
+    }
+
     void demo_model_answers_from_a_saved_cache_equal_compare() {
         auto session = Session::open(test::source_dir() / "resources/models/varrate-demo", two_threads());
         const DemoDocument doc = make_document(uint64_t(1) << 63 | 777, 512, 2, 40.0);

@@ -4,8 +4,12 @@
 #include <QFile>
 #include <QProcess>
 
+#include <ATen/ATen.h>
+
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <stdexcept>
 
@@ -116,6 +120,23 @@ CliResult run_varrate(const QStringList& args) {
     r.out = QString::fromUtf8(p.readAllStandardOutput());
     r.err = QString::fromUtf8(p.readAllStandardError());
     return r;
+}
+
+at::Tensor dense_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  double scale) {
+    const int64_t H = q.size(0), n = q.size(1), G = k.size(0), m = k.size(1);
+    const at::Tensor kk = k.to(at::kFloat).repeat_interleave(H / G, 0);
+    const at::Tensor vv = v.to(at::kFloat).repeat_interleave(H / G, 0);
+    at::Tensor s = at::bmm(q.to(at::kFloat), kk.transpose(1, 2)) * scale;  // [H, n, m]
+    const at::Tensor col = at::arange(m, at::kLong), row = at::arange(n, at::kLong) + (m - n);
+    s.masked_fill_((col.unsqueeze(0) > row.unsqueeze(1)).unsqueeze(0),
+                   -std::numeric_limits<float>::infinity());
+    return at::bmm(s.softmax(2), vv);
+}
+
+double rel_max_diff(const at::Tensor& a, const at::Tensor& b) {
+    const at::Tensor fa = a.to(at::kFloat), fb = b.to(at::kFloat);
+    return (fa - fb).abs().max().item<double>() / std::max(fb.abs().max().item<double>(), 1e-30);
 }
 
 }  // namespace varrate::test

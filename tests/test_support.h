@@ -72,6 +72,13 @@ std::unique_ptr<Session> open_fixture_session(const std::filesystem::path& basis
 // the fixture is absent.
 Session* shared_fixture_session();
 
+// Reference attention for the compressed stores' tests: softmax attention of q [H, n, hd] over dense
+// post-RoPE keys/values [G, m, hd] in fp32, the last n entries the queries' own (causal among them).
+at::Tensor dense_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  double scale);
+// max |a - b| / max |b|, in fp32.
+double rel_max_diff(const at::Tensor& a, const at::Tensor& b);
+
 }  // namespace varrate::test
 
 // Skips the current test function with a clear message when a fixture is missing.

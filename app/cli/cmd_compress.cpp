@@ -10,6 +10,7 @@
 #include "app/cli/cli_common.h"
 #include "app/cli/commands.h"
 #include "codec/codec_json.h"
+#include "codec/registry.h"
 #include "core/base/error.h"
 #include "core/base/file_io.h"
 #include "core/cache_file.h"
@@ -89,7 +90,9 @@ Command add_compress(CLI::App& root) {
         ->required()
         ->check(CLI::ExistingDirectory);
     sub->add_option("--context-file", a->context_file, "the document")->required()->check(CLI::ExistingFile);
-    sub->add_option("--method", a->method, "the method (" + join_method_names() + ")")->required();
+    sub->add_option("--method", a->method,
+                    "the method (" + fmt::format("{}", fmt::join(method_names(), ", ")) + ")")
+        ->required();
     sub->add_option("--basis", a->basis,
                     "codec basis file (default: beside the model, else self-calibrated)");
     a->codec_flags = add_codec_options(*sub, a->settings);
