@@ -1,7 +1,7 @@
-// Decoding from compressed layers (KVCache prefixes: VarRate's store, codec/compressed_layer.h, with coefficients
-// at cache precision or 4 bits; KIVI's packed layers, codec/quantized_layer.h) answers as decoding from the same
-// layers rebuilt dense once, and as the codec's materialised cache, on real weights: the stories260k fixture and
-// the demo model. The compressed cache holds its accounted bytes.
+// Decoding from compressed layers (KVCache prefixes: VarRate's store, codec/compressed_layer.h, with
+// coefficients at cache precision or 4 bits; KIVI's packed layers, codec/quantized_layer.h) answers as
+// decoding from the same layers rebuilt dense once, and as the codec's materialised cache, on real weights:
+// the stories260k fixture and the demo model. The compressed cache holds its accounted bytes.
 #include "tests/test_support.h"
 
 #include <ATen/ATen.h>
