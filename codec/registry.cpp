@@ -7,6 +7,7 @@
 #include "codec/full_method.h"
 #include "codec/kivi_method.h"
 #include "codec/snapkv_method.h"
+#include "codec/streamingllm_method.h"
 #include "codec/varrate_method.h"
 #include "core/base/error.h"
 
@@ -42,6 +43,10 @@ const std::vector<Entry>& registry() {
         {"snapkv", false, true, "SnapKV eviction, kvpress scoring (window 64, pool 5)",
          [](const CodecSettings& s, std::shared_ptr<const Basis>) {
              return std::make_unique<SnapKVMethod>(s);
+         }},
+        {"streamingllm", false, false, "StreamingLLM: the first 4 tokens (sinks) and the most recent ones",
+         [](const CodecSettings& s, std::shared_ptr<const Basis>) {
+             return std::make_unique<StreamingLLMMethod>(s);
          }},
         {"kivi2", false, false,
          "KIVI 2-bit quantization (keys per channel, values per token, 128 recent exact)",

@@ -26,6 +26,56 @@ struct SnapKVAnalysis : LayerAnalysis {
 
 }  // namespace
 
+LayerDiagnostics eviction_diagnostics(const std::string& method, int64_t layer, const at::Tensor& kept,
+                                      const at::Tensor& kv_sq, int64_t head_dim, int64_t element_size) {
+    const int64_t n_kv = kv_sq.size(0), n_tok = kv_sq.size(1), n_kept = kept.size(1),
+                  dim = 2 * n_kv * head_dim;
+    at::Tensor kept_mask = at::zeros({n_kv, n_tok}, kept.options().dtype(at::kBool));
+    kept_mask.scatter_(1, kept, true);
+    // A token kept by some heads stores their share of D; an evicted head's part is lost.
+    const at::Tensor lost = (kv_sq * kept_mask.logical_not()).sum(0);
+    const at::Tensor err = (lost / kv_sq.sum(0).clamp_min(1e-30)).sqrt();
+    const at::Tensor rank = kept_mask.to(at::kLong).sum(0) * (2 * head_dim);
+    const at::Tensor rd = rank.to(at::kDouble);
+    const at::Tensor stats =
+        at::stack({err.to(at::kDouble).mean(), rd.min(), rd.max(), rd.mean()}).to(at::kCPU);
+    const double* st = stats.data_ptr<double>();
+    LayerDiagnostics d;
+    d.method = method;
+    d.layer = layer;
+    d.n_tokens = n_tok;
+    d.dim = dim;
+    d.budget_B = n_kept * dim;
+    d.sum_ranks = n_kept * dim;
+    d.n_exact = n_kept;
+    d.n_coded = 0;
+    d.min_rank = static_cast<int64_t>(st[1]);
+    d.max_rank = static_cast<int64_t>(st[2]);
+    d.mean_rank = st[3];
+    d.stored_bytes = n_kept * dim * element_size;
+    d.full_bytes = n_tok * dim * element_size;
+    d.footprint = static_cast<double>(n_kept) / static_cast<double>(n_tok);
+    d.mean_rel_error = st[0];
+    d.rank = rank.to(at::kCPU);
+    d.exact = kept_mask.all(0).to(at::kCPU);
+    d.rel_error = err.to(at::kCPU);
+    d.kept = kept_mask.to(at::kCPU);
+    return d;
+}
+
+LayerKV gather_kept(const LayerCapture& capture, const at::Tensor& kept) {
+    const at::Tensor idx = kept.unsqueeze(2).expand({kept.size(0), kept.size(1), capture.keys.size(2)});
+    return {capture.keys.gather(1, idx), capture.values.gather(1, idx)};
+}
+
+at::Tensor eviction_kv_sq(const LayerCapture& capture) {
+    return (capture.keys_pre_rope.defined() ? capture.keys_pre_rope : capture.keys)
+               .to(at::kFloat)
+               .pow(2)
+               .sum(2) +
+           capture.values.to(at::kFloat).pow(2).sum(2);  // [G, L]
+}
+
 at::Tensor snapkv_order(const at::Tensor& scores) {
     return std::get<1>(at::sort(scores, /*stable=*/true, 1, /*descending=*/true));
 }
@@ -50,12 +100,7 @@ std::shared_ptr<const LayerAnalysis> SnapKVMethod::analyse(const LayerCapture& c
     a->element_size = element_size(capture.keys.scalar_type());
     const at::Tensor scores = snapkv_scores(capture, w, settings_.pool_kernel);  // [G, L - w]
     a->order = snapkv_order(scores);
-    // A token kept by some heads stores their share of D; an evicted head's part is lost.
-    a->kv_sq = (capture.keys_pre_rope.defined() ? capture.keys_pre_rope : capture.keys)
-                   .to(at::kFloat)
-                   .pow(2)
-                   .sum(2) +
-               capture.values.to(at::kFloat).pow(2).sum(2);                           // [G, L]
+    a->kv_sq = eviction_kv_sq(capture);
     const at::Tensor salience = at::cat({scores.mean(0), scores.max().expand({w})});  // [L]
     a->salience = salience.to(at::kCPU);
     a->salience_norm =
@@ -72,43 +117,15 @@ LayerAllocation SnapKVMethod::allocate(const LayerAnalysis& analysis, const Code
     const std::string diff = structural_difference(settings_, budget);
     if (!diff.empty())
         throw Error(fmt::format("{}: layer {} was analysed with other settings ({})", name(), a.layer, diff));
-    const int64_t n_tok = a.n_tokens, n_kv = a.n_kv_head, hd = a.head_dim, dim = 2 * n_kv * hd;
+    const int64_t n_tok = a.n_tokens;
     const int64_t kept = snapkv_kept_tokens(budget, n_tok);
     LayerAllocation out;
     out.kept = snapkv_keep_from_order(a.order, n_tok, settings_.obs_window, kept);  // [G, kept]
 
-    at::Tensor kept_mask = at::zeros({n_kv, n_tok}, out.kept.options().dtype(at::kBool));
-    kept_mask.scatter_(1, out.kept, true);
-    const at::Tensor lost = (a.kv_sq * kept_mask.logical_not()).sum(0);
-    const at::Tensor err = (lost / a.kv_sq.sum(0).clamp_min(1e-30)).sqrt();
-    const at::Tensor rank = kept_mask.to(at::kLong).sum(0) * (2 * hd);
-    const at::Tensor rd = rank.to(at::kDouble);
-    const at::Tensor stats =
-        at::stack({err.to(at::kDouble).mean(), rd.min(), rd.max(), rd.mean()}).to(at::kCPU);
-    const double* st = stats.data_ptr<double>();
-
+    out.diagnostics = eviction_diagnostics(name(), a.layer, out.kept, a.kv_sq, a.head_dim, a.element_size);
     LayerDiagnostics& d = out.diagnostics;
-    d.method = name();
-    d.layer = a.layer;
-    d.n_tokens = n_tok;
-    d.dim = dim;
-    d.budget_B = kept * dim;
-    d.sum_ranks = kept * dim;
-    d.n_exact = kept;
-    d.n_coded = 0;
-    d.min_rank = static_cast<int64_t>(st[1]);
-    d.max_rank = static_cast<int64_t>(st[2]);
-    d.mean_rank = st[3];
-    d.stored_bytes = kept * dim * a.element_size;
-    d.full_bytes = n_tok * dim * a.element_size;
-    d.footprint = static_cast<double>(kept) / static_cast<double>(n_tok);
-    d.mean_rel_error = st[0];
     d.salience = a.salience;
     d.salience_norm = a.salience_norm;
-    d.rank = rank.to(at::kCPU);
-    d.exact = kept_mask.all(0).to(at::kCPU);
-    d.rel_error = err.to(at::kCPU);
-    d.kept = kept_mask.to(at::kCPU);
     d.timing = a.timing;
     d.timing.water_filling = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     return out;
@@ -116,10 +133,8 @@ LayerAllocation SnapKVMethod::allocate(const LayerAnalysis& analysis, const Code
 
 LayerKV SnapKVMethod::materialise(const LayerCapture& capture, const LayerAnalysis& analysis,
                                   const LayerAllocation& allocation) {
-    const auto& a = dynamic_cast<const SnapKVAnalysis&>(analysis);
-    const at::Tensor& idx = allocation.kept;  // [G, kept]
-    const at::Tensor gather_idx = idx.unsqueeze(2).expand({a.n_kv_head, idx.size(1), a.head_dim});
-    LayerKV kv{capture.keys.gather(1, gather_idx), capture.values.gather(1, gather_idx)};
+    (void)analysis;
+    LayerKV kv = gather_kept(capture, allocation.kept);
     sync_for_timing(kv.values, settings_.precise_timing);
     return kv;
 }

@@ -21,6 +21,16 @@ class SnapKVMethod : public CompressionMethod {
     CodecSettings settings_;
 };
 
+// Shared by the eviction methods (SnapKV, StreamingLLM): each KV head keeps `kept` [G, n_kept] ascending
+// positions of the layer, physically.
+// Per KV head and token ||k||^2 + ||v||^2 (pre-RoPE keys when captured): [G, L] fp32, what eviction loses.
+at::Tensor eviction_kv_sq(const LayerCapture& capture);
+// Counts, footprint and per-token error, rank and kept mask of an eviction (salience left to the method).
+LayerDiagnostics eviction_diagnostics(const std::string& method, int64_t layer, const at::Tensor& kept,
+                                      const at::Tensor& kv_sq, int64_t head_dim, int64_t element_size);
+// The kept entries: keys/values [G, n_kept, head_dim].
+LayerKV gather_kept(const LayerCapture& capture, const at::Tensor& kept);
+
 // Non-window positions by descending score, equal scores to the earlier position (a stable sort, on every
 // device): [G, L - w] int64. scores [G, L - w] are snapkv_scores.
 at::Tensor snapkv_order(const at::Tensor& scores);

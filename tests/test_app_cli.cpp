@@ -1,6 +1,8 @@
 // End-to-end tests of the `varrate` executable: reference greedy ids through the CLI, and one-line errors.
 #include "tests/test_support.h"
 
+#include "codec/registry.h"
+
 #include <QProcess>
 
 #include "core/base/file_io.h"
@@ -195,6 +197,16 @@ class TestCli : public QObject {
         QVERIFY(bad.exit_code != 0);
         QVERIFY2(bad.err.contains("infeasible") || bad.err.contains("too short") || bad.err.contains("kappa"),
                  qPrintable(bad.err));
+    }
+
+    // `varrate methods`: every registered method, one name<TAB>definition per line.
+    void methods_lists_the_registry() {
+        const CliResult r = run_varrate({"methods"});
+        QVERIFY2(r.exit_code == 0, qPrintable(r.err));
+        const QStringList lines = r.out.trimmed().split('\n');
+        QCOMPARE(lines.size(), static_cast<qsizetype>(varrate::method_names().size()));
+        for (const std::string& name : varrate::method_names())
+            QVERIFY2(r.out.contains(QString::fromStdString(name) + "\t"), name.c_str());
     }
 
     void demo_defaults_show_methods_part_ways() {

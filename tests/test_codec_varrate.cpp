@@ -333,8 +333,8 @@ class TestCodecVarRate : public QObject {
     }
 
     void registryAndJson() {
-        QVERIFY(method_names() ==
-                (std::vector<std::string>{"full", "varrate", "flat", "snapkv", "kivi2", "kivi4"}));
+        QVERIFY(method_names() == (std::vector<std::string>{"full", "varrate", "flat", "snapkv",
+                                                            "streamingllm", "kivi2", "kivi4"}));
         QVERIFY(default_method_names() == (std::vector<std::string>{"full", "varrate", "flat", "snapkv"}));
         QVERIFY(method_needs_basis("varrate") && method_needs_basis("flat"));
         QVERIFY(!method_needs_basis("full") && !method_needs_basis("snapkv"));

@@ -89,7 +89,7 @@ int run_compare_cmd(const CompareArgs& a) {
                   "self-calibrated basis not charged); resident: what the decoded cache holds, measured\n"
                 : "accounted footprints (anchor indices and a self-calibrated basis charged); resident: what "
                   "the decoded cache holds, measured (VarRate/flat: the compressed store)\n");
-    std::cout << fmt::format("{:<9} {:>6} {:>9} {:>9} {:>8} {:>7} {:>7} {:>11} {:>11}  {}\n", "method",
+    std::cout << fmt::format("{:<12} {:>6} {:>9} {:>9} {:>8} {:>7} {:>7} {:>11} {:>11}  {}\n", "method",
                              "kappa", "accounted", "resident", "basis", "kv err", "quant", "prefill ms",
                              "codec ms", "answers");
     for (const MethodRun& run : r.runs) {
@@ -105,7 +105,8 @@ int run_compare_cmd(const CompareArgs& a) {
             run.full_bytes > 0 ? static_cast<double>(run.basis_bytes) / static_cast<double>(run.full_bytes)
                                : 0;
         if (!run.infeasible.empty()) {
-            std::cout << fmt::format("{:<9} {:>6g} infeasible: {}\n", run.method, run.budget, run.infeasible);
+            std::cout << fmt::format("{:<12} {:>6g} infeasible: {}\n", run.method, run.budget,
+                                     run.infeasible);
             continue;
         }
         // Mean over layers of the per-token relative error, and of its quantization part (the rest is
@@ -116,7 +117,7 @@ int run_compare_cmd(const CompareArgs& a) {
             quant += d.mean_quant_error / static_cast<double>(run.layers.size());
         }
         std::cout << fmt::format(
-            "{:<9} {:>6g} {:>8.2f}% {:>8.2f}% {:>7.2f}% {:>7.3f} {:>7.3f} {:>11.1f} {:>11.1f}  {}{}\n",
+            "{:<12} {:>6g} {:>8.2f}% {:>8.2f}% {:>7.2f}% {:>7.3f} {:>7.3f} {:>11.1f} {:>11.1f}  {}{}\n",
             run.method, run.budget, 100.0 * run.footprint_fraction, 100.0 * run.resident_fraction(),
             100.0 * basis_share, err, quant, run.prefill_ms, run.compress_ms, answers,
             basis_note(run.self_calibrated, run.basis_accounting));
@@ -177,7 +178,7 @@ int run_ppl_cmd(const PplArgs& a) {
             "and budget)\n",
             a.prefix_tokens, req.ids.size() - 1, a.prefix_tokens);
         for (const auto& r : runs)
-            std::cout << fmt::format("{:<9} kappa {:<6g} ppl {:>10.4f}  accounted footprint {:>6.2f}%{}\n",
+            std::cout << fmt::format("{:<12} kappa {:<6g} ppl {:>10.4f}  accounted footprint {:>6.2f}%{}\n",
                                      r.method, r.budget, r.ppl, 100.0 * r.footprint_fraction,
                                      basis_note(r.self_calibrated, r.basis_accounting));
     }

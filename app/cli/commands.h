@@ -29,6 +29,8 @@ Command add_demo(CLI::App& root);
 Command add_rd(CLI::App& root);
 // `compress` (cmd_compress.cpp) saves a compressed cache; `ask` (cmd_ask.cpp) answers from one.
 Command add_compress(CLI::App& root);
+// `methods` (cmd_methods.cpp): the registry, one name<TAB>definition per line.
+Command add_methods(CLI::App& root);
 Command add_ask(CLI::App& root);
 
 }  // namespace varrate::cli
