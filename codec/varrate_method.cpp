@@ -43,6 +43,7 @@ VarRateMethod::VarRateMethod(const CodecSettings& settings, std::shared_ptr<cons
     device_basis_.resize(basis_->n_layer());
     device_basis_dtype_.resize(basis_->n_layer(), at::kFloat);
     bf16_basis_.resize(basis_->n_layer());
+    scaled_basis_.resize(basis_->n_layer());
 }
 
 at::Tensor VarRateMethod::coefficient_scale(int64_t layer, int64_t rank, const at::Device& device) const {
@@ -67,6 +68,7 @@ const at::Tensor& VarRateMethod::basis_on(int64_t layer, int64_t rank, const at:
         cached = basis_->layer(layer).narrow(0, 0, rank).to(device, stored).to(at::kFloat).contiguous();
         device_basis_dtype_.at(layer) = stored;
         bf16_basis_.at(layer) = at::Tensor();
+        scaled_basis_.at(layer) = at::Tensor();
     }
     return cached;
 }
@@ -523,9 +525,14 @@ std::shared_ptr<const LayerPrefix> VarRateMethod::store(const LayerCapture& capt
     }
     p.basis = basis_on(a.layer, a.rank, a.coded.device(), a.dtype);
     if (quantized) {
-        // The codes hold c / sigma: the store reconstructs with the basis rows scaled by sigma instead.
-        const at::Tensor sigma = coefficient_scale(a.layer, a.rank, a.coded.device());
-        if (sigma.defined()) p.basis = p.basis * sigma.unsqueeze(1);
+        // The codes hold c / sigma: the store reconstructs with the basis rows scaled by sigma instead, held
+        // once per layer (shared by every store, as the unscaled rows are).
+        at::Tensor& scaled = scaled_basis_.at(a.layer);
+        if (!scaled.defined() || !scaled.is_same_size(p.basis)) {
+            const at::Tensor sigma = coefficient_scale(a.layer, a.rank, a.coded.device());
+            scaled = sigma.defined() ? p.basis * sigma.unsqueeze(1) : p.basis;
+        }
+        p.basis = scaled;
     }
     p.inv_freq = capture.rope_inv_freq;
     p.rope_dtype = capture.rope_cos.scalar_type();

@@ -72,6 +72,8 @@ class VarRateMethod : public CompressionMethod {
     std::vector<at::Tensor> device_basis_;  // per layer: the leading R rows, resident on the compute device
     std::vector<at::ScalarType> device_basis_dtype_;  // per layer: the precision device_basis_ was rounded to
     std::vector<at::Tensor> bf16_basis_;              // per layer: device_basis_ rounded to bf16
+    std::vector<at::Tensor>
+        scaled_basis_;  // per layer: device_basis_ rows times coefficient_scale (quantized)
 };
 
 }  // namespace varrate
