@@ -3,7 +3,7 @@
 // from without a prefill, with the answer the answers table shows for that method; a cache of another model
 // (or at another dtype, or not a cache at all) is refused with one message and nothing else changes; the
 // Run panel's coefficient-bits control reaches CodecSettings, the session file, and, live, the footprints.
-#include "tests/test_support.h"
+#include "tests/gui_test_support.h"
 
 #include <QComboBox>
 #include <QFile>
@@ -78,29 +78,12 @@ class GuiTestCache : public QObject {
     // A window with a finished query-agnostic run on the fixture, its answers decoded.
     MainWindow& window() {
         if (w_ && w_->outcome()) return *w_;
-        w_ = std::make_unique<MainWindow>(tmp_.filePath("cache.ini"));
-        w_->resize(1400, 900);
-        w_->show();
-        QSignalSpy idle(w_.get(), &MainWindow::idle);
-        StartupOptions o;
-        o.model = QString::fromStdString(test::fixture("stories260k").string());
-        o.use_defaults = false;
-        w_->start(o);
-        if (!idle.wait(kLoadTimeoutMs) || !w_->error_text().isEmpty())
-            qFatal("model did not load: %s", qPrintable(w_->error_text()));
-        QSignalSpy done(w_.get(), &MainWindow::run_finished);
-        w_->run();
-        if (!done.wait(kRunTimeoutMs) || !done.takeFirst().at(0).toBool())
-            qFatal("run failed: %s", qPrintable(w_->error_text()));
-        wait_idle();
+        w_ = test::window_after_fixture_run(tmp_.filePath("cache.ini"), kLoadTimeoutMs, kRunTimeoutMs,
+                                            kStepTimeoutMs);
         return *w_;
     }
 
-    void wait_idle() {
-        QElapsedTimer t;
-        t.start();
-        while (w_->busy() && t.elapsed() < kStepTimeoutMs) QTest::qWait(20);
-    }
+    void wait_idle() { test::wait_idle(*w_, kStepTimeoutMs); }
 
     // Runs `action` (which posts a job) and waits for `signal`: 1 or 0 as it says, -1 when the action
     // refused at once or the signal did not come.

@@ -2,7 +2,7 @@
 // re-allocate the kept run without a prefill and every view follows; answers go stale and are decoded when
 // the controls rest or on Enter; structural settings re-analyse (or capture again when they must); pin +
 // compare overlays the frozen allocation; the rate-distortion chart exports and sets kappa on a click.
-#include "tests/test_support.h"
+#include "tests/gui_test_support.h"
 
 #include <QApplication>
 #include <QComboBox>
@@ -59,29 +59,12 @@ class GuiTestLive : public QObject {
     // A window with a finished run on the fixture (the rate-distortion grid measured too).
     MainWindow& window() {
         if (w_ && w_->outcome() && w_->live()->active()) return *w_;
-        w_ = std::make_unique<MainWindow>(tmp_.filePath("live.ini"));
-        w_->resize(1400, 900);
-        w_->show();
-        QSignalSpy idle(w_.get(), &MainWindow::idle);
-        StartupOptions o;
-        o.model = QString::fromStdString(test::fixture("stories260k").string());
-        o.use_defaults = false;
-        w_->start(o);
-        if (!idle.wait(kLoadTimeoutMs) || !w_->error_text().isEmpty())
-            qFatal("model did not load: %s", qPrintable(w_->error_text()));
-        QSignalSpy done(w_.get(), &MainWindow::run_finished);
-        w_->run();
-        if (!done.wait(kRunTimeoutMs) || !done.takeFirst().at(0).toBool())
-            qFatal("run failed: %s", qPrintable(w_->error_text()));
-        wait_idle();
+        w_ = test::window_after_fixture_run(tmp_.filePath("live.ini"), kLoadTimeoutMs, kRunTimeoutMs,
+                                            kStepTimeoutMs);
         return *w_;
     }
 
-    void wait_idle() {
-        QElapsedTimer t;
-        t.start();
-        while (w_->busy() && t.elapsed() < kStepTimeoutMs) QTest::qWait(20);
-    }
+    void wait_idle() { test::wait_idle(*w_, kStepTimeoutMs); }
 
     // Applies `change` and waits for the live outcome it causes.
     bool step(const std::function<void()>& change) {
