@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "codec/expected_attention_method.h"
 #include "codec/full_method.h"
 #include "codec/kivi_method.h"
 #include "codec/snapkv_method.h"
@@ -24,6 +25,7 @@ struct Entry {
     bool by_default;  // run when no method list is given
     const char* description;
     Factory make;
+    MethodProbe probe = MethodProbe::None;
 };
 
 const std::vector<Entry>& registry() {
@@ -40,6 +42,48 @@ const std::vector<Entry>& registry() {
          [](const CodecSettings& s, std::shared_ptr<const Basis> b) {
              return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Uniform);
          }},
+        {"varrate:random", true, false,
+         "ablation: VarRate's codec, ranks water-filled by i.i.d. random salience",
+         [](const CodecSettings& s, std::shared_ptr<const Basis> b) {
+             return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Salience,
+                                                    SalienceSignal::Random, "varrate:random");
+         }},
+        {"varrate:shuffle", true, false,
+         "ablation: VarRate's window salience permuted over positions (its distribution, no meaning)",
+         [](const CodecSettings& s, std::shared_ptr<const Basis> b) {
+             return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Salience,
+                                                    SalienceSignal::Shuffle, "varrate:shuffle");
+         }},
+        {"varrate:position", true, false, "ablation: ranks water-filled by recency (salience t / L)",
+         [](const CodecSettings& s, std::shared_ptr<const Basis> b) {
+             return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Salience,
+                                                    SalienceSignal::Position, "varrate:position");
+         }},
+        {"varrate:oracle", true, false,
+         "ablation: ranks water-filled by the actual question's attention over the context (an upper bound)",
+         [](const CodecSettings& s, std::shared_ptr<const Basis> b) {
+             return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Salience,
+                                                    SalienceSignal::Question, "varrate:oracle");
+         },
+         MethodProbe::Question},
+        {"varrate:topk", true, false,
+         "ablation: binary ranks, the most salient tokens at R and the others at r_min",
+         [](const CodecSettings& s, std::shared_ptr<const Basis> b) {
+             return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::TopK,
+                                                    SalienceSignal::Window, "varrate:topk");
+         }},
+        {"varrate-kvzip", true, false,
+         "VarRate with KVzip's context-reconstruction scores as salience (query-agnostic; a second pass)",
+         [](const CodecSettings& s, std::shared_ptr<const Basis> b) {
+             return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Salience,
+                                                    SalienceSignal::Repeat, "varrate-kvzip");
+         },
+         MethodProbe::Repeat},
+        {"varrate-ea", true, false, "VarRate with Expected Attention's future-query scores as salience",
+         [](const CodecSettings& s, std::shared_ptr<const Basis> b) {
+             return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Salience,
+                                                    SalienceSignal::Expected, "varrate-ea");
+         }},
         {"snapkv", false, true, "SnapKV eviction, kvpress scoring (window 64, pool 5)",
          [](const CodecSettings& s, std::shared_ptr<const Basis>) {
              return std::make_unique<SnapKVMethod>(s);
@@ -47,6 +91,11 @@ const std::vector<Entry>& registry() {
         {"streamingllm", false, false, "StreamingLLM: the first 4 tokens (sinks) and the most recent ones",
          [](const CodecSettings& s, std::shared_ptr<const Basis>) {
              return std::make_unique<StreamingLLMMethod>(s);
+         }},
+        {"expected-attention", false, false,
+         "Expected Attention: keys scored by the statistics of future queries, top per KV head",
+         [](const CodecSettings& s, std::shared_ptr<const Basis>) {
+             return std::make_unique<ExpectedAttentionMethod>(s);
          }},
         {"kivi2", false, false,
          "KIVI 2-bit quantization (keys per channel, values per token, 128 recent exact)",
@@ -98,6 +147,10 @@ bool method_needs_basis(const std::string& name) {
 
 std::string method_description(const std::string& name) {
     return find(name).description;
+}
+
+MethodProbe method_probe(const std::string& name) {
+    return find(name).probe;
 }
 
 }  // namespace varrate

@@ -19,4 +19,12 @@ std::vector<std::string> default_method_names();
 bool method_needs_basis(const std::string& name);
 std::string method_description(const std::string& name);
 
+// What a method reads beyond the prefill capture (core/probe.h runs the extra pass before its analysis).
+enum class MethodProbe {
+    None,
+    Question,  // the question's attention over the context (varrate:oracle)
+    Repeat,    // KVzip's context-reconstruction scores (kvzip, varrate-kvzip)
+};
+MethodProbe method_probe(const std::string& name);
+
 }  // namespace varrate

@@ -25,9 +25,27 @@ using Clock = SteadyClock;
 
 }  // namespace
 
+at::Tensor top_k_ranks(const at::Tensor& s_hat, int64_t budget, int64_t r_min, int64_t rank_cap) {
+    const int64_t n = s_hat.size(0);
+    at::Tensor ranks = at::full({n}, r_min, s_hat.options().dtype(at::kLong));
+    if (n == 0 || rank_cap <= r_min) return ranks;
+    const int64_t spare = std::clamp<int64_t>(budget - n * r_min, 0, n * (rank_cap - r_min));
+    const int64_t k = spare / (rank_cap - r_min), rest = spare % (rank_cap - r_min);
+    // Stable: equal saliences go to the earlier token.
+    const at::Tensor order = std::get<1>(at::sort(s_hat, /*stable=*/true, 0, /*descending=*/true));
+    if (k > 0) ranks.index_fill_(0, order.narrow(0, 0, k), rank_cap);
+    if (rest > 0) ranks.index_fill_(0, order.narrow(0, k, 1), r_min + rest);
+    return ranks;
+}
+
 VarRateMethod::VarRateMethod(const CodecSettings& settings, std::shared_ptr<const Basis> basis,
-                             RankAllocation allocation)
-    : settings_(settings), basis_(std::move(basis)), allocation_(allocation) {
+                             RankAllocation allocation, SalienceSignal signal, std::string registered_name)
+    : settings_(settings),
+      basis_(std::move(basis)),
+      allocation_(allocation),
+      signal_(allocation == RankAllocation::Uniform ? SalienceSignal::Constant : signal),
+      name_(std::move(registered_name)) {
+    if (name_.empty()) name_ = allocation_ == RankAllocation::Uniform ? "flat" : "varrate";
     if (!basis_)
         throw Error(fmt::format("{}: a basis is required (calibrate one, or load a basis file)", name()));
     const BasisInfo& info = basis_->info();
@@ -244,7 +262,7 @@ std::shared_ptr<const LayerAnalysis> VarRateMethod::analyse(const LayerCapture& 
         return analyse_with_salience(capture,
                                      at::ones({shape.n_tokens}, capture.keys.options().dtype(at::kFloat)));
     }
-    at::Tensor s = varrate_salience(capture, settings_.obs_window, settings_.pool_kernel);
+    at::Tensor s = allocation_salience(signal_, capture, settings_);
     sync_for_timing(s, settings_.precise_timing);
     return analyse_with_salience(capture, s, lap_ms(t));
 }
@@ -301,7 +319,7 @@ std::shared_ptr<const LayerAnalysis> VarRateMethod::analyse_with_salience(const 
     // Salience over the coded set, normalised once: every budget water-fills the same signal.
     a->s_hat = normalise_salience(salience.to(dev, at::kFloat).index_select(0, a->coded));
     a->fill = water_fill_signal(a->s_hat);
-    if (allocation_ == RankAllocation::Salience) a->salience = salience.to(at::kCPU, at::kFloat);
+    if (allocation_ != RankAllocation::Uniform) a->salience = salience.to(at::kCPU, at::kFloat);
     sync_for_timing(a->s_hat, sync);
     a->timing.anchor_search = lap_ms(t);
     return a;
@@ -322,7 +340,7 @@ std::shared_ptr<const LayerAnalysis> VarRateMethod::derive(const LayerCapture& c
         a->s_hat = at::ones_like(o->s_hat);  // exactly what analyse() normalises a constant signal to
         a->fill = water_fill_signal(a->s_hat);
     } else {
-        const at::Tensor s = varrate_salience(capture, settings_.obs_window, settings_.pool_kernel);
+        const at::Tensor s = allocation_salience(signal_, capture, settings_);
         a->s_hat = normalise_salience(s.to(at::kFloat).index_select(0, a->coded));
         a->fill = water_fill_signal(a->s_hat);
         a->salience = s.to(at::kCPU, at::kFloat);
@@ -348,7 +366,9 @@ LayerAllocation VarRateMethod::allocate(const LayerAnalysis& analysis, const Cod
 
     // 4-11: water-filling of B by the normalised salience into integer ranks with sum B.
     LayerAllocation out;
-    out.coded_ranks = water_fill(a.fill, plan.budget_B, budget.r_min, rank);  // [n_coded] int64
+    out.coded_ranks = allocation_ == RankAllocation::TopK
+                          ? top_k_ranks(a.s_hat, plan.budget_B, budget.r_min, rank)
+                          : water_fill(a.fill, plan.budget_B, budget.r_min, rank);  // [n_coded] int64
     const at::Tensor& ranks = out.coded_ranks;
     const int64_t n_coded = ranks.size(0);
     // Tokens by decreasing GEMM width (equal widths in position order), one GEMM per width. The GEMM shapes

@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "codec/allocation_signal.h"
 #include "codec/basis.h"
 #include "codec/compressed_layer.h"
 #include "codec/method.h"
@@ -13,15 +14,22 @@
 namespace varrate {
 
 enum class RankAllocation {
-    Salience,  // VarRate: water-filling of B by SnapKV window salience
+    Salience,  // VarRate: water-filling of B by a salience signal (the paper's: window attention)
     Uniform,   // flat: B spread as evenly as integers allow
+    TopK,      // binary: the most salient tokens at R, the others at r_min (one in between takes the rest)
 };
+
+// Binary allocation: the floor((B - n r_min) / (R - r_min)) most salient tokens at R, the next one at r_min
+// plus what is left, the others at r_min (sum B). s_hat [n]; returns [n] int64 on its device.
+at::Tensor top_k_ranks(const at::Tensor& s_hat, int64_t budget, int64_t r_min, int64_t rank_cap);
 
 class VarRateMethod : public CompressionMethod {
   public:
+    // `registered_name`: what name() returns (default "varrate", or "flat" for uniform ranks).
     VarRateMethod(const CodecSettings& settings, std::shared_ptr<const Basis> basis,
-                  RankAllocation allocation);
-    std::string name() const override { return allocation_ == RankAllocation::Salience ? "varrate" : "flat"; }
+                  RankAllocation allocation, SalienceSignal signal = SalienceSignal::Window,
+                  std::string registered_name = {});
+    std::string name() const override { return name_; }
     const CodecSettings& settings() const override { return settings_; }
     // Salience, anchors, residuals and their energies. allocate() projects each coded token on the basis
     // up to its rank (its error follows from the coefficients; nothing is reconstructed) and materialise()
@@ -69,6 +77,8 @@ class VarRateMethod : public CompressionMethod {
     CodecSettings settings_;
     std::shared_ptr<const Basis> basis_;
     RankAllocation allocation_;
+    SalienceSignal signal_;
+    std::string name_;
     std::vector<at::Tensor> device_basis_;  // per layer: the leading R rows, resident on the compute device
     std::vector<at::ScalarType> device_basis_dtype_;  // per layer: the precision device_basis_ was rounded to
     std::vector<at::Tensor> bf16_basis_;              // per layer: device_basis_ rounded to bf16

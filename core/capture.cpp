@@ -60,7 +60,8 @@ int64_t PrefillCapture::bytes() const {
     int64_t total = 0;
     for (const LayerCapture& c : layers)
         total += tensor_bytes(c.keys_pre_rope) + tensor_bytes(c.keys) + tensor_bytes(c.values) +
-                 tensor_bytes(c.window_queries);
+                 tensor_bytes(c.window_queries) + tensor_bytes(c.query_mean) + tensor_bytes(c.query_cov) +
+                 tensor_bytes(c.question_attention) + tensor_bytes(c.repeat_scores);
     if (!layers.empty()) total += tensor_bytes(layers[0].rope_cos) + tensor_bytes(layers[0].rope_sin);
     for (const DistortionReference& r : references)
         total += tensor_bytes(r.weights) + tensor_bytes(r.window_output);
@@ -75,7 +76,9 @@ int64_t capture_bytes_needed(const ModelConfig& c, int64_t n_tokens, int64_t obs
     // The prefill's own cache is freed layer by layer as the capture takes it over; its transient peak is
     // one layer's cache plus the activations, which the model's own prefill needs anyway.
     // Plus the RoPE tables, the distortion weights and the last logits.
-    const int64_t reference = n_tokens * 8 + c.n_head * std::min(obs_window, n_tokens) * c.head_dim * 4;
+    // The query statistics (fp32) are small next to these.
+    const int64_t reference = n_tokens * 8 + c.n_head * std::min(obs_window, n_tokens) * c.head_dim * 4 +
+                              c.n_head * (c.head_dim + 1) * c.head_dim * 4;
     return c.n_layer * (per_layer + reference) + 2 * n_tokens * c.head_dim * e + c.vocab_size * 4;
 }
 

@@ -298,13 +298,27 @@ CompareResult finish_result(const Session& s, const CompareRequest& req, const C
     return result;
 }
 
+ProbeRequest probe_request(const CompareRequest& req, const ComparePlan& plan, size_t ci) {
+    ProbeRequest p;
+    p.needs = probe_needs(req.methods);
+    if (p.needs.question && !req.questions.empty())
+        p.question_ids = decode_inputs(plan.parts[ci], CompressionMode::QueryAgnostic);
+    p.chat = req.chat;
+    return p;
+}
+
 bool record_explored(RunSlot& slot, const ExploredRun& r, const PrefillCapture& capture, bool first_capture) {
     if (!r.infeasible.empty()) {
         mark_infeasible(slot, r.infeasible);
         return false;
     }
-    slot.run.compress_ms += r.analyse_ms + r.allocate_ms + r.materialise_ms;
-    slot.run.analyse_ms += r.analyse_ms;
+    // A method that reads an extra pass over the context pays for it in its analysis.
+    const MethodProbe probe = method_probe(r.method);
+    const double probe_ms = probe == MethodProbe::Question ? capture.question_ms
+                            : probe == MethodProbe::Repeat ? capture.repeat_ms
+                                                           : 0.0;
+    slot.run.compress_ms += probe_ms + r.analyse_ms + r.allocate_ms + r.materialise_ms;
+    slot.run.analyse_ms += probe_ms + r.analyse_ms;
     slot.run.prefill_ms += capture.prefill_ms;
     if (first_capture) {
         slot.run.context_ids = capture.ids;
@@ -342,7 +356,8 @@ CompareResult run_compare(const Session& s, const CompareRequest& req, const Job
         const std::vector<int64_t> ids = plan.compressed_ids(req, ci);
         const int64_t only_q = req.mode == CompressionMode::QueryAware ? static_cast<int64_t>(ci) : -1;
         if (req.shared_capture) {
-            CaptureExploration explored(s, ids, req.settings, basis, req.attention_output_error, job);
+            CaptureExploration explored(s, ids, req.settings, basis, req.attention_output_error, job,
+                                        probe_request(req, plan, ci));
             const PrefillCapture& capture = explored.capture();
             capture_bytes = std::max(capture_bytes, capture.bytes());
             std::vector<PendingAnswers> pending;
@@ -516,7 +531,12 @@ std::vector<PplRun> run_perplexity(const Session& s, const PplRequest& req, cons
         if (method_needs_basis(name) && !basis) basis = s.basis_for(prefix, req.settings, job);
 
     // One capture of the prefix; each (method, budget) materialises its cache and scores the rest over it.
-    const PrefillCapture capture = capture_prefill(s.model(), prefix, req.settings, job);
+    PrefillCapture capture = capture_prefill(s.model(), prefix, req.settings, job);
+    // The oracle's "question" here is the scored text itself: the queries that will read the cache.
+    ProbeRequest probes;
+    probes.needs = probe_needs(req.methods);
+    if (probes.needs.question) probes.question_ids = rest;
+    if (probes.needs.any()) add_probes(s, capture, probes, job);
     std::vector<PplRun> runs;
     std::vector<std::unique_ptr<CompressionMethod>> methods;  // alive as long as their analyses
     std::vector<std::unique_ptr<MethodAnalysis>> analyses;

@@ -46,6 +46,10 @@ struct ComparePlan {
     }
 };
 
+// The extra passes capture ci needs for req.methods (core/probe.h). The question pass reads the first
+// question of the capture (query-agnostic: question 1 for every question).
+ProbeRequest probe_request(const CompareRequest& req, const ComparePlan& plan, size_t ci);
+
 ComparePlan plan_compare(const Session& s, const CompareRequest& req, const JobControl& job);
 // One slot per (method, budget); `full` once.
 std::vector<RunSlot> make_slots(const CompareRequest& req, const ComparePlan& plan);

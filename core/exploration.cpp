@@ -20,11 +20,13 @@ using Clock = SteadyClock;
 
 CaptureExploration::CaptureExploration(const Session& session, const std::vector<int64_t>& ids,
                                        const CodecSettings& settings, std::shared_ptr<const Basis> basis,
-                                       bool attention_output, const JobControl& job)
-    : session_(session),
-      basis_(std::move(basis)),
-      capture_(std::make_shared<const PrefillCapture>(capture_prefill(
-          session.model(), ids, settings, job, ForwardOptions().chunk_size, attention_output))) {
+                                       bool attention_output, const JobControl& job,
+                                       const ProbeRequest& probes)
+    : session_(session), basis_(std::move(basis)) {
+    auto capture = std::make_shared<PrefillCapture>(
+        capture_prefill(session.model(), ids, settings, job, ForwardOptions().chunk_size, attention_output));
+    if (probes.needs.any()) add_probes(session, *capture, probes, job);
+    capture_ = std::move(capture);
     spdlog::debug("capture of {} tokens: prefill {:.1f} ms, {:.1f} MiB", ids.size(), capture_->prefill_ms,
                   static_cast<double>(capture_->bytes()) / (1024.0 * 1024.0));
 }

@@ -10,6 +10,7 @@
 #include "codec/basis.h"
 #include "codec/method.h"
 #include "core/capture.h"
+#include "core/probe.h"
 #include "core/session.h"
 
 namespace varrate {
@@ -44,8 +45,10 @@ class CaptureExploration {
     // Prefills `ids` keeping every layer (capture_prefill with `settings`' observation window and pool
     // kernel; attention_output: also what the attention-output error is measured against). `basis` serves
     // the methods that need one.
+    // `probes`: the extra passes the methods to be run read (core/probe.h), run once after the prefill.
     CaptureExploration(const Session& session, const std::vector<int64_t>& ids, const CodecSettings& settings,
-                       std::shared_ptr<const Basis> basis, bool attention_output, const JobControl& job = {});
+                       std::shared_ptr<const Basis> basis, bool attention_output, const JobControl& job = {},
+                       const ProbeRequest& probes = {});
     // Another basis on an existing capture (no prefill): a basis fitted on the context again.
     CaptureExploration(const Session& session, std::shared_ptr<const PrefillCapture> capture,
                        std::shared_ptr<const Basis> basis);

@@ -32,7 +32,8 @@ struct LiveCompare::State {
         std::vector<std::unique_ptr<CaptureExploration>> out;
         for (size_t ci = 0; ci < plan.n_captures(req); ++ci) {
             out.push_back(std::make_unique<CaptureExploration>(s, plan.compressed_ids(req, ci), req.settings,
-                                                               plan.basis, req.attention_output_error, job));
+                                                               plan.basis, req.attention_output_error, job,
+                                                               probe_request(req, plan, ci)));
             ++captures;
         }
         return out;

@@ -210,6 +210,11 @@ struct ObservedPrefill {
     at::Tensor cos, sin;                    // [L, head_dim], positions 0..L-1
     at::Tensor inv_freq;                    // [head_dim / 2] fp32
     int64_t window = 0;                     // w_obs
+    // Per layer, sums over positions >= kQueryStatsSkip of the pre-RoPE queries and of their outer
+    // products (fp64: a long prompt's second moment minus its mean loses digits in fp32).
+    std::vector<at::Tensor> query_sum;    // [n_head, head_dim] fp64
+    std::vector<at::Tensor> query_outer;  // [n_head, head_dim, head_dim] fp64
+    int64_t query_count = 0;              // positions summed (the same in every layer)
 };
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {
@@ -260,7 +265,21 @@ bool decoder_layer(at::Tensor& x, const LayerWeights& lw, const ModelConfig& c, 
                      v = qkv[2].select(0, 0);                       // [heads, m, hd]
     const at::Tensor q_rot = apply_rope(q.contiguous(), cos, sin);  // [n_head, m, head_dim]
     cache.append(l, apply_rope(k, cos, sin), v);
-    if (observed) observed->keys_pre_rope[l].narrow(1, context_offset, m).copy_(k);
+    if (observed) {
+        observed->keys_pre_rope[l].narrow(1, context_offset, m).copy_(k);
+        const int64_t skip = std::clamp<int64_t>(kQueryStatsSkip - context_offset, 0, m);
+        if (skip < m) {
+            const at::Tensor qs = q.narrow(1, skip, m - skip).to(at::kDouble);  // [n_head, rows, head_dim]
+            at::Tensor& sum = observed->query_sum[l];
+            at::Tensor& outer = observed->query_outer[l];
+            if (!sum.defined()) {
+                sum = at::zeros({n_head, hd}, qs.options());
+                outer = at::zeros({n_head, hd, hd}, qs.options());
+            }
+            sum.add_(qs.sum(1));
+            outer.add_(at::bmm(qs.transpose(1, 2), qs));
+        }
+    }
 
     // Grouped-query attention against the whole cache: the query heads of one kv head are stacked as rows.
     // A layer that begins with a compressed prefix is attended through it (its tail holds the new entries).
@@ -282,6 +301,7 @@ bool decoder_layer(at::Tensor& x, const LayerWeights& lw, const ModelConfig& c, 
         const int64_t w = std::min(observed->window, m);
         LayerCapture cap;
         cap.layer = l;
+        cap.n_layers = c.n_layer;
         cap.keys_pre_rope = observed->keys_pre_rope[l];
         cap.keys = cache.keys(l);
         cap.values = cache.values(l);
@@ -289,6 +309,14 @@ bool decoder_layer(at::Tensor& x, const LayerWeights& lw, const ModelConfig& c, 
         cap.rope_cos = observed->cos;
         cap.rope_sin = observed->sin;
         cap.rope_inv_freq = observed->inv_freq;
+        if (observed->query_sum[l].defined() && observed->query_count > 0) {
+            const double count = static_cast<double>(observed->query_count);
+            const at::Tensor mean = observed->query_sum[l] / count;  // [n_head, head_dim]
+            cap.query_mean = mean.to(at::kFloat);
+            cap.query_cov = (observed->query_outer[l] / count - mean.unsqueeze(2) * mean.unsqueeze(1))
+                                .to(at::kFloat);  // [n_head, head_dim, head_dim]
+            observed->query_sum[l] = observed->query_outer[l] = at::Tensor();
+        }
         std::optional<LayerKV> replacement = observer(cap);
         observed->keys_pre_rope[l] = at::Tensor();  // this layer's capture is done
         if (replacement) {
@@ -330,6 +358,9 @@ at::Tensor LlamaModel::forward(const std::vector<int64_t>& ids, KVCache& cache,
         const int64_t L = start + n;
         observed.window = std::max<int64_t>(1, opt.observer_window);
         observed.keys_pre_rope.resize(static_cast<size_t>(c.n_layer));
+        observed.query_sum.resize(static_cast<size_t>(c.n_layer));
+        observed.query_outer.resize(static_cast<size_t>(c.n_layer));
+        observed.query_count = std::max<int64_t>(0, L - std::max(start, kQueryStatsSkip));
         std::tie(observed.cos, observed.sin) = rope_tables(0, L);
         observed.inv_freq = inv_freq_;
         if (cache.has_prefix())

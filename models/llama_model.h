@@ -29,6 +29,7 @@ class SafetensorsArchive;
 // layer's cache (during the last chunk's pass through the layer, as kvpress hooks do).
 struct LayerCapture {
     int64_t layer = 0;
+    int64_t n_layers = 0;       // layers of the model (PyramidKV's depth schedule)
     at::Tensor keys_pre_rope;   // [n_kv_head, L, head_dim], the keys before RoPE (Qwen3: after k_norm)
     at::Tensor keys;            // [n_kv_head, L, head_dim], post-RoPE (what the cache holds)
     at::Tensor values;          // [n_kv_head, L, head_dim]
@@ -37,7 +38,19 @@ struct LayerCapture {
     at::Tensor rope_sin;        // [L, head_dim]
     at::Tensor
         rope_inv_freq;  // [head_dim / 2] fp32, the frequencies behind the tables (rope scaling applied)
+    // Statistics of the pre-RoPE queries (Qwen3: after q_norm) of positions >= kQueryStatsSkip, all heads:
+    // what Expected Attention models future queries with.
+    at::Tensor query_mean;  // [n_head, head_dim] fp32
+    at::Tensor query_cov;   // [n_head, head_dim, head_dim] fp32, centred, divided by the count
+    // Filled by extra passes over the captured prefix (core/probe.h) for the signals that read them;
+    // undefined otherwise.
+    at::Tensor question_attention;  // [n_head, L] fp32: mean attention weight of the question's queries
+    at::Tensor repeat_scores;       // [n_kv_head, L] fp32: KVzip's context-reconstruction scores
 };
+
+// The first positions' queries are left out of the query statistics (attention-sink outliers; kvpress's
+// Expected Attention n_sink).
+constexpr int64_t kQueryStatsSkip = 4;
 
 // Returns a replacement for the layer's cache (shorter for eviction, same length for reconstruction), or
 // nullopt to keep it. Called once per layer, in layer order, on the thread running the forward pass.

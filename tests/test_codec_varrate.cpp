@@ -333,14 +333,21 @@ class TestCodecVarRate : public QObject {
     }
 
     void registryAndJson() {
-        QVERIFY(method_names() == (std::vector<std::string>{"full", "varrate", "flat", "snapkv",
-                                                            "streamingllm", "kivi2", "kivi4"}));
+        QVERIFY(method_names() ==
+                (std::vector<std::string>{"full", "varrate", "flat", "varrate:random", "varrate:shuffle",
+                                          "varrate:position", "varrate:oracle", "varrate:topk",
+                                          "varrate-kvzip", "varrate-ea", "snapkv", "streamingllm",
+                                          "expected-attention", "kivi2", "kivi4"}));
+        QVERIFY(method_probe("varrate:oracle") == MethodProbe::Question);
+        QVERIFY(method_probe("varrate-kvzip") == MethodProbe::Repeat);
+        QVERIFY(method_probe("varrate") == MethodProbe::None &&
+                method_probe("varrate-ea") == MethodProbe::None);
         QVERIFY(default_method_names() == (std::vector<std::string>{"full", "varrate", "flat", "snapkv"}));
         QVERIFY(method_needs_basis("varrate") && method_needs_basis("flat"));
         QVERIFY(!method_needs_basis("full") && !method_needs_basis("snapkv"));
         QVERIFY(test::error_message([] {
                     make_method("nope", CodecSettings{});
-                }).find("full, varrate, flat, snapkv") != std::string::npos);
+                }).find("full, varrate, flat, varrate:random") != std::string::npos);
         QVERIFY(test::error_message([] { make_method("varrate", CodecSettings{}); }).find("basis") !=
                 std::string::npos);
 

@@ -1,0 +1,35 @@
+#pragma once
+// What VarRate's ranks are water-filled by: the paper's window salience, or another per-token signal for
+// the ablations (paper Table 4) and the query-agnostic signals that look beyond the observation window.
+// One function maps a signal and a layer's capture to a raw salience [L]; the codec normalises it over the
+// coded tokens as it does the window salience.
+#include <cstdint>
+#include <string>
+
+#include <ATen/core/Tensor.h>
+
+#include "codec/method.h"
+
+namespace varrate {
+
+enum class SalienceSignal {
+    Window,    // the paper's: observation-window attention, mean over heads, pooled (eq. 4)
+    Constant,  // every token alike (flat)
+    Random,    // i.i.d. uniform per token (seeded per layer)
+    Shuffle,  // the window salience, permuted over positions (seeded per layer): its distribution, no meaning
+    Position,  // recency: t / L
+    Question,  // oracle: the actual question's attention over the context (mean over its queries and heads),
+               // pooled as the window salience; needs LayerCapture::question_attention
+    Repeat,    // KVzip's context-reconstruction scores, max over KV heads; needs LayerCapture::repeat_scores
+    Expected,  // Expected Attention's scores (statistics of future queries), mean over KV heads
+};
+
+// The raw salience of every token of the layer: [L] fp32 on the capture's device. Throws Error naming what
+// is missing when the capture lacks what the signal reads.
+at::Tensor allocation_salience(SalienceSignal signal, const LayerCapture& capture,
+                               const CodecSettings& settings);
+
+// What the capture must carry for a signal (for error messages and probes): "" for none.
+std::string signal_requirement(SalienceSignal signal);
+
+}  // namespace varrate

@@ -1,0 +1,138 @@
+#include "core/probe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include "codec/registry.h"
+#include "core/base/error.h"
+#include "core/base/stopwatch.h"
+#include "core/prompt.h"
+#include "core/session.h"
+#include "models/tokenizer.h"
+
+namespace varrate {
+
+namespace {
+
+// Reads `ids` after the captured prefix with its full cache and hands each layer's queries of those ids
+// ([n_head, n, head_dim] post-RoPE) and the layer's keys ([n_kv_head, L + n, head_dim], the prefix's then
+// theirs) to `use`. The capture's tensors are not modified.
+void probe_pass(const LlamaModel& model, const PrefillCapture& capture, const std::vector<int64_t>& ids,
+                const std::function<void(int64_t, const at::Tensor&, const at::Tensor&)>& use,
+                const JobControl& job) {
+    if (ids.empty()) throw Error("probe: nothing to read after the prefix");
+    std::vector<LayerKV> layers;
+    layers.reserve(capture.layers.size());
+    for (const LayerCapture& c : capture.layers) layers.push_back({c.keys, c.values});
+    KVCache cache = cache_from_layers(model, layers, capture.next_position);
+    ForwardOptions opt;
+    opt.observer_window = static_cast<int64_t>(ids.size());
+    opt.cancel = job.cancel;
+    opt.observer = [&](const LayerCapture& cap) -> std::optional<LayerKV> {
+        use(cap.layer, cap.window_queries, cap.keys);
+        return std::nullopt;
+    };
+    model.forward(ids, cache, opt);
+}
+
+// Softmax attention weights of queries q [H, n, hd] over keys k [G, m, hd] whose last n are the queries' own
+// (causal among themselves): [G, g * n, m] fp32, the g query heads of a KV head stacked.
+at::Tensor probe_weights(const at::Tensor& q, const at::Tensor& k) {
+    const int64_t H = q.size(0), n = q.size(1), hd = q.size(2), G = k.size(0), m = k.size(1);
+    const at::Tensor qg = q.to(at::kFloat).reshape({G, (H / G) * n, hd});
+    at::Tensor s = at::bmm(qg, k.to(at::kFloat).transpose(1, 2)) / std::sqrt(static_cast<double>(hd));
+    mask_future_tail(s, n, H / G);
+    return at::softmax(s, 2);  // [G, g * n, m]
+}
+
+}  // namespace
+
+ProbeNeeds probe_needs(const std::vector<std::string>& methods) {
+    ProbeNeeds needs;
+    for (const std::string& m : methods) {
+        const MethodProbe p = method_probe(m);
+        needs.question |= p == MethodProbe::Question;
+        needs.repeat |= p == MethodProbe::Repeat;
+    }
+    return needs;
+}
+
+void add_question_attention(const LlamaModel& model, PrefillCapture& capture, const std::vector<int64_t>& ids,
+                            const JobControl& job) {
+    const int64_t L = static_cast<int64_t>(capture.ids.size()), n = static_cast<int64_t>(ids.size());
+    probe_pass(
+        model, capture, ids,
+        [&](int64_t l, const at::Tensor& q, const at::Tensor& k) {
+            const int64_t H = q.size(0), G = k.size(0);
+            const at::Tensor w = probe_weights(q, k).narrow(2, 0, L);  // [G, g * n, L]
+            capture.layers[l].question_attention = w.view({G, H / G, n, L}).mean(2).reshape({H, L});
+        },
+        job);
+}
+
+RepeatPrompt repeat_prompt(const Session& session, bool chat) {
+    const Tokenizer& tok = session.tokenizer();
+    RepeatPrompt p;
+    p.first = tok.encode("\n\nRepeat the previous context exactly.", false);
+    p.later = tok.encode("\n\nRepeat the part of the previous context exactly, starting with", false);
+    // kvpress: the text that closes a user turn in the chat template, "\n" without one.
+    p.suffix = chat ? build_prompt(tok, "", "", true).question_ids : tok.encode("\n", false);
+    return p;
+}
+
+void add_repeat_scores(const LlamaModel& model, PrefillCapture& capture, const RepeatPrompt& prompt,
+                       const JobControl& job, int64_t chunk) {
+    const int64_t L = static_cast<int64_t>(capture.ids.size());
+    if (L == 0 || capture.layers.empty()) throw Error("kvzip: the capture is empty");
+    if (chunk <= 0) throw Error("kvzip: the reconstruction chunk must be positive");
+    for (LayerCapture& c : capture.layers)
+        c.repeat_scores = at::zeros({c.keys.size(0), L}, c.keys.options().dtype(at::kFloat));
+    const int64_t n_chunks = (L + chunk - 1) / chunk;
+    for (int64_t ci = 0; ci < n_chunks; ++ci) {
+        check_cancel(job);
+        job.report("kvzip reconstruction", ci, n_chunks);
+        const int64_t begin = ci * chunk, end = std::min(L, begin + chunk), len = end - begin;
+        std::vector<int64_t> ids = ci == 0 ? prompt.first : prompt.later;
+        if (ci > 0) {
+            const int64_t from = std::max<int64_t>(begin - kRepeatOverlap, begin - chunk);
+            ids.insert(ids.end(), capture.ids.begin() + from, capture.ids.begin() + begin);
+        }
+        ids.insert(ids.end(), prompt.suffix.begin(), prompt.suffix.end());
+        ids.insert(ids.end(), capture.ids.begin() + begin, capture.ids.begin() + end);
+        const int64_t n = static_cast<int64_t>(ids.size()), sinks = std::min(kRepeatSinks, begin);
+        probe_pass(
+            model, capture, ids,
+            [&](int64_t l, const at::Tensor& q, const at::Tensor& k) {
+                // Keys the repeat queries are scored over: the sinks, the chunk, the repeat ids themselves.
+                const at::Tensor sub = at::cat(
+                    {k.narrow(1, 0, sinks), k.narrow(1, begin, len), k.narrow(1, k.size(1) - n, n)}, 1);
+                const at::Tensor w = probe_weights(q, sub).narrow(2, sinks, len);  // [G, g * n, len]
+                capture.layers[l].repeat_scores.narrow(1, begin, len).copy_(std::get<0>(w.max(1)));
+            },
+            job);
+    }
+    job.report("kvzip reconstruction", n_chunks, n_chunks);
+}
+
+void add_probes(const Session& session, PrefillCapture& capture, const ProbeRequest& request,
+                const JobControl& job) {
+    if (request.needs.question) {
+        if (request.question_ids.empty())
+            throw Error(
+                "varrate:oracle reads the question's attention: give a question (compare --question, niah)");
+        auto t = SteadyClock::now();
+        add_question_attention(session.model(), capture, request.question_ids, job);
+        capture.question_ms += lap_ms(t);
+    }
+    if (request.needs.repeat) {
+        auto t = SteadyClock::now();
+        add_repeat_scores(session.model(), capture, repeat_prompt(session, request.chat), job);
+        capture.repeat_ms += lap_ms(t);
+    }
+}
+
+}  // namespace varrate

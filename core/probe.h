@@ -1,0 +1,64 @@
+#pragma once
+// Extra passes over a captured prefix, for the signals that read more than the prefill itself:
+//   question  the ids that follow the prefix before the answer (the question, its chat suffix and any answer
+//             prefix) read with the full cache: their mean attention over the prefix, per query head
+//             (varrate:oracle; in query-aware mode the prefix already ends with the question, which is then
+//             read a second time);
+//   repeat    KVzip's context reconstruction: the prefix fed back in chunks of 2048 after "Repeat the
+//   previous
+//             context exactly." (later chunks: "...starting with" + the previous chunk's last 8 ids), each on
+//             the full cache of the prefix; a token's score is the largest attention weight any repeat query
+//             of its KV head's group puts on it, softmax over the sinks, its chunk and the repeat ids
+//             (kvpress KVzipPress). Costs about one more prefill.
+// The results land in each LayerCapture (question_attention, repeat_scores); the capture is otherwise
+// unchanged.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/base/job.h"
+#include "core/capture.h"
+
+namespace varrate {
+
+class Session;
+
+struct ProbeNeeds {
+    bool question = false;
+    bool repeat = false;
+    bool any() const { return question || repeat; }
+};
+// What the registered methods `methods` read beyond the prefill.
+ProbeNeeds probe_needs(const std::vector<std::string>& methods);
+
+// Fills question_attention of every layer. `ids`: what follows the prefix, non-empty.
+void add_question_attention(const LlamaModel& model, PrefillCapture& capture, const std::vector<int64_t>& ids,
+                            const JobControl& job = {});
+
+struct RepeatPrompt {
+    std::vector<int64_t> first;   // "\n\nRepeat the previous context exactly."
+    std::vector<int64_t> later;   // "\n\nRepeat the part of the previous context exactly, starting with"
+    std::vector<int64_t> suffix;  // what ends the user turn: the chat suffix, or "\n" without a chat template
+};
+// The repeat prompt in the session's tokenizer (chat: the chat format's suffix).
+RepeatPrompt repeat_prompt(const Session& session, bool chat);
+
+inline constexpr int64_t kRepeatChunk = 2048;  // context ids per reconstruction pass
+inline constexpr int64_t kRepeatOverlap = 8;   // ids of the previous chunk quoted by the next prompt
+inline constexpr int64_t kRepeatSinks = 4;     // leading positions each later chunk's softmax also sees
+
+// Fills repeat_scores of every layer (KVzip's scores over the whole prefix).
+void add_repeat_scores(const LlamaModel& model, PrefillCapture& capture, const RepeatPrompt& prompt,
+                       const JobControl& job = {}, int64_t chunk = kRepeatChunk);
+
+// What a capture's extra passes need: which, the ids that follow the prefix, and whether prompts are chat.
+struct ProbeRequest {
+    ProbeNeeds needs;
+    std::vector<int64_t> question_ids;  // question (+ chat suffix) + answer prefix
+    bool chat = false;
+};
+// Runs the passes `request` asks for, timing each in capture.question_ms / repeat_ms.
+void add_probes(const Session& session, PrefillCapture& capture, const ProbeRequest& request,
+                const JobControl& job = {});
+
+}  // namespace varrate

@@ -1,0 +1,246 @@
+// VarRate's allocation signals (codec/allocation_signal.h), its binary top-K allocation and Expected
+// Attention's scores, each against a literal-loop reference written from the definitions.
+#include <cmath>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <QtTest/QtTest>
+
+#include "codec/allocation_signal.h"
+#include "codec/expected_attention_method.h"
+#include "codec/salience.h"
+#include "codec/synthetic.h"
+#include "codec/varrate_method.h"
+#include "core/base/error.h"
+#include "tests/test_support.h"
+
+using namespace varrate;
+
+namespace {
+
+SyntheticShape shape(int64_t n_tokens = 96) {
+    SyntheticShape s;
+    s.n_kv_head = 2;
+    s.n_head = 4;
+    s.n_tokens = n_tokens;
+    s.head_dim = 8;
+    s.obs_window = 16;
+    return s;
+}
+
+// A capture with query statistics from seeded pre-RoPE queries (mean 0.3, so the mean term matters).
+LayerCapture capture_with_stats(uint64_t seed) {
+    LayerCapture c = synthetic_capture(shape(), seed);
+    at::Generator gen = at::detail::createCPUGenerator(seed + 1);
+    const at::Tensor q = at::normal(0.3, 1.0, {4, 50, 8}, gen, at::TensorOptions().dtype(at::kFloat));
+    c.query_mean = q.mean(1);
+    const at::Tensor centred = q - c.query_mean.unsqueeze(1);
+    c.query_cov = at::bmm(centred.transpose(1, 2), centred) / 50.0;
+    return c;
+}
+
+// Expected Attention by the definition, one scalar at a time (fp64).
+std::vector<std::vector<double>> expected_attention_loops(const LayerCapture& c, int64_t n_future,
+                                                          double eps) {
+    const int64_t G = c.keys.size(0), L = c.keys.size(1), hd = c.keys.size(2), half = hd / 2;
+    const int64_t H = c.query_mean.size(0), g = H / G, sinks = 4;
+    const auto K = c.keys.to(at::kDouble).contiguous(), V = c.values.to(at::kDouble).contiguous();
+    const auto M = c.query_mean.to(at::kDouble).contiguous(), S = c.query_cov.to(at::kDouble).contiguous();
+    const auto F = c.rope_inv_freq.to(at::kDouble).contiguous();
+    // R[i][j]: the mean over future positions of the rotate-half rotation's matrix.
+    std::vector<std::vector<double>> R(hd, std::vector<double>(hd, 0.0));
+    for (int64_t p = L; p < L + n_future; ++p)
+        for (int64_t j = 0; j < half; ++j) {
+            const double a = static_cast<double>(p) * F[j].item<double>();
+            R[j][j] += std::cos(a) / n_future;
+            R[j + half][j + half] += std::cos(a) / n_future;
+            R[j][j + half] -= std::sin(a) / n_future;
+            R[j + half][j] += std::sin(a) / n_future;
+        }
+    std::vector<std::vector<double>> out(G, std::vector<double>(L, 0.0));
+    double top = -1e300;
+    for (int64_t kv = 0; kv < G; ++kv) {
+        std::vector<double> acc(L, 0.0);
+        for (int64_t h = kv * g; h < (kv + 1) * g; ++h) {
+            std::vector<double> mu(hd, 0.0);
+            std::vector<std::vector<double>> cov(hd, std::vector<double>(hd, 0.0));
+            for (int64_t i = 0; i < hd; ++i)
+                for (int64_t j = 0; j < hd; ++j) mu[i] += R[i][j] * M[h][j].item<double>();
+            for (int64_t i = 0; i < hd; ++i)
+                for (int64_t j = 0; j < hd; ++j)
+                    for (int64_t a = 0; a < hd; ++a)
+                        for (int64_t b = 0; b < hd; ++b)
+                            cov[i][j] += R[i][a] * S[h][a][b].item<double>() * R[j][b];
+            std::vector<double> logit(L, 0.0);
+            double mx = -1e300;
+            for (int64_t t = sinks; t < L; ++t) {
+                double x = 0;
+                for (int64_t i = 0; i < hd; ++i)
+                    x += K[kv][t][i].item<double>() * mu[i] / std::sqrt(double(hd));
+                for (int64_t i = 0; i < hd; ++i)
+                    for (int64_t j = 0; j < hd; ++j)
+                        x += K[kv][t][i].item<double>() * cov[i][j] * K[kv][t][j].item<double>() / (2.0 * hd);
+                logit[t] = x;
+                mx = std::max(mx, x);
+            }
+            double z = 0;
+            for (int64_t t = sinks; t < L; ++t) z += std::exp(logit[t] - mx);
+            for (int64_t t = sinks; t < L; ++t) acc[t] += std::exp(logit[t] - mx) / z / g;
+        }
+        for (int64_t t = sinks; t < L; ++t) {
+            double vn = 0;
+            for (int64_t i = 0; i < hd; ++i) vn += V[kv][t][i].item<double>() * V[kv][t][i].item<double>();
+            out[kv][t] = (acc[t] + eps) * std::sqrt(vn);
+            top = std::max(top, out[kv][t]);
+        }
+    }
+    for (auto& row : out)
+        for (int64_t t = 0; t < sinks; ++t) row[t] = top + 1.0;
+    return out;
+}
+
+}  // namespace
+
+class TestCodecSignals : public QObject {
+    Q_OBJECT
+  private Q_SLOTS:
+    void expected_attention_matches_the_definition() {
+        const LayerCapture c = capture_with_stats(5);
+        for (double eps : {0.0, 1e-2}) {
+            ExpectedAttentionOptions o;
+            o.epsilon = eps;
+            o.n_future = 40;
+            const at::Tensor ours = expected_attention_scores(c, o);
+            const auto ref = expected_attention_loops(c, 40, eps);
+            QCOMPARE(ours.sizes(), (at::IntArrayRef{2, 96}));
+            double worst = 0, scale = 0;
+            for (int64_t g = 0; g < 2; ++g)
+                for (int64_t t = 0; t < 96; ++t) {
+                    worst = std::max(worst, std::abs(ours[g][t].item<double>() - ref[g][t]));
+                    scale = std::max(scale, std::abs(ref[g][t]));
+                }
+            QVERIFY2(worst <= 1e-5 * scale,
+                     qPrintable(QString("eps %1: max diff %2 of %3").arg(eps).arg(worst).arg(scale)));
+        }
+    }
+
+    void expected_attention_method_keeps_each_heads_best() {
+        const LayerCapture c = capture_with_stats(6);
+        CodecSettings s;
+        s.budget = 0.25;
+        ExpectedAttentionMethod m(s);
+        const LayerResult r = m.compress(c);
+        const int64_t kept = static_cast<int64_t>(96 * 0.25);
+        QCOMPARE(r.kv.keys.sizes(), (at::IntArrayRef{2, kept, 8}));
+        const at::Tensor scores = expected_attention_scores(c);
+        for (int64_t g = 0; g < 2; ++g) {
+            // Every kept token scores at least as high as every evicted one; the sinks are kept.
+            const at::Tensor mask = r.diagnostics.kept[g];
+            QCOMPARE(mask.sum().item<int64_t>(), kept);
+            const double lowest_kept = scores[g].masked_select(mask).min().item<double>();
+            const double highest_evicted = scores[g].masked_select(mask.logical_not()).max().item<double>();
+            QVERIFY(lowest_kept >= highest_evicted);
+            for (int64_t t = 0; t < 4; ++t) QVERIFY(mask[t].item<bool>());
+        }
+        QVERIFY(std::abs(r.diagnostics.footprint - 0.25) < 0.005 + 1.0 / 96);
+    }
+
+    void expected_attention_refuses_a_capture_without_statistics() {
+        const LayerCapture c = synthetic_capture(shape(), 3);
+        const std::string msg = test::error_message([&] { expected_attention_scores(c); });
+        QVERIFY2(msg.find("query statistics") != std::string::npos, msg.c_str());
+    }
+
+    void top_k_ranks_are_binary_and_spend_the_budget() {
+        at::Generator gen = at::detail::createCPUGenerator(9);
+        const at::Tensor s = at::rand({200}, gen, at::TensorOptions().dtype(at::kFloat));
+        for (int64_t B : {200 * 4, 200 * 4 + 1, 200 * 4 + 37 * 60 + 5, 200 * 64}) {
+            const at::Tensor r = top_k_ranks(s, B, 4, 64);
+            QCOMPARE(r.sum().item<int64_t>(), B);
+            // Literal: sort by salience (ties to the earlier token), R to the first k, the rest to one.
+            std::vector<int64_t> idx(200);
+            for (int64_t i = 0; i < 200; ++i) idx[i] = i;
+            std::stable_sort(idx.begin(), idx.end(),
+                             [&](int64_t a, int64_t b) { return s[a].item<float>() > s[b].item<float>(); });
+            int64_t spare = B - 200 * 4;
+            for (int64_t i : idx) {
+                const int64_t give = std::min<int64_t>(spare, 60);
+                QCOMPARE(r[i].item<int64_t>(), 4 + give);
+                spare -= give;
+            }
+        }
+    }
+
+    void ablation_signals_are_what_they_say() {
+        const LayerCapture c = synthetic_capture(shape(), 12, /*layer=*/3);
+        CodecSettings s;
+        s.obs_window = 16;
+        s.pool_kernel = 5;
+        const at::Tensor window = varrate_salience(c, 16, 5);
+        QVERIFY(at::equal(allocation_salience(SalienceSignal::Window, c, s), window));
+        // Shuffle: the same values at other positions, the same permutation every time.
+        const at::Tensor sh = allocation_salience(SalienceSignal::Shuffle, c, s);
+        QVERIFY(at::equal(std::get<0>(at::sort(sh)), std::get<0>(at::sort(window))));
+        QVERIFY(!at::equal(sh, window));
+        QVERIFY(at::equal(sh, allocation_salience(SalienceSignal::Shuffle, c, s)));
+        // Random: in [0, 1), reproducible per layer, different across layers.
+        const at::Tensor r = allocation_salience(SalienceSignal::Random, c, s);
+        QVERIFY(r.min().item<float>() >= 0 && r.max().item<float>() < 1);
+        QVERIFY(at::equal(r, allocation_salience(SalienceSignal::Random, c, s)));
+        LayerCapture other = c;
+        other.layer = 4;
+        QVERIFY(!at::equal(r, allocation_salience(SalienceSignal::Random, other, s)));
+        // Position: t / L.
+        const at::Tensor p = allocation_salience(SalienceSignal::Position, c, s);
+        for (int64_t t : {0, 17, 95}) QCOMPARE(p[t].item<float>(), float(t) / 96.0f);
+        // The probe signals name what is missing.
+        for (SalienceSignal sig : {SalienceSignal::Question, SalienceSignal::Repeat}) {
+            const std::string msg = test::error_message([&] { allocation_salience(sig, c, s); });
+            QVERIFY2(msg.find(signal_requirement(sig)) != std::string::npos, msg.c_str());
+        }
+        // With them: the question's attention averaged over heads and pooled; KVzip's max over heads.
+        LayerCapture probed = c;
+        at::Generator gen = at::detail::createCPUGenerator(4);
+        probed.question_attention = at::rand({4, 96}, gen, at::TensorOptions().dtype(at::kFloat));
+        probed.repeat_scores = at::rand({2, 96}, gen, at::TensorOptions().dtype(at::kFloat));
+        const at::Tensor qa = allocation_salience(SalienceSignal::Question, probed, s);
+        for (int64_t t : {0, 1, 50, 95}) {
+            double sum = 0;
+            for (int64_t u = t - 2; u <= t + 2; ++u)
+                if (u >= 0 && u < 96) sum += probed.question_attention.select(1, u).mean().item<double>();
+            QVERIFY(std::abs(qa[t].item<double>() - sum / 5.0) < 1e-6);
+        }
+        const at::Tensor rs = allocation_salience(SalienceSignal::Repeat, probed, s);
+        for (int64_t t : {0, 50, 95})
+            QCOMPARE(rs[t].item<float>(), std::max(probed.repeat_scores[0][t].item<float>(),
+                                                   probed.repeat_scores[1][t].item<float>()));
+    }
+
+    void varrate_with_another_signal_follows_it() {
+        // Ranks water-filled by recency: later coded tokens never get less than earlier ones.
+        SyntheticShape sh = shape(256);
+        const LayerCapture c = synthetic_capture(sh, 21);
+        CodecSettings s = test::small_codec_settings(0.4);
+        s.obs_window = 16;
+        s.window = 16;
+        s.stride = 32;
+        s.rank = 32;
+        s.r_min = 2;
+        auto basis = random_basis(1, 32, 32, s.stride, s.anchors, 3);
+        VarRateMethod m(s, basis, RankAllocation::Salience, SalienceSignal::Position, "varrate:position");
+        QCOMPARE(m.name(), std::string("varrate:position"));
+        const LayerResult r = m.compress(c);
+        int64_t last = -1;
+        for (int64_t t = 0; t < 256; ++t) {
+            if (r.diagnostics.exact[t].item<bool>()) continue;
+            const int64_t rank = r.diagnostics.rank[t].item<int64_t>();
+            QVERIFY2(rank >= last,
+                     qPrintable(QString("position %1: rank %2 after %3").arg(t).arg(rank).arg(last)));
+            last = rank;
+        }
+        QVERIFY(std::abs(r.diagnostics.footprint - 0.4) < 0.005);
+    }
+};
+
+QTEST_APPLESS_MAIN(TestCodecSignals)
+#include "test_codec_signals.moc"

@@ -1,0 +1,235 @@
+// The extra passes over a captured prefix (core/probe.h) and the prefill's query statistics, each against
+// an independent path on the stories260k fixture: a plain prefill of prefix + probe ids whose last queries
+// are captured, and attention weights computed by literal loops from its keys.
+#include "tests/test_support.h"
+
+#include <cmath>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "codec/registry.h"
+#include "core/base/error.h"
+#include "core/base/file_io.h"
+#include "core/capture.h"
+#include "core/compare.h"
+#include "core/probe.h"
+#include "core/prompt.h"
+#include "core/session.h"
+#include "models/rope.h"
+
+using namespace varrate;
+
+namespace {
+
+// Softmax attention weights of query row i (post-RoPE, [hd]) over the keys `cols` of k [m, hd], by loops.
+std::vector<double> weights(const at::Tensor& q, const at::Tensor& k, const std::vector<int64_t>& cols) {
+    const int64_t hd = q.size(0);
+    std::vector<double> logit(cols.size());
+    double mx = -1e300;
+    for (size_t c = 0; c < cols.size(); ++c) {
+        double x = 0;
+        for (int64_t i = 0; i < hd; ++i) x += q[i].item<double>() * k[cols[c]][i].item<double>();
+        logit[c] = x / std::sqrt(static_cast<double>(hd));
+        mx = std::max(mx, logit[c]);
+    }
+    double z = 0;
+    for (double& x : logit) z += (x = std::exp(x - mx));
+    for (double& x : logit) x /= z;
+    return logit;
+}
+
+}  // namespace
+
+class TestCoreProbe : public QObject {
+    Q_OBJECT
+    Session* fixture_ = nullptr;
+    std::vector<int64_t> context_;
+
+    bool need_fixture() {
+        if (!fixture_) {
+            fixture_ = test::shared_fixture_session();
+            if (!fixture_) return false;
+            const auto greedy = read_json_file(test::fixture("stories260k") / "expected_greedy.json");
+            context_ =
+                build_prompt(fixture_->tokenizer(), greedy["cases"][0]["text"].get<std::string>(), "", false)
+                    .context_ids;
+            context_.resize(std::min<size_t>(context_.size(), 60));
+        }
+        return true;
+    }
+
+    // A prefill of ids keeping the last n queries: keys [G, m, hd] and queries [H, n, hd] (fp64, CPU).
+    std::pair<std::vector<at::Tensor>, std::vector<at::Tensor>> independent(const std::vector<int64_t>& ids,
+                                                                            int64_t n) {
+        CodecSettings s;
+        s.obs_window = n;
+        const PrefillCapture cap = capture_prefill(fixture_->model(), ids, s, {}, 512, false);
+        std::vector<at::Tensor> keys, queries;
+        for (const LayerCapture& c : cap.layers) {
+            keys.push_back(c.keys.to(at::kDouble));
+            queries.push_back(c.window_queries.to(at::kDouble));
+        }
+        return {keys, queries};
+    }
+
+  private Q_SLOTS:
+    void query_statistics_are_the_pre_rope_queries_moments() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        QVERIFY(need_fixture());
+        const int64_t L = static_cast<int64_t>(context_.size());
+        CodecSettings s;
+        s.obs_window = L;  // every query, to recompute the statistics from
+        for (int64_t chunk : {int64_t{512}, int64_t{16}}) {
+            const PrefillCapture cap = capture_prefill(fixture_->model(), context_, s, {}, chunk, false);
+            for (const LayerCapture& c : cap.layers) {
+                const at::Tensor q =
+                    unapply_rope(c.window_queries.to(at::kDouble), c.rope_cos.to(at::kDouble),
+                                 c.rope_sin.to(at::kDouble));  // [H, L, hd] pre-RoPE
+                const int64_t H = q.size(0), hd = q.size(2), n = L - kQueryStatsSkip;
+                for (int64_t h = 0; h < H; h += H - 1)
+                    for (int64_t i = 0; i < hd; i += 3) {
+                        double mean_i = 0;
+                        for (int64_t t = kQueryStatsSkip; t < L; ++t) mean_i += q[h][t][i].item<double>() / n;
+                        QVERIFY(std::abs(c.query_mean[h][i].item<double>() - mean_i) < 1e-4);
+                        for (int64_t j = 0; j < hd; j += 5) {
+                            double mean_j = 0, cov = 0;
+                            for (int64_t t = kQueryStatsSkip; t < L; ++t)
+                                mean_j += q[h][t][j].item<double>() / n;
+                            for (int64_t t = kQueryStatsSkip; t < L; ++t)
+                                cov += (q[h][t][i].item<double>() - mean_i) *
+                                       (q[h][t][j].item<double>() - mean_j) / n;
+                            QVERIFY2(std::abs(c.query_cov[h][i][j].item<double>() - cov) <
+                                         1e-4 * (1 + std::abs(cov)),
+                                     qPrintable(QString("chunk %1 layer %2 head %3 (%4, %5)")
+                                                    .arg(chunk)
+                                                    .arg(c.layer)
+                                                    .arg(h)
+                                                    .arg(i)
+                                                    .arg(j)));
+                        }
+                    }
+            }
+        }
+    }
+
+    void question_attention_is_the_questions_attention_over_the_prefix() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        QVERIFY(need_fixture());
+        const int64_t L = static_cast<int64_t>(context_.size());
+        const std::vector<int64_t> question = fixture_->tokenizer().encode(" Who was there?", false);
+        const int64_t n = static_cast<int64_t>(question.size());
+        CodecSettings s;
+        s.obs_window = 16;
+        PrefillCapture cap = capture_prefill(fixture_->model(), context_, s, {}, 512, false);
+        add_question_attention(fixture_->model(), cap, question);
+        std::vector<int64_t> all = context_;
+        all.insert(all.end(), question.begin(), question.end());
+        const auto [keys, queries] = independent(all, n);
+        for (size_t l = 0; l < cap.layers.size(); ++l) {
+            const at::Tensor& qa = cap.layers[l].question_attention;  // [H, L]
+            const int64_t H = qa.size(0), G = keys[l].size(0);
+            QCOMPARE(qa.size(1), L);
+            for (int64_t h = 0; h < H; ++h) {
+                std::vector<double> mean(L, 0.0);
+                for (int64_t i = 0; i < n; ++i) {
+                    std::vector<int64_t> cols;
+                    for (int64_t t = 0; t <= L + i; ++t) cols.push_back(t);
+                    const auto w = weights(queries[l][h][i], keys[l][h / (H / G)], cols);
+                    for (int64_t t = 0; t < L; ++t) mean[t] += w[t] / n;
+                }
+                for (int64_t t = 0; t < L; ++t)
+                    QVERIFY2(std::abs(qa[h][t].item<double>() - mean[t]) < 1e-5,
+                             qPrintable(QString("layer %1 head %2 position %3").arg(l).arg(h).arg(t)));
+            }
+        }
+    }
+
+    void repeat_scores_follow_kvzip_chunk_by_chunk() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        QVERIFY(need_fixture());
+        const int64_t L = static_cast<int64_t>(context_.size()), chunk = 25;  // chunks of 25, 25, 10
+        const RepeatPrompt prompt = repeat_prompt(*fixture_, false);
+        QVERIFY(!prompt.first.empty() && !prompt.later.empty() && !prompt.suffix.empty());
+        CodecSettings s;
+        s.obs_window = 16;
+        PrefillCapture cap = capture_prefill(fixture_->model(), context_, s, {}, 512, false);
+        add_repeat_scores(fixture_->model(), cap, prompt, {}, chunk);
+        for (int64_t begin = 0; begin < L; begin += chunk) {
+            const int64_t end = std::min(L, begin + chunk), sinks = std::min<int64_t>(4, begin);
+            // The repeat ids as KVzip builds them, read after the whole context.
+            std::vector<int64_t> repeat = begin == 0 ? prompt.first : prompt.later;
+            if (begin > 0)
+                repeat.insert(repeat.end(), context_.begin() + begin - 8, context_.begin() + begin);
+            repeat.insert(repeat.end(), prompt.suffix.begin(), prompt.suffix.end());
+            repeat.insert(repeat.end(), context_.begin() + begin, context_.begin() + end);
+            const int64_t n = static_cast<int64_t>(repeat.size());
+            std::vector<int64_t> all = context_;
+            all.insert(all.end(), repeat.begin(), repeat.end());
+            const auto [keys, queries] = independent(all, n);
+            for (size_t l = 0; l < cap.layers.size(); ++l) {
+                const int64_t H = queries[l].size(0), G = keys[l].size(0);
+                for (int64_t g = 0; g < G; ++g) {
+                    std::vector<double> best(end - begin, 0.0);
+                    for (int64_t h = g * (H / G); h < (g + 1) * (H / G); ++h)
+                        for (int64_t i = 0; i < n; ++i) {
+                            std::vector<int64_t> cols;
+                            for (int64_t t = 0; t < sinks; ++t) cols.push_back(t);
+                            for (int64_t t = begin; t < end; ++t) cols.push_back(t);
+                            for (int64_t t = 0; t <= i; ++t) cols.push_back(L + t);
+                            const auto w = weights(queries[l][h][i], keys[l][g], cols);
+                            for (int64_t t = 0; t < end - begin; ++t)
+                                best[t] = std::max(best[t], w[sinks + t]);
+                        }
+                    for (int64_t t = 0; t < end - begin; ++t)
+                        QVERIFY2(
+                            std::abs(cap.layers[l].repeat_scores[g][begin + t].item<double>() - best[t]) <
+                                1e-5,
+                            qPrintable(QString("layer %1 head %2 position %3").arg(l).arg(g).arg(begin + t)));
+                }
+            }
+        }
+    }
+
+    void compare_runs_the_probed_signals_in_both_modes() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        QVERIFY(need_fixture());
+        QVERIFY(probe_needs({"varrate:oracle"}).question && !probe_needs({"varrate:oracle"}).repeat);
+        QVERIFY(probe_needs({"varrate-kvzip"}).repeat && !probe_needs({"varrate", "snapkv"}).any());
+        const auto greedy = read_json_file(test::fixture("stories260k") / "expected_greedy.json");
+        CompareRequest req;
+        req.context = greedy["cases"][0]["text"].get<std::string>() + "\n" +
+                      greedy["cases"][2]["text"].get<std::string>();
+        req.questions = {"Who was in the story?"};
+        req.methods = {"varrate", "varrate:oracle", "varrate-kvzip", "varrate-ea", "expected-attention"};
+        req.settings = test::small_codec_settings(0.35);
+        req.max_new_tokens = 4;
+        for (CompressionMode mode : {CompressionMode::QueryAgnostic, CompressionMode::QueryAware}) {
+            req.mode = mode;
+            const CompareResult r = run_compare(*fixture_, req);
+            QCOMPARE(r.runs.size(), size_t{5});
+            for (const MethodRun& run : r.runs) {
+                QVERIFY2(run.infeasible.empty(), run.infeasible.c_str());
+                QVERIFY2(std::abs(run.footprint_fraction - 0.35) < 0.005,
+                         qPrintable(QString("%1: %2").arg(run.method.c_str()).arg(run.footprint_fraction)));
+            }
+            // The oracle and KVzip signals change the ranks (they read other attention than the window's).
+            auto ranks = [&](const std::string& m) {
+                for (const MethodRun& run : r.runs)
+                    if (run.method == m) return run.layers.back().rank;
+                return at::Tensor();
+            };
+            QVERIFY(!at::equal(ranks("varrate"), ranks("varrate:oracle")));
+            QVERIFY(!at::equal(ranks("varrate"), ranks("varrate-kvzip")));
+        }
+        // Without a question the oracle says what it needs.
+        req.questions.clear();
+        req.mode = CompressionMode::QueryAgnostic;
+        req.methods = {"varrate:oracle"};
+        const std::string msg = test::error_message([&] { run_compare(*fixture_, req); });
+        QVERIFY2(msg.find("question") != std::string::npos, msg.c_str());
+    }
+};
+
+QTEST_APPLESS_MAIN(TestCoreProbe)
+#include "test_core_probe.moc"
