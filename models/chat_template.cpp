@@ -1,5 +1,12 @@
 #include "models/chat_template.h"
 
+#include <algorithm>
+#include <charconv>
+#include <cstdio>
+#include <cstdlib>
+
+#include <nlohmann/json.hpp>
+
 #include "core/base/error.h"
 #include "models/tokenizer.h"
 #include "models/tokenizer_unicode.h"
@@ -61,6 +68,192 @@ std::string render_llama3(const std::vector<ChatMessage>& messages, bool add_gen
         if (i == 0) out += bos;
         out += "<|start_header_id|>" + messages[i].role + "<|end_header_id|>\n\n" +
                py_strip(messages[i].content) + "<|eot_id|>";
+    }
+    if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+    return out;
+}
+
+// Python's json encoder with ensure_ascii=False: the string escapes of c_encode_basestring.
+void py_json_string(const std::string& s, std::string& out) {
+    out += '"';
+    for (const char ch : s) {
+        const auto c = static_cast<unsigned char>(ch);
+        switch (c) {
+            case '"':
+                out += "\\\"";
+                break;
+            case '\\':
+                out += "\\\\";
+                break;
+            case '\n':
+                out += "\\n";
+                break;
+            case '\r':
+                out += "\\r";
+                break;
+            case '\t':
+                out += "\\t";
+                break;
+            case '\b':
+                out += "\\b";
+                break;
+            case '\f':
+                out += "\\f";
+                break;
+            default:
+                if (c < 0x20) {
+                    char buf[8];
+                    std::snprintf(buf, sizeof buf, "\\u%04x", c);
+                    out += buf;
+                } else {
+                    out += ch;
+                }
+        }
+    }
+    out += '"';
+}
+
+// Python's float.__repr__: the shortest digits that round-trip, in positional notation for decimal exponents
+// -4..15 (with ".0" when integral), else d[.ddd]e+XX.
+std::string py_float_repr(double v) {
+    char buf[64];
+    const auto res = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::scientific);
+    std::string sci(buf, res.ptr);  // e.g. "-1.2345e+02"
+    std::string sign;
+    if (!sci.empty() && sci[0] == '-') {
+        sign = "-";
+        sci.erase(0, 1);
+    }
+    const size_t e = sci.find('e');
+    std::string digits = sci.substr(0, e);
+    const int exp10 = std::atoi(sci.c_str() + e + 1);
+    digits.erase(std::remove(digits.begin(), digits.end(), '.'), digits.end());
+    if (exp10 >= -4 && exp10 < 16) {
+        std::string out;
+        if (exp10 < 0) {
+            out = "0." + std::string(static_cast<size_t>(-exp10 - 1), '0') + digits;
+        } else {
+            const auto point = static_cast<size_t>(exp10) + 1;
+            if (digits.size() <= point)
+                out = digits + std::string(point - digits.size(), '0') + ".0";
+            else
+                out = digits.substr(0, point) + "." + digits.substr(point);
+        }
+        return sign + out;
+    }
+    std::string mant = digits.substr(0, 1);
+    if (digits.size() > 1) mant += "." + digits.substr(1);
+    char ebuf[16];
+    std::snprintf(ebuf, sizeof ebuf, "e%c%02d", exp10 < 0 ? '-' : '+', exp10 < 0 ? -exp10 : exp10);
+    return sign + mant + ebuf;
+}
+
+// json.dumps(value, ensure_ascii=False, indent=indent): separators (', ', ': ') without indent, (',', ': ')
+// with one; empty containers as [] and {}.
+void py_json_dump(const nlohmann::ordered_json& j, int indent, int depth, std::string& out) {
+    const auto newline = [&](int d) {
+        out += '\n';
+        out.append(static_cast<size_t>(indent * d), ' ');
+    };
+    switch (j.type()) {
+        case nlohmann::ordered_json::value_t::object:
+        case nlohmann::ordered_json::value_t::array: {
+            const bool object = j.is_object();
+            if (j.empty()) {
+                out += object ? "{}" : "[]";
+                return;
+            }
+            out += object ? '{' : '[';
+            bool first = true;
+            for (auto it = j.begin(); it != j.end(); ++it) {
+                if (!first) out += indent >= 0 ? "," : ", ";
+                first = false;
+                if (indent >= 0) newline(depth + 1);
+                if (object) {
+                    py_json_string(it.key(), out);
+                    out += ": ";
+                }
+                py_json_dump(*it, indent, depth + 1, out);
+            }
+            if (indent >= 0) newline(depth);
+            out += object ? '}' : ']';
+            return;
+        }
+        case nlohmann::ordered_json::value_t::string:
+            py_json_string(j.get_ref<const std::string&>(), out);
+            return;
+        case nlohmann::ordered_json::value_t::boolean:
+            out += j.get<bool>() ? "true" : "false";
+            return;
+        case nlohmann::ordered_json::value_t::number_integer:
+            out += std::to_string(j.get<int64_t>());
+            return;
+        case nlohmann::ordered_json::value_t::number_unsigned:
+            out += std::to_string(j.get<uint64_t>());
+            return;
+        case nlohmann::ordered_json::value_t::number_float:
+            out += py_float_repr(j.get<double>());
+            return;
+        default:
+            out += "null";
+            return;
+    }
+}
+
+std::string llama_turn(const std::string& role, const std::string& content) {
+    return "<|start_header_id|>" + role + "<|end_header_id|>\n\n" + content + "<|eot_id|>";
+}
+
+// Llama-3.1-8B-Instruct's template (custom tools; no assistant tool calls, no builtin_tools).
+std::string render_llama31(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                           const std::string& bos, const ChatOptions& options) {
+    if (messages.empty()) throw Error("chat: the Llama-3.1 format needs at least one message");
+    const char* const respond_format =
+        "Respond in the format {\"name\": function name, \"parameters\": dictionary of argument name and its "
+        "value}.Do not use variables.\n\n";
+    std::string tools_text;
+    if (options.tools)
+        for (const std::string& t : *options.tools) tools_text += python_json_dumps(t, 4) + "\n\n";
+    const bool tools = options.tools.has_value();
+    const std::string date = options.date_string.empty() ? kLlama31DefaultDate : options.date_string;
+
+    size_t next = 0;
+    std::string system;
+    if (messages[0].role == "system") {
+        system = py_strip(messages[0].content);
+        next = 1;
+    }
+    std::string out = bos + "<|start_header_id|>system<|end_header_id|>\n\n";
+    if (tools) out += "Environment: ipython\n";
+    out += "Cutting Knowledge Date: December 2023\nToday Date: " + date + "\n\n";
+    if (tools && !options.tools_in_user_message)
+        out += std::string(
+                   "You have access to the following functions. To call a function, please respond with JSON "
+                   "for a function call.") +
+               respond_format + tools_text;
+    out += system + "<|eot_id|>";
+    if (tools && options.tools_in_user_message) {
+        if (next == messages.size())
+            throw Error(
+                "chat: cannot put tools in the first user message when there's no first user message "
+                "(Llama-3.1)");
+        out +=
+            "<|start_header_id|>user<|end_header_id|>\n\nGiven the following functions, please respond with "
+            "a "
+            "JSON for a function call with its proper arguments that best answers the given prompt.\n\n" +
+            std::string(respond_format) + tools_text + py_strip(messages[next].content) + "<|eot_id|>";
+        ++next;
+    }
+    for (size_t i = next; i < messages.size(); ++i) {
+        const ChatMessage& m = messages[i];
+        if (m.role == "tool" || m.role == "ipython") {
+            // `message.content is iterable` holds for a string: the template renders it through tojson.
+            std::string quoted;
+            py_json_string(m.content, quoted);
+            out += llama_turn("ipython", quoted);
+        } else {
+            out += llama_turn(m.role, py_strip(m.content));
+        }
     }
     if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
     return out;
@@ -176,7 +369,8 @@ std::string chatml_default_system(const std::string& tpl) {
 }  // namespace
 
 ChatFormat detect_chat_format(const std::string& t) {
-    if (contains(t, "<|start_header_id|>")) return ChatFormat::Llama3;
+    if (contains(t, "<|start_header_id|>"))
+        return contains(t, "Cutting Knowledge Date") ? ChatFormat::Llama31 : ChatFormat::Llama3;
     if (contains(t, "<|im_start|>"))
         return contains(t, "enable_thinking") || contains(t, "<think>") ? ChatFormat::Qwen3
                                                                         : ChatFormat::ChatML;
@@ -190,6 +384,8 @@ std::string to_string(ChatFormat f) {
             return "plain";
         case ChatFormat::Llama3:
             return "llama3";
+        case ChatFormat::Llama31:
+            return "llama3.1";
         case ChatFormat::ChatML:
             return "chatml";
         case ChatFormat::Qwen3:
@@ -210,10 +406,14 @@ ChatStyle detect_chat_style(const std::string& chat_template) {
 
 std::string render_chat(ChatFormat format, const std::vector<ChatMessage>& messages,
                         bool add_generation_prompt, const std::string& bos_token,
-                        const std::string& eos_token, const ChatStyle& style) {
+                        const std::string& eos_token, const ChatStyle& style, const ChatOptions& options) {
+    if (options.tools && format != ChatFormat::Llama31)
+        throw Error("chat: tools are supported only by the Llama-3.1 format, not " + to_string(format));
     switch (format) {
         case ChatFormat::Llama3:
             return render_llama3(messages, add_generation_prompt, bos_token);
+        case ChatFormat::Llama31:
+            return render_llama31(messages, add_generation_prompt, bos_token, options);
         case ChatFormat::ChatML:
             return render_chatml(messages, add_generation_prompt, style.default_system_prompt);
         case ChatFormat::Qwen3:
@@ -229,10 +429,22 @@ std::string render_chat(ChatFormat format, const std::vector<ChatMessage>& messa
 }
 
 std::string render_chat(const Tokenizer& tokenizer, const std::vector<ChatMessage>& messages,
-                        bool add_generation_prompt) {
+                        bool add_generation_prompt, const ChatOptions& options) {
     const std::string& tpl = tokenizer.chat_template();
     return render_chat(detect_chat_format(tpl), messages, add_generation_prompt, tokenizer.bos_token(),
-                       tokenizer.eos_token(), detect_chat_style(tpl));
+                       tokenizer.eos_token(), detect_chat_style(tpl), options);
+}
+
+std::string python_json_dumps(const std::string& json_text, int indent) {
+    nlohmann::ordered_json j;
+    try {
+        j = nlohmann::ordered_json::parse(json_text);
+    } catch (const nlohmann::json::exception& e) {
+        throw Error(std::string("chat: a tool definition is not valid JSON: ") + e.what());
+    }
+    std::string out;
+    py_json_dump(j, indent, 0, out);
+    return out;
 }
 
 }  // namespace varrate

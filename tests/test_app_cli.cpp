@@ -5,6 +5,8 @@
 
 #include <QProcess>
 
+#include <fstream>
+
 #include "core/base/file_io.h"
 
 using varrate::test::CliResult;
@@ -81,6 +83,64 @@ class TestCli : public QObject {
             QCOMPARE(j["prompt_ids"].dump(), c["prompt_ids"].dump());
             for (size_t i = 0; i < 20; ++i) QCOMPARE(j["generated_ids"][i], c["generated_ids"][i]);
         }
+    }
+
+    // `generate --chat` on a Llama-3.1 template with --chat-date and --chat-tools: the prompt ids equal
+    // transformers' rendering of the same conversation (tests/data/oracles/chat_llama31.json).
+    void generate_chat_llama31_date_and_tools() {
+        VARRATE_REQUIRE_FIXTURE(tok, "tokenizers/llama3/tokenizer.json");
+        const auto ref = varrate::read_json_file(varrate::test::oracle_dir() / "chat_llama31.json");
+        nlohmann::json c;
+        for (const auto& x : ref["cases"])
+            if (x["name"] == "tools_no_system_with_date") c = x;
+        QVERIFY(!c.is_null());
+        const auto tmp = varrate::test::temp_dir("cli-chat31");
+        const auto model = tmp / "model";
+        // A one-layer random model wide enough for the Llama-3 vocabulary.
+        std::ofstream(tmp / "config.json") << nlohmann::json{
+            {"architectures", {"LlamaForCausalLM"}},
+            {"model_type", "llama"},
+            {"hidden_size", 8},
+            {"intermediate_size", 16},
+            {"num_hidden_layers", 1},
+            {"num_attention_heads", 2},
+            {"num_key_value_heads", 1},
+            {"head_dim", 4},
+            {"vocab_size", 128256},
+            {"max_position_embeddings", 1024},
+            {"rms_norm_eps", 1e-5},
+            {"rope_theta", 500000.0},
+            {"tie_word_embeddings", true},
+            {"bos_token_id", 128000},
+            {"eos_token_id", 128009}}.dump();
+        QCOMPARE(
+            run_varrate({"make-model", "--config", QString::fromStdString((tmp / "config.json").string()),
+                         "--out", QString::fromStdString(model.string()), "--seed", "1", "--dtype", "fp32"})
+                .exit_code,
+            0);
+        std::filesystem::copy_file(tok, model / "tokenizer.json");
+        auto config = varrate::read_json_file(tok.parent_path() / "tokenizer_config.json");
+        config.erase("chat_template");
+        std::ofstream(model / "tokenizer_config.json") << config.dump();
+        std::filesystem::copy_file(
+            varrate::test::source_dir() / "tests/data/chat/llama31_chat_template.jinja",
+            model / "chat_template.jinja");
+        std::string tools = "[";
+        for (const auto& t : c["tools_json"]) tools += (tools.size() > 1 ? "," : "") + t.get<std::string>();
+        std::ofstream(tmp / "tools.json") << tools + "]";
+        const QString m = QString::fromStdString(model.string());
+        const CliResult r =
+            run_varrate({"generate", "--model", m, "--chat", "--chat-date",
+                         QString::fromStdString(c["template_kwargs"]["date_string"].get<std::string>()),
+                         "--chat-tools", QString::fromStdString((tmp / "tools.json").string()), "--prompt",
+                         QString::fromStdString(c["messages"][0]["content"].get<std::string>()),
+                         "--max-new-tokens", "1", "--json"});
+        QCOMPARE(r.exit_code, 0);
+        QCOMPARE(
+            QString::fromStdString(nlohmann::json::parse(varrate::test::utf8(r.out))["prompt_ids"].dump()),
+            QString::fromStdString(c["ids"].dump()));
+        expect_one_line_error({"generate", "--model", m, "--prompt", "Hi", "--chat-date", "01 Jan 2026"},
+                              "need --chat");
     }
 
     void bad_arguments_give_one_line() {

@@ -1,6 +1,10 @@
 #include "tests/test_support.h"
 
+#include <fstream>
+#include <sstream>
+
 #include "core/base/error.h"
+#include "core/prompt.h"
 #include "models/chat_template.h"
 #include "models/tokenizer.h"
 
@@ -20,6 +24,45 @@ std::vector<ChatMessage> messages_of(const json& j) {
 
 QString q(const std::string& s) {
     return QString::fromStdString(s);
+}
+
+std::string read_text(const std::filesystem::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+// tests/data/oracles/chat_llama31.json: transformers' apply_chat_template on Meta's Llama-3.1-8B-Instruct
+// template (tests/data/chat/llama31_chat_template.jinja), made by scripts/oracles/generate.sh --only chat31.
+json llama31_reference() {
+    return varrate::test::read_json(varrate::test::oracle_dir() / "chat_llama31.json");
+}
+
+// A case's apply_chat_template keyword arguments and tools as our options.
+varrate::ChatOptions options_of(const json& c) {
+    varrate::ChatOptions o;
+    const json& kw = c["template_kwargs"];
+    if (kw.contains("date_string")) o.date_string = kw["date_string"].get<std::string>();
+    if (kw.contains("tools_in_user_message"))
+        o.tools_in_user_message = kw["tools_in_user_message"].get<bool>();
+    if (!c["tools_json"].is_null()) o.tools = c["tools_json"].get<std::vector<std::string>>();
+    return o;
+}
+
+// The llama3 fixture tokenizer with the Llama-3.1 template beside it (chat_template.jinja, as newer
+// checkpoints keep it) instead of its own 3.0 template; "" when the fixture is absent.
+std::filesystem::path llama31_tokenizer_dir() {
+    const auto fixture = varrate::test::fixture("tokenizers/llama3/tokenizer.json");
+    if (fixture.empty()) return {};
+    const auto dir = varrate::test::temp_dir("llama31-tokenizer");
+    std::filesystem::copy_file(fixture, dir / "tokenizer.json");
+    json config = varrate::test::read_json(fixture.parent_path() / "tokenizer_config.json");
+    config.erase("chat_template");
+    std::ofstream(dir / "tokenizer_config.json") << config.dump();
+    std::filesystem::copy_file(varrate::test::source_dir() / "tests/data/chat/llama31_chat_template.jinja",
+                               dir / "chat_template.jinja");
+    return dir;
 }
 
 // The Qwen2.5 template (tools branch shortened): a literal default system prompt when none is given.
@@ -172,6 +215,83 @@ class TestChatTemplate : public QObject {
                  QString("<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nsys<|eot_id|><|"
                          "start_header_id|>"
                          "user<|end_header_id|>\n\nHi there<|eot_id|>"));
+    }
+
+    // Every rendering of the oracle, character for character (no fixture needed).
+    void llama31_oracle_renderings() {
+        const json ref = llama31_reference();
+        const auto tpl_path = varrate::test::source_dir() / ref["template"].get<std::string>();
+        QCOMPARE(q(varrate::test::sha256_hex(tpl_path)), q(ref["template_sha256"].get<std::string>()));
+        const std::string tpl = read_text(tpl_path);
+        QCOMPARE(varrate::detect_chat_format(tpl), ChatFormat::Llama31);
+        QCOMPARE(q(to_string(ChatFormat::Llama31)), QString("llama3.1"));
+        QVERIFY(ref["cases"].size() >= 10);
+        for (const json& c : ref["cases"]) {
+            const std::string rendered =
+                render_chat(ChatFormat::Llama31, messages_of(c["messages"]),
+                            c["add_generation_prompt"].get<bool>(), ref["bos_token"].get<std::string>(),
+                            "<|eot_id|>", varrate::detect_chat_style(tpl), options_of(c));
+            if (rendered != c["rendered"].get<std::string>())
+                qWarning("case %s differs", c["name"].get<std::string>().c_str());
+            QCOMPARE(q(rendered), q(c["rendered"].get<std::string>()));
+        }
+    }
+
+    // The same through a tokenizer whose template is Llama-3.1's (detected from it), and the ids.
+    void llama31_oracle_ids() {
+        VARRATE_REQUIRE_FIXTURE(fixture_tok, "tokenizers/llama3/tokenizer.json");
+        const json ref = llama31_reference();
+        QCOMPARE(q(varrate::test::sha256_hex(fixture_tok)), q(ref["tokenizer_sha256"].get<std::string>()));
+        const Tokenizer tok = Tokenizer::load(llama31_tokenizer_dir());
+        QCOMPARE(varrate::detect_chat_format(tok.chat_template()), ChatFormat::Llama31);
+        for (const json& c : ref["cases"]) {
+            const std::string rendered = render_chat(tok, messages_of(c["messages"]),
+                                                     c["add_generation_prompt"].get<bool>(), options_of(c));
+            QCOMPARE(q(rendered), q(c["rendered"].get<std::string>()));
+            QCOMPARE(q(json(tok.encode(rendered, false)).dump()), q(c["ids"].dump()));
+        }
+        // The 3.0 template of the same fixture stays Llama3.
+        QCOMPARE(varrate::detect_chat_format(Tokenizer::load(fixture_tok.parent_path()).chat_template()),
+                 ChatFormat::Llama3);
+    }
+
+    void llama31_errors_and_prompt_split() {
+        const json ref = llama31_reference();
+        varrate::ChatOptions tools;
+        tools.tools = std::vector<std::string>{R"({"name": "f"})"};
+        // The template's raise_exception; ours names the same condition.
+        EXPECT_ERROR(
+            render_chat(ChatFormat::Llama31, {{"system", "S"}}, true, "<|begin_of_text|>", "", {}, tools),
+            "no first user message");
+        QVERIFY(ref["tools_without_user_message_error"].get<std::string>().find("no first user message") !=
+                std::string::npos);
+        EXPECT_ERROR(render_chat(ChatFormat::Llama3, {{"user", "Hi"}}, true, "", "", {}, tools),
+                     "only by the Llama-3.1 format");
+        EXPECT_ERROR(render_chat(ChatFormat::Llama31, {}, true, "", ""), "at least one message");
+        tools.tools = std::vector<std::string>{"{not json"};
+        EXPECT_ERROR(render_chat(ChatFormat::Llama31, {{"user", "Hi"}}, true, "", "", {}, tools),
+                     "not valid JSON");
+        // A date given for a template without one changes nothing.
+        varrate::ChatOptions dated;
+        dated.date_string = "01 Jan 2030";
+        QCOMPARE(q(render_chat(ChatFormat::Llama3, {{"user", "Hi"}}, true, "<s>", "", {}, dated)),
+                 q(render_chat(ChatFormat::Llama3, {{"user", "Hi"}}, true, "<s>", "")));
+        QCOMPARE(q(varrate::python_json_dumps(R"({"b": [1, 2.0, {}], "a": "\u00e9\n"})")),
+                 QString::fromUtf8("{\"b\": [1, 2.0, {}], \"a\": \"\u00e9\\n\"}"));
+
+        // build_prompt splits a Llama-3.1 rendering: the context part and the question part make the whole
+        // prompt.
+        const auto dir = llama31_tokenizer_dir();
+        if (dir.empty()) QSKIP("reference fixture 'tokenizers/llama3/tokenizer.json' not found");
+        const Tokenizer tok = Tokenizer::load(dir);
+        const auto parts = varrate::build_prompt(tok, "The key is 7.", "What is the key?", true);
+        std::vector<int64_t> joined = parts.context_ids;
+        joined.insert(joined.end(), parts.question_ids.begin(), parts.question_ids.end());
+        const std::string whole = render_chat(tok, {{"user", "The key is 7.\n\nWhat is the key?"}}, true);
+        QVERIFY(whole.find("Today Date: 26 Jul 2024") != std::string::npos);
+        QCOMPARE(q(tok.decode(joined, false)), q(whole));
+        QCOMPARE(q(json(parts.context_ids).dump()),
+                 q(json(tok.encode(whole.substr(0, whole.find("The key is 7.") + 13), false)).dump()));
     }
 
     void plain_without_template() {

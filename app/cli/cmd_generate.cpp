@@ -26,6 +26,7 @@ struct GenerateArgs {
     std::string model;
     std::string prompt, prompt_file, prompt_ids;
     bool chat = false;
+    std::string chat_date, chat_tools_file;
     int64_t max_new_tokens = 128;
     RuntimeArgs runtime;
     int64_t chunk_size = 512;
@@ -56,7 +57,17 @@ int run_generate(const GenerateArgs& a) {
         if (!tok) throw Error(a.model + ": no tokenizer.json in the model directory (use --prompt-ids)");
         std::string text = a.prompt_file.empty() ? a.prompt : read_text_file(a.prompt_file);
         if (a.chat) {
-            const std::string rendered = render_chat(*tok, {{"user", text}}, true);
+            ChatOptions chat;
+            chat.date_string = a.chat_date;
+            if (!a.chat_tools_file.empty()) {
+                const auto tools =
+                    nlohmann::ordered_json::parse(read_text_file(a.chat_tools_file), nullptr, false);
+                if (!tools.is_array())
+                    throw Error(a.chat_tools_file + ": --chat-tools needs a JSON array of tool definitions");
+                chat.tools.emplace();
+                for (const auto& t : tools) chat.tools->push_back(t.dump());
+            }
+            const std::string rendered = render_chat(*tok, {{"user", text}}, true, chat);
             prompt = tok->encode(rendered, false);
         } else {
             prompt = tok->encode(text, true);
@@ -140,6 +151,14 @@ Command add_generate(CLI::App& root) {
     p->excludes(pf)->excludes(pi);
     pf->excludes(pi);
     sub->add_flag("--chat", a->chat, "Wrap the prompt in the model's chat template");
+    sub->add_option(
+        "--chat-date", a->chat_date,
+        "With --chat: the \"Today Date\" of a Llama-3.1 template (default: the template's, 26 Jul 2024)");
+    sub->add_option(
+           "--chat-tools", a->chat_tools_file,
+           "With --chat: a JSON file holding an array of tool definitions, rendered into the prompt as a "
+           "Llama-3.1 template does (other templates reject tools)")
+        ->check(CLI::ExistingFile);
     sub->add_option("--max-new-tokens", a->max_new_tokens, "Tokens to generate")
         ->capture_default_str()
         ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
@@ -151,6 +170,8 @@ Command add_generate(CLI::App& root) {
     return {sub, [a] {
                 if (a->prompt.empty() && a->prompt_file.empty() && a->prompt_ids.empty())
                     throw Error("generate: give one of --prompt, --prompt-file or --prompt-ids");
+                if (!a->chat && (!a->chat_date.empty() || !a->chat_tools_file.empty()))
+                    throw Error("generate: --chat-date and --chat-tools need --chat");
                 if (a->chat && !a->prompt_ids.empty())
                     throw Error("generate: --chat needs a text prompt, not --prompt-ids");
                 return run_generate(*a);

@@ -12,7 +12,9 @@ query-agnostic (the context alone is compressed, the question comes after) and q
 question are compressed together, as kvpress's compress_questions, and a short suffix comes after), through
 kvpress's own pipeline code (sdpa attention, so that the press computes its window attention itself; the
 eager path, which reads the model's attention weights, must keep the same); the kept positions of every
-layer and KV head, the scores, the greedy answer ids and one bf16 case are recorded.
+layer and KV head, the scores, the greedy answer ids and one bf16 case are recorded. The tokenizer references
+(tokenizers_reference.py, target "tokenizers") and the Llama-3.1 chat-template renderings (chat_reference.py,
+target "chat31") come from the `tokenizers` library and transformers' apply_chat_template.
 
 Everything is deterministic: CPU only, fixed seeds, one thread. Each file names the versions that made it
 ("generator"). Nothing here is needed to build or test the project: the outputs are committed.
@@ -46,6 +48,7 @@ from kvpress import SnapKVPress  # noqa: E402
 from kvpress.pipeline import KVPressTextGenerationPipeline  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import chat_reference  # noqa: E402
 import tokenizers_reference  # noqa: E402
 from oracle_rng import splitmix64  # noqa: E402
 
@@ -456,7 +459,7 @@ def main():
                     help="the varrate executable that writes the checkpoints (default: $VARRATE_BIN or "
                          "build/bin/varrate, relative to the repository)")
     ap.add_argument("--only", nargs="*",
-                    help="model names to regenerate, or kvpress, or tokenizers (default: everything)")
+                    help="model names to regenerate, or kvpress, tokenizers or chat31 (default: everything)")
     ap.add_argument("--fixtures", default=str(REPO.parent / "shared" / "fixtures"),
                     help="the shared fixtures, whose tokenizer.json files the tokenizer references use "
                          "(default: ../shared/fixtures beside the repository)")
@@ -496,6 +499,10 @@ def main():
             print(f"tokenizers {vocab['name']}: agrees with the fixture vectors on {agree['ids']}/{agree['rows']} "
                   f"ids, {agree['ids_no_special']} ids without specials, {agree['decoded']} decodes", flush=True)
             write_json(DATA / "tokenizers" / f"{vocab['name']}.json", ref)
+    if not args.only or "chat31" in args.only:
+        ref = chat_reference.reference(REPO, args.fixtures, generator_info())
+        print(f"chat31: {len(ref['cases'])} renderings of the Llama-3.1 template", flush=True)
+        write_json(DATA / "chat_llama31.json", ref)
 
 
 if __name__ == "__main__":
