@@ -140,6 +140,15 @@ class CompressionMethod {
     virtual LayerAllocation allocate(const LayerAnalysis& analysis, const CodecSettings& budget) = 0;
     virtual LayerKV materialise(const LayerCapture& capture, const LayerAnalysis& analysis,
                                 const LayerAllocation& allocation) = 0;
+    // The budget of each layer when the method shares kappa out unevenly from all the layers' analyses
+    // (KVzip: one selection across layers), each passed to that layer's allocate() as its budget; empty (the
+    // default): every layer gets `budget`'s kappa. The layers' total must stay within the method's accounting.
+    virtual std::vector<double> layer_budgets(const std::vector<std::shared_ptr<const LayerAnalysis>>& layers,
+                                              const CodecSettings& budget) {
+        (void)layers;
+        (void)budget;
+        return {};
+    }
     // The layer held compressed at the size its budget accounts for (a KV-cache prefix that decoding attends
     // through), or null when the method keeps a dense layer (materialise(): eviction shrinks it already).
     virtual std::shared_ptr<const LayerPrefix> store(const LayerCapture& capture,

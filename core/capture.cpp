@@ -259,7 +259,12 @@ MethodAnalysis::MethodAnalysis(CompressionMethod& method, const PrefillCapture& 
 std::vector<LayerAllocation> MethodAnalysis::allocate(const CodecSettings& budget) const {
     std::vector<LayerAllocation> out;
     out.reserve(layers_.size());
-    for (const auto& a : layers_) out.push_back(method_.allocate(*a, budget));
+    const std::vector<double> per_layer = method_.layer_budgets(layers_, budget);
+    for (size_t l = 0; l < layers_.size(); ++l) {
+        CodecSettings b = budget;
+        if (!per_layer.empty()) b.budget = per_layer.at(l);
+        out.push_back(method_.allocate(*layers_[l], b));
+    }
     return out;
 }
 

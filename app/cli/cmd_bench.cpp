@@ -19,6 +19,7 @@
 #include "codec/synthetic.h"
 #include "core/base/error.h"
 #include "core/capture.h"
+#include "core/probe.h"
 #include "core/stats.h"
 #include "models/flops.h"
 
@@ -69,6 +70,17 @@ std::vector<int64_t> synthetic_ids(int64_t n, int64_t vocab_size) {
     return ids;
 }
 
+// The probes' synthetic prompts: a question of typical length, KVzip's repeat prompts as long as the real
+// ones in a Llama-3 vocabulary.
+constexpr int64_t kBenchQuestionTokens = 24;
+RepeatPrompt bench_repeat_prompt(int64_t vocab_size) {
+    RepeatPrompt p;
+    p.first = synthetic_ids(8, vocab_size);
+    p.later = synthetic_ids(13, vocab_size);
+    p.suffix = synthetic_ids(1, vocab_size);
+    return p;
+}
+
 void synchronize(const c10::Device& device) {
     // A tiny device->host copy waits for queued work without needing CUDA headers.
     if (!device.is_cpu()) at::zeros({1}, at::TensorOptions().device(device)).cpu();
@@ -100,6 +112,13 @@ void warm_up(const LlamaModel& model, const std::vector<int64_t>& ids, const For
 }
 
 int run_bench_prefill(const BenchPrefillArgs& a) {
+    for (const std::string& name : names)
+        if (method_probe(name) != MethodProbe::None)
+            throw Error(fmt::format("bench codec: {} reads a second pass over the context, which the separate "
+                                    "path (a method inside the prefill) cannot run: bench it with --shared",
+                                    name));
+    const ProbeNeeds probes = probe_needs(shared_names);
+
     auto model = load_model_for_cli(a.model, a.runtime);
     const ModelConfig& cfg = model->config();
     const RuntimeOptions& o = model->options();
@@ -234,6 +253,13 @@ int run_bench_codec(BenchCodecArgs a) {
     if (settings.rank <= 0)
         throw Error(fmt::format("bench codec: --rank must be positive, got {}", settings.rank));
 
+    for (const std::string& name : names)
+        if (method_probe(name) != MethodProbe::None)
+            throw Error(fmt::format("bench codec: {} reads a second pass over the context, which the separate "
+                                    "path (a method inside the prefill) cannot run: bench it with --shared",
+                                    name));
+    const ProbeNeeds probes = probe_needs(shared_names);
+
     auto model = load_model_for_cli(a.model, a.runtime);
     const ModelConfig& cfg = model->config();
     const RuntimeOptions& o = model->options();
@@ -322,17 +348,35 @@ int run_bench_codec(BenchCodecArgs a) {
         if (shared_methods.empty()) continue;
         const auto t0 = Clock::now();
         const double c0 = process_cpu_ms();
-        const PrefillCapture capture = capture_prefill(*model, ids, settings, {}, a.chunk_size);
+        PrefillCapture capture = capture_prefill(*model, ids, settings, {}, a.chunk_size);
         synchronize(o.device);
         capture_ms.push_back(ms_between(t0, Clock::now()));
         capture_cpu_ms.push_back(process_cpu_ms() - c0);
+        // The extra passes some methods read (core/probe.h), on synthetic prompts of typical lengths; each
+        // is charged to the analysis of the methods that read it.
+        double question_ms = 0, repeat_ms = 0;
+        if (probes.question) {
+            auto tq = Clock::now();
+            add_question_attention(*model, capture, synthetic_ids(kBenchQuestionTokens, cfg.vocab_size));
+            synchronize(o.device);
+            question_ms = ms_between(tq, Clock::now());
+        }
+        if (probes.repeat) {
+            auto tr = Clock::now();
+            add_repeat_scores(*model, capture, bench_repeat_prompt(cfg.vocab_size));
+            synchronize(o.device);
+            repeat_ms = ms_between(tr, Clock::now());
+        }
         for (size_t mi = 0; mi < shared_methods.size(); ++mi) {
             SharedRun run;
             const double m0 = process_cpu_ms();
             auto t = Clock::now();
             const MethodAnalysis analysis(*shared_methods[mi], capture);
             synchronize(o.device);
-            run.analyse_ms = ms_between(t, Clock::now());
+            const MethodProbe probe = method_probe(shared_names[mi]);
+            run.analyse_ms = ms_between(t, Clock::now()) + (probe == MethodProbe::Question ? question_ms
+                                                             : probe == MethodProbe::Repeat ? repeat_ms
+                                                                                            : 0.0);
             t = Clock::now();
             std::vector<LayerAllocation> allocations = analysis.allocate(settings);
             synchronize(o.device);
