@@ -282,6 +282,7 @@ bool decoder_layer(at::Tensor& x, const LayerWeights& lw, const ModelConfig& c, 
         const int64_t w = std::min(observed->window, m);
         LayerCapture cap;
         cap.layer = l;
+        cap.n_layers = c.n_layer;
         cap.keys_pre_rope = observed->keys_pre_rope[l];
         cap.keys = cache.keys(l);
         cap.values = cache.values(l);
