@@ -4,8 +4,10 @@
 
 #include <fmt/format.h>
 
+#include "codec/adakv_method.h"
 #include "codec/full_method.h"
 #include "codec/kivi_method.h"
+#include "codec/pyramidkv_method.h"
 #include "codec/snapkv_method.h"
 #include "codec/streamingllm_method.h"
 #include "codec/varrate_method.h"
@@ -57,6 +59,16 @@ const std::vector<Entry>& registry() {
          "KIVI 4-bit quantization (keys per channel, values per token, 128 recent exact)",
          [](const CodecSettings& s, std::shared_ptr<const Basis>) {
              return std::make_unique<KiviMethod>(s, 4);
+         }},
+        {"pyramidkv", false, false,
+         "PyramidKV: SnapKV's scores, kept count per layer on a linear depth schedule at SnapKV's mean",
+         [](const CodecSettings& s, std::shared_ptr<const Basis>) {
+             return std::make_unique<PyramidKVMethod>(s);
+         }},
+        {"adakv", false, false,
+         "Ada-KV over SnapKV: per-head safeguard (20 %), the rest by one top-k over all heads of a layer",
+         [](const CodecSettings& s, std::shared_ptr<const Basis>) {
+             return std::make_unique<AdaKVMethod>(s);
          }},
     };
     return entries;

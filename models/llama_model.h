@@ -29,7 +29,7 @@ class SafetensorsArchive;
 // layer's cache (during the last chunk's pass through the layer, as kvpress hooks do).
 struct LayerCapture {
     int64_t layer = 0;
-    int64_t n_layers = 0;  // layers of the model (PyramidKV's depth schedule)
+    int64_t n_layers = 0;       // layers of the model (PyramidKV's depth schedule)
     at::Tensor keys_pre_rope;   // [n_kv_head, L, head_dim], the keys before RoPE (Qwen3: after k_norm)
     at::Tensor keys;            // [n_kv_head, L, head_dim], post-RoPE (what the cache holds)
     at::Tensor values;          // [n_kv_head, L, head_dim]
