@@ -25,11 +25,16 @@ HeadwiseKeep headwise_keep(const at::Tensor& keep_mask) {
     const at::Tensor counts = keep_mask.sum(1);  // [G]
     const int64_t n_max = counts.max().item<int64_t>();
     if (n_max == 0) throw Error("head-wise eviction: the keep mask keeps no position in any KV head");
-    // A stable sort of "not kept" puts each row's kept positions first, in ascending order.
-    const at::Tensor order = std::get<1>(at::sort(keep_mask.logical_not().to(at::kByte), /*stable=*/true, 1));
+    // Each kept position goes to its slot, the number kept before it in its row (no sort: LibTorch 1.13's
+    // stable sort of a byte tensor does not keep the order); the others go to a spare column, dropped.
+    const at::Tensor slot =
+        (keep_mask.to(at::kLong).cumsum(1) - 1).masked_fill(keep_mask.logical_not(), n_max);
+    const at::Tensor pos = at::arange(n_tok, counts.options()).unsqueeze(0).expand(keep_mask.sizes());
+    at::Tensor buf = at::full({keep_mask.size(0), n_max + 1}, n_tok - 1, counts.options());
+    buf.scatter_(1, slot, pos);
     HeadwiseKeep out;
     out.valid = at::arange(n_max, counts.options()).unsqueeze(0) < counts.unsqueeze(1);  // [G, n_max]
-    out.positions = order.narrow(1, 0, n_max).masked_fill(out.valid.logical_not(), n_tok - 1);
+    out.positions = buf.narrow(1, 0, n_max).masked_fill(out.valid.logical_not(), n_tok - 1).contiguous();
     return out;
 }
 

@@ -333,8 +333,9 @@ class TestCodecVarRate : public QObject {
     }
 
     void registryAndJson() {
-        QVERIFY(method_names() == (std::vector<std::string>{"full", "varrate", "flat", "snapkv",
-                                                            "streamingllm", "kivi2", "kivi4"}));
+        QVERIFY(method_names() ==
+                (std::vector<std::string>{"full", "varrate", "flat", "snapkv", "streamingllm", "kivi2",
+                                          "kivi4", "pyramidkv", "adakv"}));
         QVERIFY(default_method_names() == (std::vector<std::string>{"full", "varrate", "flat", "snapkv"}));
         QVERIFY(method_needs_basis("varrate") && method_needs_basis("flat"));
         QVERIFY(!method_needs_basis("full") && !method_needs_basis("snapkv"));
