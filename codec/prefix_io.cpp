@@ -210,7 +210,9 @@ PrefixTensors headwise_tensors(const HeadwiseEvictedLayer& h, const std::string&
     out.meta = {{"kind", kHeadwiseEviction},   {"layer", p.layer},
                 {"n_tokens", h.length()},      {"n_context", p.n_context},
                 {"n_kv_head", p.keys.size(0)}, {"head_dim", p.keys.size(2)}};
-    out.tensors = {{prefix + "keys", p.keys}, {prefix + "values", p.values}, {prefix + "valid", p.valid}};
+    // safetensors has no bool: the validity mask is saved as uint8 (0 / 1).
+    out.tensors = {
+        {prefix + "keys", p.keys}, {prefix + "values", p.values}, {prefix + "valid", p.valid.to(at::kByte)}};
     return out;
 }
 
@@ -227,7 +229,10 @@ std::shared_ptr<const LayerPrefix> headwise_from_tensors(const nlohmann::json& m
                          expect, where);
     p.keys = typed(tensors, prefix + "keys", {expect.dtype}, where);
     p.values = typed(tensors, prefix + "values", {expect.dtype}, where);
-    p.valid = typed(tensors, prefix + "valid", {at::kBool}, where);
+    const at::Tensor valid = typed(tensors, prefix + "valid", {at::kByte}, where);
+    if (valid.numel() > 0 && valid.max().item<int64_t>() > 1)
+        throw Error(fmt::format("{}: the validity mask holds values other than 0 and 1", where));
+    p.valid = valid.to(at::kBool);
     const std::vector<int64_t> shape{expect.n_kv_head, n_tokens, expect.head_dim};
     if (p.keys.sizes().vec() != shape)
         throw Error(fmt::format("{}: keys have shape {}, expected [{}]", where, shape_str(p.keys),

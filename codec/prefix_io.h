@@ -14,7 +14,8 @@
 //   "quantized_layer"   codec/quantized_layer.h (KIVI).
 //   "headwise_eviction" codec/headwise_eviction.h (Ada-KV). Tensors <prefix>keys, values ([n_kv_head,
 //                       n_tokens, head_dim], each head padded to the longest), valid ([n_kv_head, n_tokens]
-//                       bool); scalars layer, n_tokens (the padded width), n_context, n_kv_head, head_dim.
+//                       uint8 0/1: safetensors has no bool); scalars layer, n_tokens (the padded width),
+//                       n_context, n_kv_head, head_dim.
 #include <cstdint>
 #include <functional>
 #include <memory>
