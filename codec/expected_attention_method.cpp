@@ -5,6 +5,8 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include "codec/adakv_method.h"
+#include "codec/headwise_eviction.h"
 #include "codec/snapkv_method.h"
 #include "codec/water_filling.h"
 #include "core/base/error.h"
@@ -16,9 +18,10 @@ namespace {
 
 struct ExpectedAttentionAnalysis : LayerAnalysis {
     int64_t head_dim = 0, element_size = 0;
-    at::Tensor order;     // [G, L] int64: positions by decreasing score (stable)
-    at::Tensor kv_sq;     // [G, L] fp32, eviction_kv_sq
-    at::Tensor salience;  // [L] CPU fp32: scores averaged over the KV heads
+    at::Tensor order;         // [G, L] int64: each head's positions by decreasing score (stable)
+    at::Tensor global_order;  // [G * L] int64: the layer's (head, position) by decreasing score (stable)
+    at::Tensor kv_sq;         // [G, L] fp32, eviction_kv_sq
+    at::Tensor salience;      // [L] CPU fp32: scores averaged over the KV heads
 };
 
 }  // namespace
@@ -78,6 +81,7 @@ std::shared_ptr<const LayerAnalysis> ExpectedAttentionMethod::analyse(const Laye
     a->element_size = element_size(capture.keys.scalar_type());
     const at::Tensor scores = expected_attention_scores(capture);  // [G, L]
     a->order = snapkv_order(scores);
+    a->global_order = std::get<1>(at::sort(scores.reshape({-1}), /*stable=*/true, 0, /*descending=*/true));
     a->kv_sq = eviction_kv_sq(capture);
     a->salience = scores.mean(0).to(at::kCPU);
     sync_for_timing(a->order, settings_.precise_timing);
@@ -95,9 +99,9 @@ LayerAllocation ExpectedAttentionMethod::allocate(const LayerAnalysis& analysis,
     if (kept < 1)
         throw InfeasibleBudget(fmt::format("{}: budget kappa={} keeps int(L*kappa)=0 of L={} tokens", name(),
                                            budget.budget, a.n_tokens));
-    LayerAllocation out;
-    out.kept = std::get<0>(at::sort(a.order.narrow(1, 0, kept), 1));  // [G, kept], original order
-    out.diagnostics = eviction_diagnostics(name(), a.layer, out.kept, a.kv_sq, a.head_dim, a.element_size);
+    // Ada-KV's head-wise share of G * kept (no window: the sinks score above everything instead).
+    const at::Tensor mask = AdaKVMethod::keep_mask(a.order, a.global_order, a.n_tokens, /*window=*/0, kept);
+    LayerAllocation out = headwise_allocation(name(), a.layer, mask, a.kv_sq, a.head_dim, a.element_size);
     out.diagnostics.salience = a.salience;
     out.diagnostics.salience_norm = normalise_salience(a.salience);
     out.diagnostics.timing = a.timing;
@@ -107,9 +111,15 @@ LayerAllocation ExpectedAttentionMethod::allocate(const LayerAnalysis& analysis,
 
 LayerKV ExpectedAttentionMethod::materialise(const LayerCapture& capture, const LayerAnalysis&,
                                              const LayerAllocation& allocation) {
-    LayerKV kv = gather_kept(capture, allocation.kept);
+    LayerKV kv = headwise_materialise(capture, allocation);
     sync_for_timing(kv.values, settings_.precise_timing);
     return kv;
+}
+
+std::shared_ptr<const LayerPrefix> ExpectedAttentionMethod::store(const LayerCapture& capture,
+                                                                  const LayerAnalysis&,
+                                                                  const LayerAllocation& allocation) {
+    return headwise_store(capture, allocation);
 }
 
 }  // namespace varrate

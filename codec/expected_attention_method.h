@@ -3,8 +3,9 @@
 // by the mean mu and covariance S of the prompt's pre-RoPE queries (the first kQueryStatsSkip positions left
 // out), rotated by the RoPE rotation averaged over the next 512 positions. A key k's expected attention is
 // softmax_t(k.mu / sqrt(d) + k^T S k / (2d)) over the non-sink tokens, averaged over its GQA group, then
-// (score + epsilon) * ||v||; the sinks get the maximum + 1. Each KV head keeps its int(L * kappa) best
-// tokens, in original order, physically.
+// (score + epsilon) * ||v||; the sinks get the maximum + 1. As kvpress runs it for the paper, inside Ada-KV
+// (epsilon 0.01): G * int(L * kappa) entries per layer, each head's safeguard first, the rest by one top-k
+// over all heads (codec/adakv_method.h), held by a head-wise eviction store.
 #include "codec/method.h"
 
 namespace varrate {
@@ -29,6 +30,8 @@ class ExpectedAttentionMethod : public CompressionMethod {
     LayerAllocation allocate(const LayerAnalysis& analysis, const CodecSettings& budget) override;
     LayerKV materialise(const LayerCapture& capture, const LayerAnalysis& analysis,
                         const LayerAllocation& allocation) override;
+    std::shared_ptr<const LayerPrefix> store(const LayerCapture& capture, const LayerAnalysis& analysis,
+                                             const LayerAllocation& allocation) override;
 
   private:
     CodecSettings settings_;

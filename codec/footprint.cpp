@@ -151,27 +151,27 @@ CodecBudget plan_codec_budget(const CodecSettings& s, int64_t n_tokens, int64_t 
     return b;
 }
 
-int64_t snapkv_kept_tokens(const CodecSettings& s, int64_t n_tokens) {
+int64_t snapkv_kept_tokens(const CodecSettings& s, int64_t n_tokens, const std::string& who) {
     const int64_t w = s.obs_window;
     // int(L * kappa) >= w  <=>  kappa >= w / L (rounded up to 1e-4 so the product does not fall short).
     double k_min = std::ceil(static_cast<double>(w) / static_cast<double>(n_tokens) * 1e4) / 1e4;
     while (static_cast<int64_t>(static_cast<double>(n_tokens) * k_min) < w) k_min += 1e-4;
     if (n_tokens <= w)
         throw InfeasibleBudget(
-            fmt::format("snapkv: a context of L={} tokens is not longer than the observation window {}; "
+            fmt::format("{}: a context of L={} tokens is not longer than the observation window {}; "
                         "no kappa is feasible for this L",
-                        n_tokens, w));
+                        who, n_tokens, w));
     if (!(s.budget > 0.0 && s.budget <= 1.0))
         throw Error(
-            fmt::format("snapkv: budget kappa={} is outside (0, 1]; the smallest feasible kappa for L={} is "
+            fmt::format("{}: budget kappa={} is outside (0, 1]; the smallest feasible kappa for L={} is "
                         "{:.4f}",
-                        s.budget, n_tokens, k_min));
+                        who, s.budget, n_tokens, k_min));
     const int64_t kept = static_cast<int64_t>(static_cast<double>(n_tokens) * s.budget);
     if (kept < w)
         throw InfeasibleBudget(
-            fmt::format("snapkv: budget kappa={} keeps int(L*kappa)={} tokens per KV head, fewer than the "
+            fmt::format("{}: budget kappa={} keeps int(L*kappa)={} tokens per KV head, fewer than the "
                         "always-kept window of {}; the smallest feasible kappa for L={} is {:.4f}",
-                        s.budget, kept, w, n_tokens, k_min));
+                        who, s.budget, kept, w, n_tokens, k_min));
     return kept;
 }
 

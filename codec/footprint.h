@@ -57,7 +57,8 @@ CodecBudget plan_codec_budget(const CodecSettings& s, int64_t n_tokens, int64_t 
                               const std::string& who = "varrate", bool self_calibrated_basis = false);
 
 // SnapKV: tokens kept per KV head = int(L * kappa), the observation window included. Throws Error when
-// that cannot hold the window or kappa is outside (0, 1].
-int64_t snapkv_kept_tokens(const CodecSettings& s, int64_t n_tokens);
+// that cannot hold the window or kappa is outside (0, 1]; `who` names the method in the message (Ada-KV keeps
+// as many per head on average).
+int64_t snapkv_kept_tokens(const CodecSettings& s, int64_t n_tokens, const std::string& who = "snapkv");
 
 }  // namespace varrate

@@ -18,9 +18,9 @@ namespace {
 
 struct KVzipAnalysis : LayerAnalysis {
     int64_t n_kv_head = 0, head_dim = 0, element_size = 0, pinned = 0;
-    at::Tensor scores;    // [G, L] fp32: the repeat scores, pinned positions at +inf
-    at::Tensor order;     // [G * L] int64: flat (head-major) positions by descending score, ties to the earlier
-    at::Tensor kv_sq;     // [G, L] fp32, eviction_kv_sq
+    at::Tensor scores;  // [G, L] fp32: the repeat scores, pinned positions at +inf
+    at::Tensor order;   // [G * L] int64: flat (head-major) positions by descending score, ties to the earlier
+    at::Tensor kv_sq;   // [G, L] fp32, eviction_kv_sq
     at::Tensor salience;  // [L] CPU fp32: the repeat scores' max over heads
 };
 
@@ -37,9 +37,10 @@ std::shared_ptr<const LayerAnalysis> KVzipMethod::analyse(const LayerCapture& ca
     const int64_t G = shape.n_kv_head, L = shape.n_tokens;
     const at::Tensor& rs = capture.repeat_scores;
     if (!rs.defined() || rs.sizes() != at::IntArrayRef{G, L})
-        throw Error(fmt::format("{}: layer {} needs KVzip's context-reconstruction scores [{}, {}] (a second "
-                                "pass over the context, run by compare and niah); the capture has {}",
-                                name(), capture.layer, G, L, shape_str(rs)));
+        throw Error(
+            fmt::format("{}: layer {} needs KVzip's context-reconstruction scores [{}, {}] (a second "
+                        "pass over the context, run by compare and niah); the capture has {}",
+                        name(), capture.layer, G, L, shape_str(rs)));
     auto a = std::make_shared<KVzipAnalysis>();
     a->layer = capture.layer;
     a->n_tokens = L;
@@ -59,8 +60,8 @@ std::shared_ptr<const LayerAnalysis> KVzipMethod::analyse(const LayerCapture& ca
     return a;
 }
 
-std::vector<double> KVzipMethod::layer_budgets(const std::vector<std::shared_ptr<const LayerAnalysis>>& layers,
-                                               const CodecSettings& budget) {
+std::vector<double> KVzipMethod::layer_budgets(
+    const std::vector<std::shared_ptr<const LayerAnalysis>>& layers, const CodecSettings& budget) {
     if (!(budget.budget > 0.0 && budget.budget <= 1.0))
         throw Error(fmt::format("{}: budget kappa={} is outside (0, 1]", name(), budget.budget));
     std::vector<at::Tensor> flat;
@@ -79,7 +80,8 @@ std::vector<double> KVzipMethod::layer_budgets(const std::vector<std::shared_ptr
                         name(), budget.budget, keep, total, pinned,
                         std::ceil(static_cast<double>(pinned) / static_cast<double>(total) * 1e4) / 1e4));
     // One top-k over every layer's entries (ties to the earlier layer, head, position), counted per layer.
-    const at::Tensor top = std::get<1>(at::sort(all, /*stable=*/true, 0, /*descending=*/true)).narrow(0, 0, keep);
+    const at::Tensor top =
+        std::get<1>(at::sort(all, /*stable=*/true, 0, /*descending=*/true)).narrow(0, 0, keep);
     std::vector<int64_t> offsets;
     int64_t at_entry = 0;
     for (const at::Tensor& f : flat) {

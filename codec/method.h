@@ -80,7 +80,7 @@ struct LayerDiagnostics {
     at::Tensor rank;           // [L] int64, D for exact tokens, 0 for evicted ones
     at::Tensor exact;          // [L] bool, stored exactly (SnapKV: kept by every KV head)
     at::Tensor rel_error;      // [L] fp32, ||z - z^|| / ||z|| in the pre-RoPE joint space
-    at::Tensor kept;           // [n_kv_head, L] bool, SnapKV only
+    at::Tensor kept;           // [n_kv_head, L] bool, eviction methods only (per KV head)
 };
 
 struct LayerResult {
@@ -118,7 +118,10 @@ struct LayerAllocation {
     at::Tensor
         rank_order;  // [n_coded] int64 on the device: coded ordinals by decreasing width (VarRate/flat)
     std::vector<RankGroup> rank_groups;  // consecutive runs of rank_order, widths decreasing (VarRate/flat)
-    at::Tensor kept;         // [n_kv_head, kept] int64 ascending positions on the compute device (SnapKV)
+    at::Tensor kept;  // [n_kv_head, kept] int64 ascending positions on the compute device (eviction methods)
+    // Head-wise eviction (codec/headwise_eviction.h; the heads keep different numbers): [n_kv_head, kept]
+    // bool, false where `kept`'s row is padding (each row is padded to the longest). Undefined otherwise.
+    at::Tensor kept_valid;
     int64_t coef_bits = 16;  // what the coefficients were stored with (CodecSettings::coef_bits)
 };
 
@@ -142,7 +145,8 @@ class CompressionMethod {
                                 const LayerAllocation& allocation) = 0;
     // The budget of each layer when the method shares kappa out unevenly from all the layers' analyses
     // (KVzip: one selection across layers), each passed to that layer's allocate() as its budget; empty (the
-    // default): every layer gets `budget`'s kappa. The layers' total must stay within the method's accounting.
+    // default): every layer gets `budget`'s kappa. The layers' total must stay within the method's
+    // accounting.
     virtual std::vector<double> layer_budgets(const std::vector<std::shared_ptr<const LayerAnalysis>>& layers,
                                               const CodecSettings& budget) {
         (void)layers;

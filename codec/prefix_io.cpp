@@ -8,6 +8,7 @@
 #include <typeinfo>
 
 #include "codec/compressed_layer.h"
+#include "codec/headwise_eviction.h"
 #include "codec/method.h"
 #include "codec/quantized_layer.h"
 #include "core/base/error.h"
@@ -19,6 +20,7 @@ namespace {
 
 constexpr const char* kCompressedLayer = "compressed_layer";
 constexpr const char* kQuantizedLayer = "quantized_layer";
+constexpr const char* kHeadwiseEviction = "headwise_eviction";
 
 int64_t bytes_of(const at::Tensor& t) {
     return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
@@ -202,6 +204,42 @@ std::shared_ptr<const LayerPrefix> quantized_layer_from_tensors(const nlohmann::
     return make_store<QuantizedLayer>(std::move(p), where);  // checks every shape
 }
 
+PrefixTensors headwise_tensors(const HeadwiseEvictedLayer& h, const std::string& prefix) {
+    const HeadwiseEvictedLayer::Parts& p = h.parts();
+    PrefixTensors out;
+    out.meta = {{"kind", kHeadwiseEviction},   {"layer", p.layer},
+                {"n_tokens", h.length()},      {"n_context", p.n_context},
+                {"n_kv_head", p.keys.size(0)}, {"head_dim", p.keys.size(2)}};
+    // safetensors has no bool: the validity mask is saved as uint8 (0 / 1).
+    out.tensors = {
+        {prefix + "keys", p.keys}, {prefix + "values", p.values}, {prefix + "valid", p.valid.to(at::kByte)}};
+    return out;
+}
+
+std::shared_ptr<const LayerPrefix> headwise_from_tensors(const nlohmann::json& meta,
+                                                         const std::string& prefix,
+                                                         const TensorSource& tensors,
+                                                         const PrefixExpectation& expect,
+                                                         const std::string& where) {
+    HeadwiseEvictedLayer::Parts p;
+    p.layer = integer(meta, "layer", where);
+    p.n_context = integer(meta, "n_context", where);
+    const int64_t n_tokens = integer(meta, "n_tokens", where);
+    check_expected_shape(n_tokens, integer(meta, "n_kv_head", where), integer(meta, "head_dim", where),
+                         expect, where);
+    p.keys = typed(tensors, prefix + "keys", {expect.dtype}, where);
+    p.values = typed(tensors, prefix + "values", {expect.dtype}, where);
+    const at::Tensor valid = typed(tensors, prefix + "valid", {at::kByte}, where);
+    if (valid.numel() > 0 && valid.max().item<int64_t>() > 1)
+        throw Error(fmt::format("{}: the validity mask holds values other than 0 and 1", where));
+    p.valid = valid.to(at::kBool);
+    const std::vector<int64_t> shape{expect.n_kv_head, n_tokens, expect.head_dim};
+    if (p.keys.sizes().vec() != shape)
+        throw Error(fmt::format("{}: keys have shape {}, expected [{}]", where, shape_str(p.keys),
+                                fmt::join(shape, ", ")));
+    return make_store<HeadwiseEvictedLayer>(std::move(p), where);  // checks values and the mask
+}
+
 }  // namespace
 
 PrefixTensors to_tensors(const LayerPrefix& prefix, const std::string& name_prefix) {
@@ -209,6 +247,8 @@ PrefixTensors to_tensors(const LayerPrefix& prefix, const std::string& name_pref
         return compressed_layer_tensors(*c, name_prefix);
     if (const auto* q = dynamic_cast<const QuantizedLayer*>(&prefix))
         return quantized_layer_tensors(*q, name_prefix);
+    if (const auto* h = dynamic_cast<const HeadwiseEvictedLayer*>(&prefix))
+        return headwise_tensors(*h, name_prefix);
     throw Error(fmt::format("cannot save a compressed store of type {}: prefix_io knows {}",
                             typeid(prefix).name(), fmt::join(prefix_kinds(), ", ")));
 }
@@ -224,12 +264,13 @@ std::shared_ptr<const LayerPrefix> prefix_from_tensors(const nlohmann::json& met
         return compressed_layer_from_tensors(meta, name_prefix, tensors, expect, where);
     if (kind == kQuantizedLayer)
         return quantized_layer_from_tensors(meta, name_prefix, tensors, expect, where);
+    if (kind == kHeadwiseEviction) return headwise_from_tensors(meta, name_prefix, tensors, expect, where);
     throw Error(fmt::format("{}: unknown store kind '{}' (this build reads {})", where, kind,
                             fmt::join(prefix_kinds(), ", ")));
 }
 
 std::vector<std::string> prefix_kinds() {
-    return {kCompressedLayer, kQuantizedLayer};
+    return {kCompressedLayer, kQuantizedLayer, kHeadwiseEviction};
 }
 
 }  // namespace varrate

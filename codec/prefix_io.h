@@ -11,6 +11,11 @@
 //                       scalars layer, n_tokens, n_kv_head, head_dim, stride, window, rope_dtype, basis_rows
 //                       (the rows of the basis the store was made with: the saved rows are zero-padded back
 //                       to it, so that attention runs the same arithmetic as before saving).
+//   "quantized_layer"   codec/quantized_layer.h (KIVI).
+//   "headwise_eviction" codec/headwise_eviction.h (Ada-KV). Tensors <prefix>keys, values ([n_kv_head,
+//                       n_tokens, head_dim], each head padded to the longest), valid ([n_kv_head, n_tokens]
+//                       uint8 0/1: safetensors has no bool); scalars layer, n_tokens (the padded width),
+//                       n_context, n_kv_head, head_dim.
 #include <cstdint>
 #include <functional>
 #include <memory>

@@ -4,9 +4,12 @@
 
 #include <fmt/format.h>
 
+#include "codec/adakv_method.h"
 #include "codec/expected_attention_method.h"
 #include "codec/full_method.h"
 #include "codec/kivi_method.h"
+#include "codec/kvzip_method.h"
+#include "codec/pyramidkv_method.h"
 #include "codec/snapkv_method.h"
 #include "codec/streamingllm_method.h"
 #include "codec/varrate_method.h"
@@ -88,15 +91,31 @@ const std::vector<Entry>& registry() {
          [](const CodecSettings& s, std::shared_ptr<const Basis>) {
              return std::make_unique<SnapKVMethod>(s);
          }},
+        {"pyramidkv", false, false,
+         "PyramidKV: SnapKV's scores, kept count per layer on a linear depth schedule at SnapKV's mean",
+         [](const CodecSettings& s, std::shared_ptr<const Basis>) {
+             return std::make_unique<PyramidKVMethod>(s);
+         }},
+        {"adakv", false, false,
+         "Ada-KV over SnapKV: per-head safeguard (20 %), the rest by one top-k over all heads of a layer",
+         [](const CodecSettings& s, std::shared_ptr<const Basis>) {
+             return std::make_unique<AdaKVMethod>(s);
+         }},
         {"streamingllm", false, false, "StreamingLLM: the first 4 tokens (sinks) and the most recent ones",
          [](const CodecSettings& s, std::shared_ptr<const Basis>) {
              return std::make_unique<StreamingLLMMethod>(s);
          }},
         {"expected-attention", false, false,
-         "Expected Attention: keys scored by the statistics of future queries, top per KV head",
+         "Expected Attention inside Ada-KV: keys scored by the statistics of future queries (epsilon 0.01)",
          [](const CodecSettings& s, std::shared_ptr<const Basis>) {
              return std::make_unique<ExpectedAttentionMethod>(s);
          }},
+        {"kvzip", false, false,
+         "KVzip: context-reconstruction scores (a second pass), lowest dropped across layers and heads",
+         [](const CodecSettings& s, std::shared_ptr<const Basis>) {
+             return std::make_unique<KVzipMethod>(s);
+         },
+         MethodProbe::Repeat},
         {"kivi2", false, false,
          "KIVI 2-bit quantization (keys per channel, values per token, 128 recent exact)",
          [](const CodecSettings& s, std::shared_ptr<const Basis>) {

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "codec/footprint.h"
+#include "codec/headwise_eviction.h"
 #include "codec/salience.h"
 #include "codec/water_filling.h"
 #include "core/base/error.h"
@@ -16,51 +17,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-struct SnapKVAnalysis : LayerAnalysis {
-    int64_t n_kv_head = 0, head_dim = 0, element_size = 0;
-    at::Tensor order;          // [G, L - w] int64, snapkv_order
-    at::Tensor kv_sq;          // [G, L] fp32: each head's share of ||z_t||^2
-    at::Tensor salience;       // [L] CPU fp32, the paper's salience (mean over heads, window at the max)
-    at::Tensor salience_norm;  // [L] CPU fp32
-};
-
 }  // namespace
 
 LayerDiagnostics eviction_diagnostics(const std::string& method, int64_t layer, const at::Tensor& kept,
                                       const at::Tensor& kv_sq, int64_t head_dim, int64_t element_size) {
-    const int64_t n_kv = kv_sq.size(0), n_tok = kv_sq.size(1), n_kept = kept.size(1),
-                  dim = 2 * n_kv * head_dim;
-    at::Tensor kept_mask = at::zeros({n_kv, n_tok}, kept.options().dtype(at::kBool));
+    at::Tensor kept_mask = at::zeros(kv_sq.sizes(), kept.options().dtype(at::kBool));
     kept_mask.scatter_(1, kept, true);
-    // A token kept by some heads stores their share of D; an evicted head's part is lost.
-    const at::Tensor lost = (kv_sq * kept_mask.logical_not()).sum(0);
-    const at::Tensor err = (lost / kv_sq.sum(0).clamp_min(1e-30)).sqrt();
-    const at::Tensor rank = kept_mask.to(at::kLong).sum(0) * (2 * head_dim);
-    const at::Tensor rd = rank.to(at::kDouble);
-    const at::Tensor stats =
-        at::stack({err.to(at::kDouble).mean(), rd.min(), rd.max(), rd.mean()}).to(at::kCPU);
-    const double* st = stats.data_ptr<double>();
-    LayerDiagnostics d;
-    d.method = method;
-    d.layer = layer;
-    d.n_tokens = n_tok;
-    d.dim = dim;
-    d.budget_B = n_kept * dim;
-    d.sum_ranks = n_kept * dim;
-    d.n_exact = n_kept;
-    d.n_coded = 0;
-    d.min_rank = static_cast<int64_t>(st[1]);
-    d.max_rank = static_cast<int64_t>(st[2]);
-    d.mean_rank = st[3];
-    d.stored_bytes = n_kept * dim * element_size;
-    d.full_bytes = n_tok * dim * element_size;
-    d.footprint = static_cast<double>(n_kept) / static_cast<double>(n_tok);
-    d.mean_rel_error = st[0];
-    d.rank = rank.to(at::kCPU);
-    d.exact = kept_mask.all(0).to(at::kCPU);
-    d.rel_error = err.to(at::kCPU);
-    d.kept = kept_mask.to(at::kCPU);
-    return d;
+    return mask_eviction_diagnostics(method, layer, kept_mask, kv_sq, head_dim, element_size);
 }
 
 LayerKV gather_kept(const LayerCapture& capture, const at::Tensor& kept) {
@@ -89,16 +52,24 @@ at::Tensor snapkv_keep_from_order(const at::Tensor& order, int64_t n_tokens, int
 }
 
 std::shared_ptr<const LayerAnalysis> SnapKVMethod::analyse(const LayerCapture& capture) {
+    auto a = std::make_shared<SnapKVAnalysis>();
+    analyse_into(*a, capture);
+    return a;
+}
+
+void SnapKVMethod::analyse_into(SnapKVAnalysis& analysis, const LayerCapture& capture) const {
     const auto t0 = Clock::now();
     const CaptureShape shape = check_capture(capture, name(), /*needs_pre_rope=*/false);
     const int64_t n_tok = shape.n_tokens, w = settings_.obs_window;
-    auto a = std::make_shared<SnapKVAnalysis>();
+    SnapKVAnalysis* a = &analysis;
     a->layer = capture.layer;
     a->n_tokens = n_tok;
     a->n_kv_head = shape.n_kv_head;
     a->head_dim = shape.head_dim;
     a->element_size = element_size(capture.keys.scalar_type());
     const at::Tensor scores = snapkv_scores(capture, w, settings_.pool_kernel);  // [G, L - w]
+    a->n_layers = capture.n_layers;
+    a->scores = scores;
     a->order = snapkv_order(scores);
     a->kv_sq = eviction_kv_sq(capture);
     const at::Tensor salience = at::cat({scores.mean(0), scores.max().expand({w})});  // [L]
@@ -108,20 +79,24 @@ std::shared_ptr<const LayerAnalysis> SnapKVMethod::analyse(const LayerCapture& c
             .to(at::kCPU);
     sync_for_timing(a->order, settings_.precise_timing);
     a->timing.salience = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    return a;
 }
 
 LayerAllocation SnapKVMethod::allocate(const LayerAnalysis& analysis, const CodecSettings& budget) {
-    const auto t0 = Clock::now();
     const auto& a = dynamic_cast<const SnapKVAnalysis&>(analysis);
+    check_budget_settings(a, budget);
+    return allocate_kept(a, snapkv_kept_tokens(budget, a.n_tokens, name()));
+}
+
+void SnapKVMethod::check_budget_settings(const SnapKVAnalysis& a, const CodecSettings& budget) const {
     const std::string diff = structural_difference(settings_, budget);
     if (!diff.empty())
         throw Error(fmt::format("{}: layer {} was analysed with other settings ({})", name(), a.layer, diff));
-    const int64_t n_tok = a.n_tokens;
-    const int64_t kept = snapkv_kept_tokens(budget, n_tok);
-    LayerAllocation out;
-    out.kept = snapkv_keep_from_order(a.order, n_tok, settings_.obs_window, kept);  // [G, kept]
+}
 
+LayerAllocation SnapKVMethod::allocate_kept(const SnapKVAnalysis& a, int64_t kept) const {
+    const auto t0 = Clock::now();
+    LayerAllocation out;
+    out.kept = snapkv_keep_from_order(a.order, a.n_tokens, settings_.obs_window, kept);  // [G, kept]
     out.diagnostics = eviction_diagnostics(name(), a.layer, out.kept, a.kv_sq, a.head_dim, a.element_size);
     LayerDiagnostics& d = out.diagnostics;
     d.salience = a.salience;

@@ -7,17 +7,36 @@
 
 namespace varrate {
 
+// SnapKV's analysis of a layer, shared by the methods built on its scores (PyramidKV, Ada-KV).
+struct SnapKVAnalysis : LayerAnalysis {
+    int64_t n_kv_head = 0, head_dim = 0, element_size = 0;
+    int64_t n_layers = 0;      // the model's layers (LayerCapture::n_layers; 0 when the capture has none)
+    at::Tensor scores;         // [G, L - w] fp32 on the compute device, snapkv_scores
+    at::Tensor order;          // [G, L - w] int64, snapkv_order
+    at::Tensor kv_sq;          // [G, L] fp32: each head's share of ||z_t||^2
+    at::Tensor salience;       // [L] CPU fp32, the paper's salience (mean over heads, window at the max)
+    at::Tensor salience_norm;  // [L] CPU fp32
+};
+
 class SnapKVMethod : public CompressionMethod {
   public:
     explicit SnapKVMethod(const CodecSettings& settings) : settings_(settings) {}
     std::string name() const override { return "snapkv"; }
     const CodecSettings& settings() const override { return settings_; }
+    // A SnapKVAnalysis.
     std::shared_ptr<const LayerAnalysis> analyse(const LayerCapture& capture) override;
     LayerAllocation allocate(const LayerAnalysis& analysis, const CodecSettings& budget) override;
     LayerKV materialise(const LayerCapture& capture, const LayerAnalysis& analysis,
                         const LayerAllocation& allocation) override;
 
-  private:
+  protected:
+    // SnapKV's analysis of `capture` into `a` (a derived method's analysis extends it).
+    void analyse_into(SnapKVAnalysis& a, const LayerCapture& capture) const;
+    // Throws Error when `budget`'s structural settings are not the method's.
+    void check_budget_settings(const SnapKVAnalysis& a, const CodecSettings& budget) const;
+    // Every KV head keeps `kept` tokens (the window and the top-scoring others), diagnostics named name().
+    LayerAllocation allocate_kept(const SnapKVAnalysis& a, int64_t kept) const;
+
     CodecSettings settings_;
 };
 

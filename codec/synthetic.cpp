@@ -17,6 +17,7 @@ LayerCapture synthetic_capture(const SyntheticShape& s, uint64_t seed, int64_t l
     auto f32 = at::TensorOptions().dtype(at::kFloat);
     LayerCapture c;
     c.layer = layer;
+    c.n_layers = s.n_layers > 0 ? s.n_layers : layer + 1;
     const at::Tensor k_pre = at::normal(0.0, 1.0, {s.n_kv_head, s.n_tokens, s.head_dim}, gen, f32);
     const at::Tensor v = at::normal(0.0, 1.0, {s.n_kv_head, s.n_tokens, s.head_dim}, gen, f32);
     const at::Tensor q = at::normal(0.0, 1.0, {s.n_head, s.obs_window, s.head_dim}, gen, f32);

@@ -18,6 +18,7 @@ struct SyntheticShape {
     int64_t head_dim = 16;
     int64_t obs_window = 64;
     double rope_theta = 10000.0;
+    int64_t n_layers = 0;  // the model's layers a capture names (PyramidKV); 0: the capture's layer + 1
 };
 
 // The RoPE frequencies synthetic captures are rotated with: theta^(-2j / head_dim), [head_dim / 2] fp32 CPU.

@@ -28,15 +28,18 @@ std::string gib(int64_t bytes) {
 
 // Attention of the window queries [H, w, hd] over keys/values [G, n, hd] whose positions are `pos` [G, n],
 // ascending in each row (query i sits at position L - w + i and sees positions up to its own, so only a row's
-// last w entries can lie in its future). Returns [H, w, hd] fp32.
+// last w entries can lie in its future). With `valid` [G, n] bool (a head-wise eviction's padded rows), the
+// entries it marks false are left out too, and the future is looked for in the whole row. Returns [H, w, hd]
+// fp32.
 at::Tensor attend_window(const at::Tensor& queries, const at::Tensor& keys, const at::Tensor& values,
-                         const at::Tensor& pos, int64_t n_tokens) {
+                         const at::Tensor& pos, int64_t n_tokens, const at::Tensor& valid = {}) {
     const int64_t n_head = queries.size(0), w = queries.size(1), hd = queries.size(2);
-    const int64_t n_kv = keys.size(0), n = keys.size(1), n_rep = n_head / n_kv, tail = std::min(w, n);
+    const int64_t n_kv = keys.size(0), n = keys.size(1), n_rep = n_head / n_kv;
+    const int64_t tail = valid.defined() ? n : std::min(w, n);
     const at::Tensor q = queries.to(at::kFloat) * (1.0 / std::sqrt(static_cast<double>(hd)));  // [H, w, hd]
     const at::Tensor q_pos = at::arange(n_tokens - w, n_tokens, pos.options());                // [w]
-    const at::Tensor future =
-        pos.narrow(1, n - tail, tail).unsqueeze(1) > q_pos.view({1, w, 1});  // [G, w, tail]
+    at::Tensor future = pos.narrow(1, n - tail, tail).unsqueeze(1) > q_pos.view({1, w, 1});    // [G, w, tail]
+    if (valid.defined()) future = future | valid.to(future.device()).logical_not().unsqueeze(1);
     at::Tensor out = at::empty({n_head, w, hd}, q.options());
     // One KV head at a time: its n_rep query heads as n_rep * w rows, logits of a few MiB reused per head.
     for (int64_t g = 0; g < n_kv; ++g) {
@@ -205,7 +208,7 @@ void add_weighted_error(LayerDiagnostics& d, const DistortionReference& ref) {
 }
 
 void add_distortion(LayerDiagnostics& d, const LayerCapture& capture, const LayerKV& compressed,
-                    const at::Tensor& kept, const DistortionReference& ref) {
+                    const at::Tensor& kept, const DistortionReference& ref, const at::Tensor& kept_valid) {
     if (compressed.keys.is_same(capture.keys) && compressed.values.is_same(capture.values)) {
         d.weighted_rel_error = d.attn_output_error = 0.0;  // the capture's own cache
         return;
@@ -221,7 +224,8 @@ void add_distortion(LayerDiagnostics& d, const LayerCapture& capture, const Laye
                                                 .expand({compressed.keys.size(0), n_tok});
     const at::Tensor& o = ref.window_output;
     const at::Tensor o_hat =
-        attend_window(q_all.narrow(1, q_all.size(1) - w, w), compressed.keys, compressed.values, pos, n_tok);
+        attend_window(q_all.narrow(1, q_all.size(1) - w, w), compressed.keys, compressed.values, pos, n_tok,
+                      kept.defined() ? kept_valid : at::Tensor());
     const at::Tensor rel = (o - o_hat).norm(2, {2}) / o.norm(2, {2}).clamp_min(1e-30);  // [H, w]
     d.attn_output_error = rel.to(at::kDouble).mean().item<double>();
 }
@@ -290,9 +294,31 @@ std::vector<LayerKV> MethodAnalysis::materialise(
         out.push_back(method_.materialise(cap, *layers_[l], allocations[l]));
         LayerDiagnostics& d = diagnostics[l];
         d.timing.reconstruction = ms_since(t0);
-        add_distortion(d, cap, out.back(), allocations[l].kept, capture_.references[l]);
+        add_distortion(d, cap, out.back(), allocations[l].kept, capture_.references[l],
+                       allocations[l].kept_valid);
         if (stores) stores->push_back(method_.store(cap, *layers_[l], allocations[l]));
     }
+    return out;
+}
+
+std::vector<std::shared_ptr<const LayerPrefix>> MethodAnalysis::headwise_stores(
+    const std::vector<LayerAllocation>& allocations) const {
+    if (allocations.size() != layers_.size())
+        throw Error(fmt::format("{}: {} allocations for {} analysed layers", method_.name(),
+                                allocations.size(), layers_.size()));
+    std::vector<std::shared_ptr<const LayerPrefix>> out(layers_.size());
+    bool any = false;
+    for (size_t l = 0; l < layers_.size(); ++l)
+        if (allocations[l].kept_valid.defined()) {
+            out[l] = method_.store(capture_.layers[l], *layers_[l], allocations[l]);
+            if (!out[l])
+                throw Error(
+                    fmt::format("{}: layer {} keeps different numbers of tokens per KV head but has no "
+                                "store to decode from",
+                                method_.name(), l));
+            any = true;
+        }
+    if (!any) out.clear();
     return out;
 }
 
@@ -301,6 +327,12 @@ InPrefillLayer compress_layer_in_prefill(CompressionMethod& method, const LayerC
     const CodecSettings& s = method.settings();
     const std::shared_ptr<const LayerAnalysis> analysis = method.analyse(cap);
     LayerAllocation allocation = method.allocate(*analysis, s);
+    if (allocation.kept_valid.defined())
+        throw Error(fmt::format(
+            "{}: layer {} keeps a different number of tokens in each KV head (head-wise eviction), which the "
+            "in-prefill path cannot hold (it replaces the layer's dense cache); run {} on a shared capture "
+            "(capture_prefill + MethodAnalysis, compare's default) instead",
+            method.name(), cap.layer, method.name()));
     const auto t0 = Clock::now();
     InPrefillLayer out;
     out.kv = method.materialise(cap, *analysis, allocation);

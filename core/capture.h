@@ -83,9 +83,13 @@ int64_t resident_bytes(const std::vector<LayerKV>& layers,
 // The distortion measures of a layer's compressed cache, written into `d`: the salience-weighted K/V error
 // and the attention-output error of the observation-window queries, ||o - o^|| / ||o|| averaged over heads
 // and queries. `kept` [G, n] holds the positions of an evicting method's entries (undefined: the compressed
-// cache has every position). A cache that is the capture's own (full) is exact: 0 without computing.
+// cache has every position); `kept_valid` [G, n] bool, with a head-wise eviction's padded rows
+// (LayerAllocation::kept_valid), marks the real ones: the padding is left out of attention, so each head
+// attends to exactly the entries it kept. A cache that is the capture's own (full) is exact: 0 without
+// computing.
 void add_distortion(LayerDiagnostics& d, const LayerCapture& capture, const LayerKV& compressed,
-                    const at::Tensor& kept, const DistortionReference& reference);
+                    const at::Tensor& kept, const DistortionReference& reference,
+                    const at::Tensor& kept_valid = {});
 // The salience-weighted K/V error alone: it needs only the allocation's per-token errors, so an allocation
 // that is not materialised (yet) has it.
 void add_weighted_error(LayerDiagnostics& d, const DistortionReference& reference);
@@ -109,6 +113,12 @@ class MethodAnalysis {
     std::vector<LayerKV> materialise(const std::vector<LayerAllocation>& allocations,
                                      std::vector<LayerDiagnostics>& diagnostics,
                                      std::vector<std::shared_ptr<const LayerPrefix>>* stores = nullptr) const;
+    // The stores decoding needs where the materialised layers do not stand for the compressed cache: a
+    // head-wise eviction's (its KV heads keep different numbers of tokens, LayerAllocation::kept_valid; its
+    // dense layers are padded), null for every other layer; empty when no layer needs one. Paths that decode
+    // from the materialised layers (perplexity, rate-distortion answers) pass them to cache_from_layers.
+    std::vector<std::shared_ptr<const LayerPrefix>> headwise_stores(
+        const std::vector<LayerAllocation>& allocations) const;
     double analyse_ms() const { return analyse_ms_; }
 
   private:
@@ -119,7 +129,9 @@ class MethodAnalysis {
 };
 
 // What the separate path does at each layer's end of prefill: analyse, allocate and materialise at the
-// method's own settings, then the distortion measures. `kv` replaces the layer's cache.
+// method's own settings, then the distortion measures. `kv` replaces the layer's cache. A head-wise eviction
+// (its KV heads keep different numbers of tokens) has no dense cache to replace it with: refused with an
+// Error naming the shared-capture path instead.
 struct InPrefillLayer {
     LayerKV kv;
     LayerDiagnostics diagnostics;

@@ -555,7 +555,9 @@ std::vector<PplRun> run_perplexity(const Session& s, const PplRequest& req, cons
             check_cancel(job);
             settings.budget = b;
             std::vector<LayerAllocation> alloc = analysis.allocate(settings);
-            KVCache cache = cache_from_layers(s.model(), analysis.materialise(alloc), capture.next_position);
+            const std::vector<LayerKV> layers = analysis.materialise(alloc);
+            KVCache cache =
+                cache_from_layers(s.model(), layers, capture.next_position, analysis.headwise_stores(alloc));
             at::Tensor logits = capture.last_logits;  // [1, vocab]
             if (!rest.empty()) {
                 ForwardOptions fo;

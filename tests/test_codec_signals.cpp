@@ -1,6 +1,9 @@
 // VarRate's allocation signals (codec/allocation_signal.h), its binary top-K allocation and Expected
 // Attention's scores, each against a literal-loop reference written from the definitions.
+#include <algorithm>
 #include <cmath>
+#include <set>
+#include <tuple>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -8,6 +11,7 @@
 
 #include "codec/allocation_signal.h"
 #include "codec/expected_attention_method.h"
+#include "codec/kvzip_method.h"
 #include "codec/salience.h"
 #include "codec/synthetic.h"
 #include "codec/varrate_method.h"
@@ -124,31 +128,107 @@ class TestCodecSignals : public QObject {
         }
     }
 
-    void expected_attention_method_keeps_each_heads_best() {
+    void expected_attention_method_shares_the_budget_as_ada_kv() {
         const LayerCapture c = capture_with_stats(6);
         CodecSettings s;
         s.budget = 0.25;
         ExpectedAttentionMethod m(s);
-        const LayerResult r = m.compress(c);
-        const int64_t kept = static_cast<int64_t>(96 * 0.25);
-        QCOMPARE(r.kv.keys.sizes(), (at::IntArrayRef{2, kept, 8}));
-        const at::Tensor scores = expected_attention_scores(c);
+        const auto analysis = m.analyse(c);
+        const LayerAllocation al = m.allocate(*analysis, s);
+        const int64_t kept = static_cast<int64_t>(96 * 0.25),
+                      safe = std::max<int64_t>(1, int64_t(kept * 0.2));
+        const at::Tensor scores = expected_attention_scores(c);  // [2, 96]
+        const at::Tensor mask = al.diagnostics.kept;             // [2, 96] bool
+        QCOMPARE(mask.sum().item<int64_t>(), 2 * kept);
+        // Literal Ada-KV: each head's top `safe`, then the best of the rest over both heads.
+        std::vector<std::vector<bool>> ref(2, std::vector<bool>(96, false));
+        std::vector<std::tuple<double, int64_t, int64_t>> rest;
         for (int64_t g = 0; g < 2; ++g) {
-            // Every kept token scores at least as high as every evicted one; the sinks are kept.
-            const at::Tensor mask = r.diagnostics.kept[g];
-            QCOMPARE(mask.sum().item<int64_t>(), kept);
-            const double lowest_kept = scores[g].masked_select(mask).min().item<double>();
-            const double highest_evicted = scores[g].masked_select(mask.logical_not()).max().item<double>();
-            QVERIFY(lowest_kept >= highest_evicted);
-            for (int64_t t = 0; t < 4; ++t) QVERIFY(mask[t].item<bool>());
+            std::vector<int64_t> idx(96);
+            for (int64_t t = 0; t < 96; ++t) idx[t] = t;
+            std::stable_sort(idx.begin(), idx.end(), [&](int64_t x, int64_t y) {
+                return scores[g][x].item<float>() > scores[g][y].item<float>();
+            });
+            for (int64_t i = 0; i < safe; ++i) ref[g][idx[i]] = true;
         }
-        QVERIFY(std::abs(r.diagnostics.footprint - 0.25) < 0.005 + 1.0 / 96);
+        for (int64_t g = 0; g < 2; ++g)
+            for (int64_t t = 0; t < 96; ++t)
+                if (!ref[g][t]) rest.emplace_back(-scores[g][t].item<float>(), g, t);
+        std::stable_sort(rest.begin(), rest.end(),
+                         [](const auto& x, const auto& y) { return std::get<0>(x) < std::get<0>(y); });
+        for (int64_t i = 0; i < 2 * (kept - safe); ++i)
+            ref[std::get<1>(rest[i])][std::get<2>(rest[i])] = true;
+        for (int64_t g = 0; g < 2; ++g)
+            for (int64_t t = 0; t < 96; ++t)
+                QVERIFY2(mask[g][t].item<bool>() == ref[g][t],
+                         qPrintable(QString("head %1 position %2").arg(g).arg(t)));
+        for (int64_t t = 0; t < 4; ++t) QVERIFY(mask[0][t].item<bool>() && mask[1][t].item<bool>());  // sinks
+        QVERIFY(std::abs(al.diagnostics.footprint - 0.25) < 0.005 + 1.0 / 96);
+        // Decoding reads the head-wise store.
+        QVERIFY(m.store(c, *analysis, al) != nullptr);
     }
 
     void expected_attention_refuses_a_capture_without_statistics() {
         const LayerCapture c = synthetic_capture(shape(), 3);
         const std::string msg = test::error_message([&] { expected_attention_scores(c); });
         QVERIFY2(msg.find("query statistics") != std::string::npos, msg.c_str());
+    }
+
+    void kvzip_drops_the_lowest_scores_across_layers_and_heads() {
+        CodecSettings s;
+        s.obs_window = 8;
+        KVzipMethod m(s);
+        std::vector<LayerCapture> caps;
+        std::vector<std::shared_ptr<const LayerAnalysis>> analyses;
+        at::Generator gen = at::detail::createCPUGenerator(17);
+        for (int64_t l = 0; l < 3; ++l) {
+            LayerCapture c = synthetic_capture(shape(), 30 + l, l);
+            // Layers differ in scale, so a global selection keeps different numbers per layer.
+            c.repeat_scores = at::rand({2, 96}, gen, at::TensorOptions().dtype(at::kFloat)) * (1.0 + l);
+            caps.push_back(c);
+            analyses.push_back(m.analyse(c));
+        }
+        for (double kappa : {0.3, 0.5}) {
+            s.budget = kappa;
+            const std::vector<double> per_layer = m.layer_budgets(analyses, s);
+            QCOMPARE(per_layer.size(), size_t{3});
+            // Literal: every (layer, head, position), sinks and window first, then by score (ties earlier).
+            std::vector<std::tuple<double, int64_t, int64_t, int64_t>> all;
+            for (int64_t l = 0; l < 3; ++l)
+                for (int64_t g = 0; g < 2; ++g)
+                    for (int64_t t = 0; t < 96; ++t) {
+                        const bool pinned = t < 4 || t >= 96 - 8;
+                        all.emplace_back(pinned ? -1e30 : -caps[l].repeat_scores[g][t].item<float>(), l, g,
+                                         t);
+                    }
+            std::stable_sort(all.begin(), all.end(),
+                             [](const auto& x, const auto& y) { return std::get<0>(x) < std::get<0>(y); });
+            const int64_t total = 3 * 2 * 96, keep = total - static_cast<int64_t>(total * (1.0 - kappa));
+            std::vector<at::Tensor> ref(3);
+            for (auto& r : ref) r = at::zeros({2, 96}, at::kBool);
+            for (int64_t i = 0; i < keep; ++i)
+                ref[std::get<1>(all[i])][std::get<2>(all[i])][std::get<3>(all[i])] = true;
+            int64_t kept = 0;
+            std::set<int64_t> counts;
+            for (int64_t l = 0; l < 3; ++l) {
+                CodecSettings b = s;
+                b.budget = per_layer[l];
+                const LayerAllocation al = m.allocate(*analyses[l], b);
+                QVERIFY2(at::equal(al.diagnostics.kept, ref[l]),
+                         qPrintable(QString("kappa %1 layer %2").arg(kappa).arg(l)));
+                kept += al.diagnostics.kept.sum().item<int64_t>();
+                counts.insert(al.diagnostics.kept.sum().item<int64_t>());
+            }
+            QCOMPARE(kept, keep);
+            QVERIFY(counts.size() > 1);  // the layers keep different numbers
+        }
+        // Below the pinned entries: infeasible, naming the smallest feasible kappa.
+        s.budget = 0.05;
+        const std::string msg = test::error_message([&] { m.layer_budgets(analyses, s); });
+        QVERIFY2(msg.find("smallest feasible kappa") != std::string::npos, msg.c_str());
+        // Without the reconstruction pass: says what it needs.
+        const std::string missing = test::error_message([&] { m.analyse(synthetic_capture(shape(), 3)); });
+        QVERIFY2(missing.find("context-reconstruction") != std::string::npos, missing.c_str());
     }
 
     void top_k_ranks_are_binary_and_spend_the_budget() {

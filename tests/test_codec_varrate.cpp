@@ -336,10 +336,11 @@ class TestCodecVarRate : public QObject {
         QVERIFY(method_names() ==
                 (std::vector<std::string>{"full", "varrate", "flat", "varrate:random", "varrate:shuffle",
                                           "varrate:position", "varrate:oracle", "varrate:topk",
-                                          "varrate-kvzip", "varrate-ea", "snapkv", "streamingllm",
-                                          "expected-attention", "kivi2", "kivi4"}));
+                                          "varrate-kvzip", "varrate-ea", "snapkv", "pyramidkv", "adakv",
+                                          "streamingllm", "expected-attention", "kvzip", "kivi2", "kivi4"}));
         QVERIFY(method_probe("varrate:oracle") == MethodProbe::Question);
-        QVERIFY(method_probe("varrate-kvzip") == MethodProbe::Repeat);
+        QVERIFY(method_probe("varrate-kvzip") == MethodProbe::Repeat &&
+                method_probe("kvzip") == MethodProbe::Repeat);
         QVERIFY(method_probe("varrate") == MethodProbe::None &&
                 method_probe("varrate-ea") == MethodProbe::None);
         QVERIFY(default_method_names() == (std::vector<std::string>{"full", "varrate", "flat", "snapkv"}));

@@ -1,9 +1,9 @@
 // Compressed caches saved to a file and answered from (core/cache_file.h, codec/prefix_io.h): for full,
-// SnapKV, VarRate and flat on the stories260k fixture and the demo model, the answers from a saved and
-// reloaded cache are compare's query-agnostic answers, decoded without a prefill, and every reloaded store
-// rebuilds bit for bit what was saved. Each way a file can be wrong (truncated, altered, newer format,
-// missing field, other model, other weights, other dtype, other tokenizer, shapes against the metadata)
-// gives its own clear error.
+// SnapKV, VarRate and flat (and KIVI, PyramidKV and Ada-KV's head-wise store) on the stories260k fixture and
+// the demo model, the answers from a saved and reloaded cache are compare's query-agnostic answers, decoded
+// without a prefill, and every reloaded store rebuilds bit for bit what was saved. Each way a file can be
+// wrong (truncated, altered, newer format, missing field, other model, other weights, other dtype, other
+// tokenizer, shapes against the metadata) gives its own clear error.
 #include "tests/test_support.h"
 
 #include <fstream>
@@ -13,6 +13,7 @@
 
 #include "codec/codec_json.h"
 #include "codec/compressed_layer.h"
+#include "codec/headwise_eviction.h"
 #include "codec/prefix_io.h"
 #include "core/base/error.h"
 #include "core/base/file_io.h"
@@ -61,9 +62,13 @@ void expect_same_cache(const CompressedContext& saved, const CompressedContext& 
             QVERIFY2(at::equal(x.tensors[i].second, y.tensors[i].second),
                      qPrintable(where + " " + QString::fromStdString(x.tensors[i].first)));
         }
-        const LayerKV ra = a->reconstruct(), rb = b->reconstruct();
-        QVERIFY2(at::equal(ra.keys, rb.keys) && at::equal(ra.values, rb.values),
-                 qPrintable(where + " reconstruction"));
+        // A head-wise eviction whose heads keep different numbers has no dense reconstruction (its parts are
+        // compared above).
+        if (!dynamic_cast<const HeadwiseEvictedLayer*>(a)) {
+            const LayerKV ra = a->reconstruct(), rb = b->reconstruct();
+            QVERIFY2(at::equal(ra.keys, rb.keys) && at::equal(ra.values, rb.values),
+                     qPrintable(where + " reconstruction"));
+        }
         QCOMPARE(b->resident_bytes(), a->resident_bytes());
     }
     // As compare counts it: the tensors, plus a self-calibrated basis when it is charged (the context's own).
@@ -166,7 +171,7 @@ class TestCoreCacheFile : public QObject {
         req.questions = {"Who was in the story?", "What happened at the end?"};
         req.settings = test::small_codec_settings(0.4);
         req.max_new_tokens = 8;
-        for (const char* method : {"full", "snapkv", "varrate", "flat", "kivi2"}) {
+        for (const char* method : {"full", "snapkv", "varrate", "flat", "kivi2", "pyramidkv", "adakv"}) {
             req.methods = {method};
             expect_ask_equals_compare(s, req, dir_);
         }

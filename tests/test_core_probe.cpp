@@ -201,13 +201,14 @@ class TestCoreProbe : public QObject {
         req.context = greedy["cases"][0]["text"].get<std::string>() + "\n" +
                       greedy["cases"][2]["text"].get<std::string>();
         req.questions = {"Who was in the story?"};
-        req.methods = {"varrate", "varrate:oracle", "varrate-kvzip", "varrate-ea", "expected-attention"};
+        req.methods = {"varrate",    "varrate:oracle",     "varrate-kvzip",
+                       "varrate-ea", "expected-attention", "kvzip"};
         req.settings = test::small_codec_settings(0.35);
         req.max_new_tokens = 4;
         for (CompressionMode mode : {CompressionMode::QueryAgnostic, CompressionMode::QueryAware}) {
             req.mode = mode;
             const CompareResult r = run_compare(*fixture_, req);
-            QCOMPARE(r.runs.size(), size_t{5});
+            QCOMPARE(r.runs.size(), size_t{6});
             for (const MethodRun& run : r.runs) {
                 QVERIFY2(run.infeasible.empty(), run.infeasible.c_str());
                 QVERIFY2(std::abs(run.footprint_fraction - 0.35) < 0.005,

@@ -112,13 +112,6 @@ void warm_up(const LlamaModel& model, const std::vector<int64_t>& ids, const For
 }
 
 int run_bench_prefill(const BenchPrefillArgs& a) {
-    for (const std::string& name : names)
-        if (method_probe(name) != MethodProbe::None)
-            throw Error(fmt::format("bench codec: {} reads a second pass over the context, which the separate "
-                                    "path (a method inside the prefill) cannot run: bench it with --shared",
-                                    name));
-    const ProbeNeeds probes = probe_needs(shared_names);
-
     auto model = load_model_for_cli(a.model, a.runtime);
     const ModelConfig& cfg = model->config();
     const RuntimeOptions& o = model->options();
@@ -248,17 +241,18 @@ int run_bench_codec(BenchCodecArgs a) {
     const std::vector<std::string> names = parse_methods(a.methods);
     const std::vector<std::string> shared_names =
         a.shared ? parse_methods(a.shared_methods) : std::vector<std::string>{};
+    for (const std::string& name : names)
+        if (method_probe(name) != MethodProbe::None)
+            throw Error(
+                fmt::format("bench codec: {} reads a second pass over the context, which the separate "
+                            "path (a method inside the prefill) cannot run: bench it with --shared",
+                            name));
+    const ProbeNeeds probes = probe_needs(shared_names);
+
     CodecSettings settings = a.settings;
     settings.precise_timing = true;  // stage times must be real on CUDA too
     if (settings.rank <= 0)
         throw Error(fmt::format("bench codec: --rank must be positive, got {}", settings.rank));
-
-    for (const std::string& name : names)
-        if (method_probe(name) != MethodProbe::None)
-            throw Error(fmt::format("bench codec: {} reads a second pass over the context, which the separate "
-                                    "path (a method inside the prefill) cannot run: bench it with --shared",
-                                    name));
-    const ProbeNeeds probes = probe_needs(shared_names);
 
     auto model = load_model_for_cli(a.model, a.runtime);
     const ModelConfig& cfg = model->config();
@@ -375,8 +369,8 @@ int run_bench_codec(BenchCodecArgs a) {
             synchronize(o.device);
             const MethodProbe probe = method_probe(shared_names[mi]);
             run.analyse_ms = ms_between(t, Clock::now()) + (probe == MethodProbe::Question ? question_ms
-                                                             : probe == MethodProbe::Repeat ? repeat_ms
-                                                                                            : 0.0);
+                                                            : probe == MethodProbe::Repeat ? repeat_ms
+                                                                                           : 0.0);
             t = Clock::now();
             std::vector<LayerAllocation> allocations = analysis.allocate(settings);
             synchronize(o.device);

@@ -12,9 +12,13 @@ query-agnostic (the context alone is compressed, the question comes after) and q
 question are compressed together, as kvpress's compress_questions, and a short suffix comes after), through
 kvpress's own pipeline code (sdpa attention, so that the press computes its window attention itself; the
 eager path, which reads the model's attention weights, must keep the same); the kept positions of every
-layer and KV head, the scores, the greedy answer ids and one bf16 case are recorded. The tokenizer references
-(tokenizers_reference.py, target "tokenizers") and the Llama-3.1 chat-template renderings (chat_reference.py,
-target "chat31") come from the `tokenizers` library and transformers' apply_chat_template.
+layer and KV head, the scores, the greedy answer ids and one bf16 case are recorded. On the same checkpoint and
+ids, kvpress's StreamingLLMPress, PyramidKVPress and AdaKVPress(SnapKVPress) record their kept positions per
+layer and KV head and their greedy answers (kvpress_presses.json; both modes, the same ratios, and for the
+SnapKV-based presses the default window and a small one).
+The tokenizer references (tokenizers_reference.py, target "tokenizers") and the Llama-3.1 chat-template
+renderings (chat_reference.py, target "chat31") come from the `tokenizers` library and transformers'
+apply_chat_template.
 
 Everything is deterministic: CPU only, fixed seeds, one thread. Each file names the versions that made it
 ("generator"). Nothing here is needed to build or test the project: the outputs are committed.
@@ -44,7 +48,7 @@ transformers.utils.logging.disable_progress_bar()
 transformers.utils.logging.set_verbosity_error()
 
 import kvpress  # noqa: E402
-from kvpress import SnapKVPress  # noqa: E402
+from kvpress import AdaKVPress, PyramidKVPress, SnapKVPress, StreamingLLMPress  # noqa: E402
 from kvpress.pipeline import KVPressTextGenerationPipeline  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -83,6 +87,13 @@ SNAPKV_RATIOS = [0.5, 0.75]
 SNAPKV_WINDOW = 64  # kvpress defaults
 SNAPKV_KERNEL = 5
 SNAPKV_ANSWER_TOKENS = 16
+# kvpress StreamingLLM, PyramidKV and Ada-KV (over SnapKV) on the SnapKV case's checkpoint and ids. At window
+# 64, PyramidKV's depth schedule is valid at ratio 0.5 (clamped at L - w) and falls back to SnapKV's count at
+# 0.75, and Ada-KV's safeguard (int(0.2 * n_kept) <= 64) is all window; the small window makes both bite
+# everywhere: PyramidKV's schedule is valid at both ratios and Ada-KV's heads secure tokens beyond the window.
+PRESS_WINDOWS = [SNAPKV_WINDOW, 3]
+PRESS_SINKS = 4  # StreamingLLMPress's default
+ADAKV_ALPHA = 0.20  # AdaKVPress's default
 
 
 def id_sequence(seed, n, vocab, first=None):
@@ -369,6 +380,138 @@ def kvpress_case(model, mode, ratio, context, question, suffix):
     return case, scores
 
 
+def kept_by_matching(keys, new_keys):
+    """Per KV head, the ascending positions of `keys` [1, G, L, d] whose rows a press kept in `new_keys`."""
+    kept = []
+    for h in range(keys.shape[1]):
+        eq = (new_keys[0, h][:, None, :] == keys[0, h][None, :, :]).all(-1)  # [n_kept, L]
+        assert bool((eq.sum(1) == 1).all()), "a kept key matches no or several original keys"
+        kept.append(sorted(int(i) for i in eq.float().argmax(1)))
+    return kept
+
+
+class RecordingStreamingLLMPress(StreamingLLMPress):
+    """StreamingLLMPress, unchanged, that records the entries its compress() kept per layer and KV head."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        self.records = []
+
+    def compress(self, module, hidden_states, keys, values, attentions, kwargs):
+        new_keys, new_values = super().compress(module, hidden_states, keys, values, attentions, kwargs)
+        self.records.append({"layer": int(module.layer_idx), "kept": kept_by_matching(keys, new_keys)})
+        return new_keys, new_values
+
+
+class RecordingPyramidKVPress(PyramidKVPress):
+    """PyramidKVPress, unchanged, that records the entries its compress() kept per layer and KV head."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        self.records = []
+
+    def compress(self, module, hidden_states, keys, values, attentions, kwargs):
+        new_keys, new_values = super().compress(module, hidden_states, keys, values, attentions, kwargs)
+        self.records.append({"layer": int(module.layer_idx), "kept": kept_by_matching(keys, new_keys)})
+        return new_keys, new_values
+
+
+class RecordingAdaKVPress(AdaKVPress):
+    """AdaKVPress, unchanged: it keeps every entry and masks the evicted ones in attention
+    (module.masked_key_indices); the kept positions per KV head are those it does not mask."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        self.records = []
+
+    def compress(self, module, hidden_states, keys, values, attentions, kwargs):
+        new_keys, new_values = super().compress(module, hidden_states, keys, values, attentions, kwargs)
+        _, heads, positions = module.masked_key_indices
+        n_kv, n_tok = keys.shape[1], keys.shape[2]
+        masked = torch.zeros(n_kv, n_tok, dtype=torch.bool)
+        masked[heads, positions] = True
+        self.records.append({"layer": int(module.layer_idx),
+                             "kept": [[int(t) for t in torch.nonzero(~masked[h]).flatten()] for h in range(n_kv)]})
+        return new_keys, new_values
+
+
+def make_press(name, ratio, window):
+    if name == "StreamingLLMPress":
+        return RecordingStreamingLLMPress(compression_ratio=ratio, n_sink=PRESS_SINKS)
+    if name == "PyramidKVPress":
+        return RecordingPyramidKVPress(compression_ratio=ratio, window_size=window, kernel_size=SNAPKV_KERNEL)
+    assert name == "AdaKVPress"
+    inner = SnapKVPress(compression_ratio=ratio, window_size=window, kernel_size=SNAPKV_KERNEL)
+    return RecordingAdaKVPress(press=inner, alpha_safeguard=ADAKV_ALPHA)
+
+
+def press_case(model, name, mode, ratio, window, context, question, suffix):
+    """One press run through the pipeline code: the kept positions of every layer and KV head, the answer."""
+    compressed = context if mode == "query-agnostic" else context + question
+    prompt = question + suffix if mode == "query-agnostic" else suffix
+    press = make_press(name, ratio, window)
+    if name != "StreamingLLMPress":
+        # Only the pipeline's prefill runs (as its own code does it): its decoding fails for both here.
+        # PyramidKV's layers hold different lengths, and transformers builds one attention mask from the first
+        # layer's; Ada-KV masks its evicted keys in decoding with a fake key that every query of a KV group must
+        # score negatively (attention_patch.search_hyperplane), which the prompt's 27 x 4 queries in 16
+        # dimensions of this checkpoint do not allow ("Could not find fake keys").
+        with torch.no_grad(), press(model):
+            model.model(input_ids=torch.tensor([compressed]), past_key_values=DynamicCache())
+        answer = None
+    else:
+        answer = kvpress_run(model, press, compressed, prompt)
+    assert len(press.records) == model.config.num_hidden_layers
+    case = {"press": name, "mode": mode, "compression_ratio": ratio, "n_tokens": len(compressed)}
+    if name != "StreamingLLMPress":
+        case["window_size"] = window
+    case["n_kept"] = [[len(k) for k in r["kept"]] for r in press.records]  # [layer][KV head]
+    case["answer_ids"] = answer  # None for PyramidKVPress and AdaKVPress (above)
+    case["layers"] = press.records
+    return case
+
+
+def kvpress_presses_reference():
+    model_dir = DATA / SNAPKV_MODEL
+    # sdpa, as the SnapKV reference (AdaKVPress refuses eager attention).
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="sdpa")
+    model.eval()
+    vocab = model.config.vocab_size
+    ids = id_sequence(SNAPKV_SEED, SNAPKV_CONTEXT + SNAPKV_QUESTION + SNAPKV_SUFFIX, vocab, first=1)
+    context = ids[:SNAPKV_CONTEXT]
+    question = ids[SNAPKV_CONTEXT:SNAPKV_CONTEXT + SNAPKV_QUESTION]
+    suffix = ids[SNAPKV_CONTEXT + SNAPKV_QUESTION:]
+    ref = {
+        "generator": generator_info(),
+        "model": SNAPKV_MODEL,
+        "model_safetensors_sha256": sha256(model_dir / "model.safetensors"),
+        "presses": {
+            "StreamingLLMPress": {"n_sink": PRESS_SINKS},
+            "PyramidKVPress": {"kernel_size": SNAPKV_KERNEL, "beta": PyramidKVPress().beta},
+            "AdaKVPress": {"press": "SnapKVPress", "kernel_size": SNAPKV_KERNEL, "alpha_safeguard": ADAKV_ALPHA},
+        },
+        "pipeline": "kvpress.pipeline.KVPressTextGenerationPipeline._forward + generate_answer on ids "
+                    "(no tokenizer), CPU",
+        "dtype": "fp32",
+        "attn_implementation": "sdpa",
+        "answer_tokens": SNAPKV_ANSWER_TOKENS,
+        "eos_token_id": model.generation_config.eos_token_id,
+        "context_ids": context,
+        "question_ids": question,
+        "suffix_ids": suffix,
+        "cases": [],
+    }
+    for name in ("StreamingLLMPress", "PyramidKVPress", "AdaKVPress"):
+        for window in ([None] if name == "StreamingLLMPress" else PRESS_WINDOWS):
+            for mode in ("query-agnostic", "query-aware"):
+                for ratio in SNAPKV_RATIOS:
+                    case = press_case(model, name, mode, ratio, window, context, question, suffix)
+                    ref["cases"].append(case)
+                    print(f"kvpress {name} window {window} {mode} ratio {ratio}: kept per layer and head "
+                          f"{case['n_kept']} of {case['n_tokens']}, answer {case['answer_ids']}", flush=True)
+    return ref
+
+
 def kvpress_reference():
     model_dir = DATA / SNAPKV_MODEL
     # sdpa: the hook gets no attention weights, so SnapKVPress computes its window attention itself
@@ -459,7 +602,8 @@ def main():
                     help="the varrate executable that writes the checkpoints (default: $VARRATE_BIN or "
                          "build/bin/varrate, relative to the repository)")
     ap.add_argument("--only", nargs="*",
-                    help="model names to regenerate, or kvpress, tokenizers or chat31 (default: everything)")
+                    help="model names to regenerate, or kvpress (SnapKV), kvpress-presses (StreamingLLM, "
+                         "PyramidKV, Ada-KV), tokenizers or chat31 (default: everything)")
     ap.add_argument("--fixtures", default=str(REPO.parent / "shared" / "fixtures"),
                     help="the shared fixtures, whose tokenizer.json files the tokenizer references use "
                          "(default: ../shared/fixtures beside the repository)")
@@ -491,6 +635,8 @@ def main():
               f"{ref['fp32']['greedy_min_gap']:.3g})", flush=True)
     if not args.only or "kvpress" in args.only:
         write_json(DATA / "kvpress_snapkv.json", kvpress_reference())
+    if not args.only or "kvpress-presses" in args.only:
+        write_json(DATA / "kvpress_presses.json", kvpress_presses_reference())
     if not args.only or "tokenizers" in args.only:
         (DATA / "tokenizers").mkdir(exist_ok=True)
         for vocab in tokenizers_reference.VOCABS:
