@@ -21,6 +21,7 @@
 #include <cmath>
 #include <map>
 
+#include "codec/registry.h"
 #include "core/base/error.h"
 #include "viz/chart_export.h"
 #include "viz/niah_accuracy_chart.h"
@@ -191,6 +192,14 @@ class GuiTestNiahTab : public QObject {
         QVERIFY(tab.run_settings_text().contains("flat"));
         panel.findChild<QCheckBox*>("method_flat")->setChecked(false);
         QVERIFY2(!tab.run_settings_text().contains("flat"), qPrintable(tab.run_settings_text()));
+        // Every registered method has its box, described by the registry, ablations and baselines included.
+        for (const std::string& name : method_names()) {
+            const auto* box = panel.findChild<QCheckBox*>(QString::fromStdString("method_" + name));
+            QVERIFY2(box, name.c_str());
+            QCOMPARE(box->toolTip(), QString::fromStdString(method_description(name)));
+        }
+        panel.findChild<QCheckBox*>("method_varrate-kvzip")->setChecked(true);
+        QVERIFY2(tab.run_settings_text().contains("varrate-kvzip"), qPrintable(tab.run_settings_text()));
         panel.findChild<QComboBox*>("mode")->setCurrentText("query-agnostic");
         QVERIFY(tab.run_settings_text().contains(" · query-agnostic · "));
         panel.findChild<QSpinBox*>("r_min")->setValue(5);
