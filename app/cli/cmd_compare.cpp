@@ -1,5 +1,6 @@
 // varrate compare / varrate ppl: compression methods side by side on one document, and perplexity over a
 // compressed prefix.
+#include <algorithm>
 #include <iostream>
 #include <sstream>
 
@@ -89,9 +90,12 @@ int run_compare_cmd(const CompareArgs& a) {
                   "self-calibrated basis not charged); resident: what the decoded cache holds, measured\n"
                 : "accounted footprints (anchor indices and a self-calibrated basis charged); resident: what "
                   "the decoded cache holds, measured (VarRate/flat: the compressed store)\n");
-    std::cout << fmt::format("{:<12} {:>6} {:>9} {:>9} {:>8} {:>7} {:>7} {:>11} {:>11}  {}\n", "method",
-                             "kappa", "accounted", "resident", "basis", "kv err", "quant", "prefill ms",
-                             "codec ms", "answers");
+    // The method column as wide as the longest name (registered names reach 18 characters).
+    size_t width = 6;
+    for (const MethodRun& run : r.runs) width = std::max(width, run.method.size());
+    std::cout << fmt::format("{:<{}} {:>6} {:>9} {:>9} {:>8} {:>7} {:>7} {:>11} {:>11}  {}\n", "method",
+                             width, "kappa", "accounted", "resident", "basis", "kv err", "quant",
+                             "prefill ms", "codec ms", "answers");
     for (const MethodRun& run : r.runs) {
         std::string answers;
         for (size_t i = 0; i < run.answers.size(); ++i) {
@@ -105,7 +109,7 @@ int run_compare_cmd(const CompareArgs& a) {
             run.full_bytes > 0 ? static_cast<double>(run.basis_bytes) / static_cast<double>(run.full_bytes)
                                : 0;
         if (!run.infeasible.empty()) {
-            std::cout << fmt::format("{:<12} {:>6g} infeasible: {}\n", run.method, run.budget,
+            std::cout << fmt::format("{:<{}} {:>6g} infeasible: {}\n", run.method, width, run.budget,
                                      run.infeasible);
             continue;
         }
@@ -117,8 +121,8 @@ int run_compare_cmd(const CompareArgs& a) {
             quant += d.mean_quant_error / static_cast<double>(run.layers.size());
         }
         std::cout << fmt::format(
-            "{:<12} {:>6g} {:>8.2f}% {:>8.2f}% {:>7.2f}% {:>7.3f} {:>7.3f} {:>11.1f} {:>11.1f}  {}{}\n",
-            run.method, run.budget, 100.0 * run.footprint_fraction, 100.0 * run.resident_fraction(),
+            "{:<{}} {:>6g} {:>8.2f}% {:>8.2f}% {:>7.2f}% {:>7.3f} {:>7.3f} {:>11.1f} {:>11.1f}  {}{}\n",
+            run.method, width, run.budget, 100.0 * run.footprint_fraction, 100.0 * run.resident_fraction(),
             100.0 * basis_share, err, quant, run.prefill_ms, run.compress_ms, answers,
             basis_note(run.self_calibrated, run.basis_accounting));
     }
@@ -177,9 +181,11 @@ int run_ppl_cmd(const PplArgs& a) {
             "perplexity over tokens {}..{} after a compressed prefix of {} (one prefill for every method "
             "and budget)\n",
             a.prefix_tokens, req.ids.size() - 1, a.prefix_tokens);
+        size_t width = 6;
+        for (const auto& r : runs) width = std::max(width, r.method.size());
         for (const auto& r : runs)
-            std::cout << fmt::format("{:<12} kappa {:<6g} ppl {:>10.4f}  accounted footprint {:>6.2f}%{}\n",
-                                     r.method, r.budget, r.ppl, 100.0 * r.footprint_fraction,
+            std::cout << fmt::format("{:<{}} kappa {:<6g} ppl {:>10.4f}  accounted footprint {:>6.2f}%{}\n",
+                                     r.method, width, r.budget, r.ppl, 100.0 * r.footprint_fraction,
                                      basis_note(r.self_calibrated, r.basis_accounting));
     }
     return 0;
