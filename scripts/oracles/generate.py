@@ -16,6 +16,19 @@ layer and KV head, the scores, the greedy answer ids and one bf16 case are recor
 ids, kvpress's StreamingLLMPress, PyramidKVPress and AdaKVPress(SnapKVPress) record their kept positions per
 layer and KV head and their greedy answers (kvpress_presses.json; both modes, the same ratios, and for the
 SnapKV-based presses the default window and a small one).
+On the same checkpoint and ids again, kvpress's AdaKVPress(ExpectedAttentionPress(epsilon=1e-2)) (defaults
+otherwise: n_future_positions 512, n_sink 4, covariance and value norms on) and KVzipPress (n_sink 4, one
+selection across layers) record their kept positions per layer and KV head, both modes, ratios 0.5 and 0.75
+(kvpress_signals.json, target "kvpress-signals"). Both are fake compressions: every entry stays and the evicted
+ones are masked (module.masked_key_indices), so the kept positions are the complement of the masked ones.
+KVzipPress reads its repeat prompts from AutoTokenizer.from_pretrained(model.config.name_or_path), which the
+checkpoint has none of: its own scoring and compression code (_perform_kvzip_compression: prepare, the repeat
+passes with its forward hook, compress_post) is driven after a plain prefill, with its fields set as its
+__call__ sets them without a chat template (_context_ids, _cache, prefix_length 0, _suffix_ids) and a stand-in
+tokenizer whose encode() returns fixed ids for the two repeat prompts; those ids and the suffix ids are recorded
+("repeat_prompt") so that the C++ test reconstructs with the same ones. Chunk sizes 128 (three reconstruction
+chunks of the 300-id context, so the later-chunk prompt and its 8 quoted ids are covered) and 2048 (kvpress's
+default: one chunk).
 The tokenizer references (tokenizers_reference.py, target "tokenizers") and the Llama-3.1 chat-template
 renderings (chat_reference.py, target "chat31") come from the `tokenizers` library and transformers'
 apply_chat_template.
@@ -27,6 +40,7 @@ Everything is deterministic: CPU only, fixed seeds, one thread. Each file names 
 import argparse
 import hashlib
 import json
+import logging
 import math
 import os
 import platform
@@ -46,9 +60,11 @@ from transformers import AutoModelForCausalLM, DynamicCache  # noqa: E402
 
 transformers.utils.logging.disable_progress_bar()
 transformers.utils.logging.set_verbosity_error()
+logging.getLogger("kvpress").setLevel(logging.ERROR)  # KVzipPress warns of its cost on every construction
 
 import kvpress  # noqa: E402
-from kvpress import AdaKVPress, PyramidKVPress, SnapKVPress, StreamingLLMPress  # noqa: E402
+from kvpress import (AdaKVPress, ExpectedAttentionPress, KVzipPress, PyramidKVPress, SnapKVPress,  # noqa: E402
+                     StreamingLLMPress)
 from kvpress.pipeline import KVPressTextGenerationPipeline  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -94,6 +110,14 @@ SNAPKV_ANSWER_TOKENS = 16
 PRESS_WINDOWS = [SNAPKV_WINDOW, 3]
 PRESS_SINKS = 4  # StreamingLLMPress's default
 ADAKV_ALPHA = 0.20  # AdaKVPress's default
+# kvpress ExpectedAttention (inside Ada-KV) and KVzip, on the SnapKV case's checkpoint and ids.
+EXPECTED_ATTENTION_EPSILON = 1e-2  # the paper's setting (kvpress's default is 0)
+KVZIP_CHUNKS = [128, 2048]  # 128: three chunks of the 300-id context; 2048: kvpress's default (one chunk)
+# Stand-ins for the repeat prompts' ids ("\n\nRepeat the previous context exactly.", "\n\nRepeat the part of
+# the previous context exactly, starting with") and the suffix ("\n" without a chat template): the checkpoint
+# has no tokenizer. Lengths about those of the Llama-3 tokenizer's.
+KVZIP_PROMPT_SEED = 777
+KVZIP_PROMPT_LENGTHS = (8, 13, 1)  # first, later, suffix
 
 
 def id_sequence(seed, n, vocab, first=None):
@@ -512,6 +536,113 @@ def kvpress_presses_reference():
     return ref
 
 
+class _RepeatPromptTokenizer:
+    """What KVzipPress.prepare asks of a tokenizer: encode() of its two repeat prompts, as fixed ids."""
+
+    FIRST = "\n\nRepeat the previous context exactly."
+    LATER = "\n\nRepeat the part of the previous context exactly, starting with"
+
+    def __init__(self, first, later):
+        self.ids = {self.FIRST: first, self.LATER: later}
+
+    def encode(self, text, return_tensors=None, add_special_tokens=True):
+        assert return_tensors == "pt" and not add_special_tokens, (return_tensors, add_special_tokens)
+        return torch.tensor([self.ids[text]])
+
+
+def kept_from_masked(module, n_kv, n_tok):
+    """Per KV head, the positions a fake-compressing press left unmasked (module.masked_key_indices)."""
+    _, heads, positions = module.masked_key_indices
+    masked = torch.zeros(n_kv, n_tok, dtype=torch.bool)
+    masked[heads.cpu(), positions.cpu()] = True
+    return [[int(t) for t in torch.nonzero(~masked[h]).flatten()] for h in range(n_kv)]
+
+
+@torch.no_grad()
+def kvzip_kept(model, ratio, chunk, compressed, prompt):
+    """KVzipPress's scoring and compression (its own code) on `compressed`, with the repeat prompt ids of
+    `prompt` instead of a tokenizer: per layer, the kept positions of every KV head."""
+    press = KVzipPress(compression_ratio=ratio, chunk_size=chunk)
+    press.post_init_from_model(model)
+    cache = DynamicCache()
+    input_ids = torch.tensor([compressed])
+    model.model(input_ids=input_ids, past_key_values=cache)
+    # As KVzipPress.__call__ sets them for a tokenizer without a chat template (prefix "", suffix "\n").
+    press._context_ids = input_ids
+    press._cache = cache
+    press.prefix_length = 0
+    press._suffix_ids = torch.tensor([prompt["suffix"]])
+    for layer in model.model.layers:
+        layer.self_attn.rotary_emb = model.model.rotary_emb
+    try:
+        press._perform_kvzip_compression(model, _RepeatPromptTokenizer(prompt["first"], prompt["later"]))
+    finally:
+        press._reset_internal_parameters()
+    n_kv, n_tok = model.config.num_key_value_heads, len(compressed)
+    assert cache.layers[0].keys.shape[2] == n_tok, "the repeat passes left entries in the cache"
+    return [{"layer": int(layer.self_attn.layer_idx), "kept": kept_from_masked(layer.self_attn, n_kv, n_tok)}
+            for layer in model.model.layers]
+
+
+def kvpress_signals_reference():
+    model_dir = DATA / SNAPKV_MODEL
+    # sdpa, as the other kvpress references (AdaKVPress and KVzipPress refuse eager attention).
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="sdpa")
+    model.eval()
+    vocab = model.config.vocab_size
+    ids = id_sequence(SNAPKV_SEED, SNAPKV_CONTEXT + SNAPKV_QUESTION + SNAPKV_SUFFIX, vocab, first=1)
+    context = ids[:SNAPKV_CONTEXT]
+    question = ids[SNAPKV_CONTEXT:SNAPKV_CONTEXT + SNAPKV_QUESTION]
+    suffix = ids[SNAPKV_CONTEXT + SNAPKV_QUESTION:]
+    n_first, n_later, n_suffix = KVZIP_PROMPT_LENGTHS
+    prompt_ids = id_sequence(KVZIP_PROMPT_SEED, n_first + n_later + n_suffix, vocab)
+    prompt = {"first": prompt_ids[:n_first], "later": prompt_ids[n_first:n_first + n_later],
+              "suffix": prompt_ids[n_first + n_later:]}
+    ea = ExpectedAttentionPress(epsilon=EXPECTED_ATTENTION_EPSILON)
+    kz = KVzipPress()
+    ref = {
+        "generator": generator_info(),
+        "model": SNAPKV_MODEL,
+        "model_safetensors_sha256": sha256(model_dir / "model.safetensors"),
+        "presses": {
+            "AdaKVPress(ExpectedAttentionPress)": {
+                "alpha_safeguard": ADAKV_ALPHA, "epsilon": ea.epsilon, "n_future_positions": ea.n_future_positions,
+                "n_sink": ea.n_sink, "use_covariance": ea.use_covariance, "use_vnorm": ea.use_vnorm},
+            "KVzipPress": {"n_sink": kz.n_sink, "layerwise": kz.layerwise,
+                           "kvzip_plus_normalization": kz.kvzip_plus_normalization, "prefix_length": 0},
+        },
+        "pipeline": "the model's prefill under the press (AdaKVPress); KVzipPress._perform_kvzip_compression after "
+                    "a plain prefill, with a stand-in tokenizer (repeat_prompt); CPU",
+        "dtype": "fp32",
+        "attn_implementation": "sdpa",
+        "context_ids": context,
+        "question_ids": question,
+        "suffix_ids": suffix,
+        "repeat_prompt": prompt,
+        "cases": [],
+    }
+    for mode in ("query-agnostic", "query-aware"):
+        compressed = context if mode == "query-agnostic" else context + question
+        for ratio in SNAPKV_RATIOS:
+            inner = ExpectedAttentionPress(compression_ratio=ratio, epsilon=EXPECTED_ATTENTION_EPSILON)
+            press = RecordingAdaKVPress(press=inner, alpha_safeguard=ADAKV_ALPHA)
+            with torch.no_grad(), press(model):
+                model.model(input_ids=torch.tensor([compressed]), past_key_values=DynamicCache())
+            assert len(press.records) == model.config.num_hidden_layers
+            cases = [({"press": "AdaKVPress(ExpectedAttentionPress)"}, press.records)]
+            for chunk in KVZIP_CHUNKS:
+                cases.append(({"press": "KVzipPress", "chunk_size": chunk},
+                              kvzip_kept(model, ratio, chunk, compressed, prompt)))
+            for head, layers in cases:
+                case = dict(head, mode=mode, compression_ratio=ratio, n_tokens=len(compressed))
+                case["n_kept"] = [[len(k) for k in r["kept"]] for r in layers]  # [layer][KV head]
+                case["layers"] = layers
+                ref["cases"].append(case)
+                print(f"kvpress {head} {mode} ratio {ratio}: kept per layer and head {case['n_kept']} of "
+                      f"{case['n_tokens']}", flush=True)
+    return ref
+
+
 def kvpress_reference():
     model_dir = DATA / SNAPKV_MODEL
     # sdpa: the hook gets no attention weights, so SnapKVPress computes its window attention itself
@@ -603,7 +734,7 @@ def main():
                          "build/bin/varrate, relative to the repository)")
     ap.add_argument("--only", nargs="*",
                     help="model names to regenerate, or kvpress (SnapKV), kvpress-presses (StreamingLLM, "
-                         "PyramidKV, Ada-KV), tokenizers or chat31 (default: everything)")
+                         "PyramidKV, Ada-KV), kvpress-signals (Expected Attention in Ada-KV, KVzip), tokenizers or chat31 (default: everything)")
     ap.add_argument("--fixtures", default=str(REPO.parent / "shared" / "fixtures"),
                     help="the shared fixtures, whose tokenizer.json files the tokenizer references use "
                          "(default: ../shared/fixtures beside the repository)")
@@ -637,6 +768,8 @@ def main():
         write_json(DATA / "kvpress_snapkv.json", kvpress_reference())
     if not args.only or "kvpress-presses" in args.only:
         write_json(DATA / "kvpress_presses.json", kvpress_presses_reference())
+    if not args.only or "kvpress-signals" in args.only:
+        write_json(DATA / "kvpress_signals.json", kvpress_signals_reference())
     if not args.only or "tokenizers" in args.only:
         (DATA / "tokenizers").mkdir(exist_ok=True)
         for vocab in tokenizers_reference.VOCABS:
