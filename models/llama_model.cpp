@@ -210,11 +210,12 @@ struct ObservedPrefill {
     at::Tensor cos, sin;                    // [L, head_dim], positions 0..L-1
     at::Tensor inv_freq;                    // [head_dim / 2] fp32
     int64_t window = 0;                     // w_obs
-    // Per layer, sums over positions >= kQueryStatsSkip of the pre-RoPE queries and of their outer
-    // products (fp64: a long prompt's second moment minus its mean loses digits in fp32).
-    std::vector<at::Tensor> query_sum;    // [n_head, head_dim] fp64
-    std::vector<at::Tensor> query_outer;  // [n_head, head_dim, head_dim] fp64
-    int64_t query_count = 0;              // positions summed (the same in every layer)
+    // Per layer, the running mean and centred second moment of the pre-RoPE queries of positions >=
+    // kQueryStatsSkip, merged chunk by chunk (Chan et al.): each chunk's moments about its own mean in fp32,
+    // the merge in fp64, so a long prompt loses no digits and the products stay fp32.
+    std::vector<at::Tensor> query_mean;  // [n_head, head_dim] fp64
+    std::vector<at::Tensor> query_m2;    // [n_head, head_dim, head_dim] fp64
+    std::vector<int64_t> query_rows;     // positions merged so far
 };
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {
@@ -269,15 +270,25 @@ bool decoder_layer(at::Tensor& x, const LayerWeights& lw, const ModelConfig& c, 
         observed->keys_pre_rope[l].narrow(1, context_offset, m).copy_(k);
         const int64_t skip = std::clamp<int64_t>(kQueryStatsSkip - context_offset, 0, m);
         if (skip < m) {
-            const at::Tensor qs = q.narrow(1, skip, m - skip).to(at::kDouble);  // [n_head, rows, head_dim]
-            at::Tensor& sum = observed->query_sum[l];
-            at::Tensor& outer = observed->query_outer[l];
-            if (!sum.defined()) {
-                sum = at::zeros({n_head, hd}, qs.options());
-                outer = at::zeros({n_head, hd, hd}, qs.options());
+            const int64_t rows = m - skip;
+            const at::Tensor qs = q.narrow(1, skip, rows).to(at::kFloat);  // [n_head, rows, head_dim]
+            const at::Tensor chunk_mean = qs.mean(1, /*keepdim=*/true);    // [n_head, 1, head_dim]
+            const at::Tensor centred = qs - chunk_mean;
+            const at::Tensor chunk_m2 = at::bmm(centred.transpose(1, 2), centred).to(at::kDouble);
+            const at::Tensor mean_b = chunk_mean.squeeze(1).to(at::kDouble);  // [n_head, head_dim]
+            at::Tensor& mean = observed->query_mean[l];
+            at::Tensor& m2 = observed->query_m2[l];
+            int64_t& n_a = observed->query_rows[l];
+            if (n_a == 0) {
+                mean = mean_b;
+                m2 = chunk_m2;
+            } else {
+                const double na = static_cast<double>(n_a), nb = static_cast<double>(rows), n = na + nb;
+                const at::Tensor delta = mean_b - mean;
+                m2 = m2 + chunk_m2 + delta.unsqueeze(2) * delta.unsqueeze(1) * (na * nb / n);
+                mean = mean + delta * (nb / n);
             }
-            sum.add_(qs.sum(1));
-            outer.add_(at::bmm(qs.transpose(1, 2), qs));
+            n_a += rows;
         }
     }
 
@@ -309,13 +320,11 @@ bool decoder_layer(at::Tensor& x, const LayerWeights& lw, const ModelConfig& c, 
         cap.rope_cos = observed->cos;
         cap.rope_sin = observed->sin;
         cap.rope_inv_freq = observed->inv_freq;
-        if (observed->query_sum[l].defined() && observed->query_count > 0) {
-            const double count = static_cast<double>(observed->query_count);
-            const at::Tensor mean = observed->query_sum[l] / count;  // [n_head, head_dim]
-            cap.query_mean = mean.to(at::kFloat);
-            cap.query_cov = (observed->query_outer[l] / count - mean.unsqueeze(2) * mean.unsqueeze(1))
+        if (observed->query_rows[l] > 0) {
+            cap.query_mean = observed->query_mean[l].to(at::kFloat);  // [n_head, head_dim]
+            cap.query_cov = (observed->query_m2[l] / static_cast<double>(observed->query_rows[l]))
                                 .to(at::kFloat);  // [n_head, head_dim, head_dim]
-            observed->query_sum[l] = observed->query_outer[l] = at::Tensor();
+            observed->query_mean[l] = observed->query_m2[l] = at::Tensor();
         }
         std::optional<LayerKV> replacement = observer(cap);
         observed->keys_pre_rope[l] = at::Tensor();  // this layer's capture is done
@@ -358,9 +367,9 @@ at::Tensor LlamaModel::forward(const std::vector<int64_t>& ids, KVCache& cache,
         const int64_t L = start + n;
         observed.window = std::max<int64_t>(1, opt.observer_window);
         observed.keys_pre_rope.resize(static_cast<size_t>(c.n_layer));
-        observed.query_sum.resize(static_cast<size_t>(c.n_layer));
-        observed.query_outer.resize(static_cast<size_t>(c.n_layer));
-        observed.query_count = std::max<int64_t>(0, L - std::max(start, kQueryStatsSkip));
+        observed.query_mean.resize(static_cast<size_t>(c.n_layer));
+        observed.query_m2.resize(static_cast<size_t>(c.n_layer));
+        observed.query_rows.assign(static_cast<size_t>(c.n_layer), 0);
         std::tie(observed.cos, observed.sin) = rope_tables(0, L);
         observed.inv_freq = inv_freq_;
         if (cache.has_prefix())
