@@ -82,6 +82,20 @@ const std::vector<Entry>& registry() {
                                                     SalienceSignal::Repeat, "varrate-kvzip");
          },
          MethodProbe::Repeat},
+        {"varrate-layers", true, false,
+         "VarRate with per-layer budgets: one water-filling of the total over every layer's tokens by "
+         "salience",
+         [](const CodecSettings& s, std::shared_ptr<const Basis> b) {
+             return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Salience,
+                                                    SalienceSignal::Window, "varrate-layers", true);
+         }},
+        {"varrate-kvzip-layers", true, false,
+         "varrate-kvzip with per-layer budgets from one water-filling of its scores over every layer",
+         [](const CodecSettings& s, std::shared_ptr<const Basis> b) {
+             return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Salience,
+                                                    SalienceSignal::Repeat, "varrate-kvzip-layers", true);
+         },
+         MethodProbe::Repeat},
         {"varrate-ea", true, false, "VarRate with Expected Attention's future-query scores as salience",
          [](const CodecSettings& s, std::shared_ptr<const Basis> b) {
              return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Salience,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <mutex>
 
 #include <ATen/ATen.h>
@@ -39,12 +40,16 @@ at::Tensor top_k_ranks(const at::Tensor& s_hat, int64_t budget, int64_t r_min, i
 }
 
 VarRateMethod::VarRateMethod(const CodecSettings& settings, std::shared_ptr<const Basis> basis,
-                             RankAllocation allocation, SalienceSignal signal, std::string registered_name)
+                             RankAllocation allocation, SalienceSignal signal, std::string registered_name,
+                             bool across_layers)
     : settings_(settings),
       basis_(std::move(basis)),
       allocation_(allocation),
       signal_(allocation == RankAllocation::Uniform ? SalienceSignal::Constant : signal),
-      name_(std::move(registered_name)) {
+      name_(std::move(registered_name)),
+      across_layers_(across_layers) {
+    if (across_layers_ && allocation_ == RankAllocation::Uniform)
+        throw Error("flat: budgets across layers need a salience signal");
     if (name_.empty()) name_ = allocation_ == RankAllocation::Uniform ? "flat" : "varrate";
     if (!basis_)
         throw Error(fmt::format("{}: a basis is required (calibrate one, or load a basis file)", name()));
@@ -348,6 +353,42 @@ std::shared_ptr<const LayerAnalysis> VarRateMethod::derive(const LayerCapture& c
         a->timing.salience = lap_ms(t);
     }
     return a;
+}
+
+std::vector<double> VarRateMethod::layer_budgets(
+    const std::vector<std::shared_ptr<const LayerAnalysis>>& layers, const CodecSettings& budget) {
+    if (!across_layers_ || layers.empty()) return {};
+    if (budget.coef_bits < 16)
+        throw Error(fmt::format("{}: budgets across layers are for unquantized coefficients (--coef-bits 16)",
+                                name()));
+    std::vector<CodecBudget> plans;
+    std::vector<at::Tensor> signals;  // per layer [n_coded] fp64 CPU: raw salience of the coded tokens
+    int64_t total = 0;
+    for (const auto& l : layers) {
+        const auto& a = dynamic_cast<const VarRateAnalysis&>(*l);
+        plans.push_back(plan_codec_budget(budget, a.n_tokens, a.dim, element_size(a.dtype), name(),
+                                          basis_->info().self_calibrated));
+        total += plans.back().budget_B;
+        signals.push_back(a.salience.index_select(0, a.coded.to(at::kCPU)).to(at::kDouble).clamp_min(0));
+    }
+    const at::Tensor all = at::cat(signals);
+    const double top = all.max().item<double>();
+    const at::Tensor s = top > 0 ? all / top : at::ones_like(all);
+    const at::Tensor levels = water_fill_levels(s, total, budget.r_min, plans.front().rank_cap);  // [sum n]
+    std::vector<double> out;
+    int64_t offset = 0;
+    for (size_t i = 0; i < layers.size(); ++i) {
+        const CodecBudget& p = plans[i];
+        const int64_t n = signals[i].size(0);
+        const auto B = static_cast<int64_t>(std::floor(levels.narrow(0, offset, n).sum().item<double>()));
+        offset += n;
+        // kappa_l whose scalar total is this layer's fixed part (exact rows, indices, basis) plus B: the
+        // planner floors kappa * L * D, so aim half a scalar above.
+        const int64_t fixed = p.n_exact * p.dim + p.index_scalars + p.basis_scalars;
+        const double scalars = static_cast<double>(p.n_tokens) * static_cast<double>(p.dim);
+        out.push_back(std::min(1.0, (static_cast<double>(B + fixed) + 0.5) / scalars));
+    }
+    return out;
 }
 
 LayerAllocation VarRateMethod::allocate(const LayerAnalysis& analysis, const CodecSettings& budget) {

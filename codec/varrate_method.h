@@ -28,7 +28,7 @@ class VarRateMethod : public CompressionMethod {
     // `registered_name`: what name() returns (default "varrate", or "flat" for uniform ranks).
     VarRateMethod(const CodecSettings& settings, std::shared_ptr<const Basis> basis,
                   RankAllocation allocation, SalienceSignal signal = SalienceSignal::Window,
-                  std::string registered_name = {});
+                  std::string registered_name = {}, bool across_layers = false);
     std::string name() const override { return name_; }
     const CodecSettings& settings() const override { return settings_; }
     // Salience, anchors, residuals and their energies. allocate() projects each coded token on the basis
@@ -38,6 +38,12 @@ class VarRateMethod : public CompressionMethod {
     LayerAllocation allocate(const LayerAnalysis& analysis, const CodecSettings& budget) override;
     LayerKV materialise(const LayerCapture& capture, const LayerAnalysis& analysis,
                         const LayerAllocation& allocation) override;
+    // With across_layers: each layer's budget from one water-filling of the summed budget over every
+    // layer's coded tokens by their raw salience (scaled by its maximum over all layers, not per layer), so a
+    // layer whose attention concentrates on more tokens gets more; the total stays kappa's. Unquantized
+    // coefficients only. Without: empty (kappa in every layer).
+    std::vector<double> layer_budgets(const std::vector<std::shared_ptr<const LayerAnalysis>>& layers,
+                                      const CodecSettings& budget) override;
     // From the other allocation's analysis (VarRate <-> flat) on the same basis and settings: only the
     // salience differs.
     std::shared_ptr<const LayerAnalysis> derive(const LayerCapture& capture,
@@ -79,6 +85,7 @@ class VarRateMethod : public CompressionMethod {
     RankAllocation allocation_;
     SalienceSignal signal_;
     std::string name_;
+    bool across_layers_ = false;
     std::vector<at::Tensor> device_basis_;  // per layer: the leading R rows, resident on the compute device
     std::vector<at::ScalarType> device_basis_dtype_;  // per layer: the precision device_basis_ was rounded to
     std::vector<at::Tensor> bf16_basis_;              // per layer: device_basis_ rounded to bf16

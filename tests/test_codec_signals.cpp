@@ -231,6 +231,86 @@ class TestCodecSignals : public QObject {
         QVERIFY2(missing.find("context-reconstruction") != std::string::npos, missing.c_str());
     }
 
+    void budgets_across_layers_follow_one_water_filling() {
+        SyntheticShape sh = shape(256);
+        CodecSettings s = test::small_codec_settings(0.4);
+        s.obs_window = 16;
+        s.window = 16;
+        s.stride = 32;
+        s.rank = 32;
+        s.r_min = 2;
+        auto basis = random_basis(3, 32, 32, s.stride, s.anchors, 3);
+        VarRateMethod m(s, basis, RankAllocation::Salience, SalienceSignal::Window, "varrate-layers", true);
+        std::vector<LayerCapture> caps;
+        std::vector<std::shared_ptr<const LayerAnalysis>> analyses;
+        for (int64_t l = 0; l < 3; ++l) {
+            LayerCapture c = synthetic_capture(sh, 40 + l, l);
+            c.window_queries = c.window_queries * (1.0 + 1.5 * l);  // peakier attention in deeper layers
+            caps.push_back(c);
+            analyses.push_back(m.analyse(c));
+        }
+        const std::vector<double> kappas = m.layer_budgets(analyses, s);
+        QCOMPARE(kappas.size(), size_t{3});
+        // Literal reference: lambda by bisection so that sum over all layers' coded tokens of
+        // clip(r_min + lambda * s_t / max s, r_min, R) is the layers' summed budget.
+        std::vector<std::vector<double>> sal;
+        double top = 0;
+        int64_t total = 0;
+        for (int64_t l = 0; l < 3; ++l) {
+            const LayerAllocation even = m.allocate(*analyses[l], s);
+            total += even.diagnostics.budget_B;
+            std::vector<double> v;
+            for (int64_t t = 0; t < 256; ++t)
+                if (!even.diagnostics.exact[t].item<bool>()) {
+                    v.push_back(std::max(0.0, even.diagnostics.salience[t].item<double>()));
+                    top = std::max(top, v.back());
+                }
+            sal.push_back(v);
+        }
+        auto level_sum = [&](double lambda, int64_t l) {
+            double sum = 0;
+            for (double x : sal[l]) sum += std::clamp(2.0 + lambda * x / top, 2.0, 32.0);
+            return sum;
+        };
+        double lo = 0, hi = 1e9;
+        for (int it = 0; it < 200; ++it) {
+            const double mid = 0.5 * (lo + hi);
+            (level_sum(mid, 0) + level_sum(mid, 1) + level_sum(mid, 2) < static_cast<double>(total) ? lo
+                                                                                                    : hi) =
+                mid;
+        }
+        int64_t spent = 0;
+        std::set<int64_t> budgets;
+        for (int64_t l = 0; l < 3; ++l) {
+            CodecSettings b = s;
+            b.budget = kappas[l];
+            const LayerAllocation al = m.allocate(*analyses[l], b);
+            const double expected = std::floor(level_sum(lo, l));
+            QVERIFY2(std::abs(static_cast<double>(al.diagnostics.budget_B) - expected) <= 1.0,
+                     qPrintable(QString("layer %1: B %2, reference %3")
+                                    .arg(l)
+                                    .arg(al.diagnostics.budget_B)
+                                    .arg(expected)));
+            spent += al.diagnostics.stored_bytes;
+            budgets.insert(al.diagnostics.budget_B);
+            QVERIFY(al.diagnostics.footprint <= 1.0);
+        }
+        QVERIFY(budgets.size() == 3);  // the layers get different budgets
+        // The total stays within kappa's.
+        const int64_t full = 3 * 256 * 32 * 4;
+        QVERIFY2(static_cast<double>(spent) <= 0.4 * full + 1e-9 &&
+                     static_cast<double>(spent) >= (0.4 - 0.005) * full,
+                 qPrintable(QString("spent %1 of %2").arg(spent).arg(full)));
+        // Quantized coefficients are refused, flat cannot be made so.
+        s.coef_bits = 4;
+        QVERIFY(test::error_message([&] { m.layer_budgets(analyses, s); }).find("unquantized") !=
+                std::string::npos);
+        QVERIFY(!test::error_message([&] {
+                     VarRateMethod f(s, basis, RankAllocation::Uniform, SalienceSignal::Constant, "flat",
+                                     true);
+                 }).empty());
+    }
+
     void top_k_ranks_are_binary_and_spend_the_budget() {
         at::Generator gen = at::detail::createCPUGenerator(9);
         const at::Tensor s = at::rand({200}, gen, at::TensorOptions().dtype(at::kFloat));

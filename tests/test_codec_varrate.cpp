@@ -333,11 +333,26 @@ class TestCodecVarRate : public QObject {
     }
 
     void registryAndJson() {
-        QVERIFY(method_names() ==
-                (std::vector<std::string>{"full", "varrate", "flat", "varrate:random", "varrate:shuffle",
-                                          "varrate:position", "varrate:oracle", "varrate:topk",
-                                          "varrate-kvzip", "varrate-ea", "snapkv", "pyramidkv", "adakv",
-                                          "streamingllm", "expected-attention", "kvzip", "kivi2", "kivi4"}));
+        QVERIFY(method_names() == (std::vector<std::string>{"full",
+                                                            "varrate",
+                                                            "flat",
+                                                            "varrate:random",
+                                                            "varrate:shuffle",
+                                                            "varrate:position",
+                                                            "varrate:oracle",
+                                                            "varrate:topk",
+                                                            "varrate-kvzip",
+                                                            "varrate-layers",
+                                                            "varrate-kvzip-layers",
+                                                            "varrate-ea",
+                                                            "snapkv",
+                                                            "pyramidkv",
+                                                            "adakv",
+                                                            "streamingllm",
+                                                            "expected-attention",
+                                                            "kvzip",
+                                                            "kivi2",
+                                                            "kivi4"}));
         QVERIFY(method_probe("varrate:oracle") == MethodProbe::Question);
         QVERIFY(method_probe("varrate-kvzip") == MethodProbe::Repeat &&
                 method_probe("kvzip") == MethodProbe::Repeat);
