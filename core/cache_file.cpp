@@ -250,7 +250,9 @@ CompressedContext compress_context(const Session& s, const CompressContextReques
     const RunSlot slot = make_slots(req, plan).front();
     const std::vector<int64_t> ids = plan.compressed_ids(req, 0);
     // The attention-output error is a diagnostic of compare's; the cache does not depend on it.
-    CaptureExploration explored(s, ids, req.settings, plan.basis, /*attention_output=*/false, job);
+    // The extra pass KVzip's scores need runs here as in compare (the oracle has no question to read).
+    CaptureExploration explored(s, ids, req.settings, plan.basis, /*attention_output=*/false, job,
+                                probe_request(req, plan, 0));
     ExploredRun run = explored.run(r.method, slot.settings, /*skip_infeasible=*/false, job);
 
     const int64_t n_layer = s.model().config().n_layer;

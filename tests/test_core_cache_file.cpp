@@ -171,7 +171,8 @@ class TestCoreCacheFile : public QObject {
         req.questions = {"Who was in the story?", "What happened at the end?"};
         req.settings = test::small_codec_settings(0.4);
         req.max_new_tokens = 8;
-        for (const char* method : {"full", "snapkv", "varrate", "flat", "kivi2", "pyramidkv", "adakv"}) {
+        for (const char* method : {"full", "snapkv", "varrate", "flat", "kivi2", "pyramidkv", "adakv",
+                                   "kvzip", "varrate-kvzip", "expected-attention"}) {
             req.methods = {method};
             expect_ask_equals_compare(s, req, dir_);
         }
