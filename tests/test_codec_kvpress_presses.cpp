@@ -117,6 +117,19 @@ std::vector<std::vector<int64_t>> rows_of_mask(const at::Tensor& mask) {
     return out;
 }
 
+// "" when one KV head keeps the same positions as kvpress's (both ascending), else how they differ.
+std::string kept_difference(const std::vector<int64_t>& ours, const std::vector<int64_t>& theirs) {
+    if (ours == theirs) return "";
+    std::vector<int64_t> only_ours, only_theirs;
+    std::set_difference(ours.begin(), ours.end(), theirs.begin(), theirs.end(),
+                        std::back_inserter(only_ours));
+    std::set_difference(theirs.begin(), theirs.end(), ours.begin(), ours.end(),
+                        std::back_inserter(only_theirs));
+    return "keeps " + std::to_string(ours.size()) + " (kvpress " + std::to_string(theirs.size()) + "), " +
+           std::to_string(only_ours.size()) + " only ours, " + std::to_string(only_theirs.size()) +
+           " only kvpress's";
+}
+
 }  // namespace
 
 class TestKvpressPresses : public QObject {
@@ -158,24 +171,13 @@ class TestKvpressPresses : public QObject {
                 QCOMPARE(ours.size(), theirs.size());
                 for (size_t g = 0; g < ours.size(); ++g) {
                     ++agree[name][1];
-                    if (ours[g] == theirs[g]) {
+                    const std::string diff = kept_difference(ours[g], theirs[g]);
+                    if (diff.empty()) {
                         ++agree[name][0];
                         continue;
                     }
-                    std::vector<int64_t> only_ours, only_theirs;
-                    std::set_difference(ours[g].begin(), ours[g].end(), theirs[g].begin(), theirs[g].end(),
-                                        std::back_inserter(only_ours));
-                    std::set_difference(theirs[g].begin(), theirs[g].end(), ours[g].begin(), ours[g].end(),
-                                        std::back_inserter(only_theirs));
-                    QFAIL(qPrintable(case_name(c) +
-                                     QString(": layer %1 KV head %2 keeps %3 (kvpress %4), %5 only "
-                                             "ours, %6 only kvpress's")
-                                         .arg(l)
-                                         .arg(g)
-                                         .arg(ours[g].size())
-                                         .arg(theirs[g].size())
-                                         .arg(only_ours.size())
-                                         .arg(only_theirs.size())));
+                    QFAIL(qPrintable(case_name(c) + QString(": layer %1 KV head %2 ").arg(l).arg(g) +
+                                     QString::fromStdString(diff)));
                 }
                 if (name == "adakv") ragged_layers += theirs.front().size() != theirs.back().size();
                 counts.insert(static_cast<int64_t>(theirs.front().size()));
@@ -267,20 +269,13 @@ class TestKvpressPresses : public QObject {
                 QCOMPARE(ours.size(), theirs.size());
                 for (size_t g = 0; g < ours.size(); ++g) {
                     ++agree[name][1];
-                    if (ours[g] == theirs[g]) {
+                    const std::string diff = kept_difference(ours[g], theirs[g]);
+                    if (diff.empty()) {
                         ++agree[name][0];
                         continue;
                     }
-                    std::vector<int64_t> only_ours, only_theirs;
-                    std::set_difference(ours[g].begin(), ours[g].end(), theirs[g].begin(), theirs[g].end(),
-                                        std::back_inserter(only_ours));
-                    std::set_difference(theirs[g].begin(), theirs[g].end(), ours[g].begin(), ours[g].end(),
-                                        std::back_inserter(only_theirs));
-                    qWarning(
-                        "%s: layer %ld KV head %zu keeps %zu (kvpress %zu), %zu only ours, %zu only "
-                        "kvpress's",
-                        qPrintable(what), static_cast<long>(l), g, ours[g].size(), theirs[g].size(),
-                        only_ours.size(), only_theirs.size());
+                    qWarning("%s: layer %ld KV head %zu %s", qPrintable(what), static_cast<long>(l), g,
+                             diff.c_str());
                 }
                 ragged += theirs.front().size() != theirs.back().size();
             }
