@@ -19,6 +19,13 @@ at::Generator layer_generator(int64_t layer) {
 
 }  // namespace
 
+at::Tensor rare_token_mask(const at::Tensor& ids, int64_t max_count) {
+    // Counts per distinct id, mapped back to positions: no host sync, any vocabulary size.
+    const auto [unique, inverse, counts] = at::_unique2(ids, /*sorted=*/false, /*return_inverse=*/true,
+                                                        /*return_counts=*/true);
+    return counts.index_select(0, inverse.reshape({-1})) <= max_count;  // [L] bool
+}
+
 std::string signal_requirement(SalienceSignal signal) {
     switch (signal) {
         case SalienceSignal::Question:
@@ -27,6 +34,8 @@ std::string signal_requirement(SalienceSignal signal) {
             return "KVzip's context-reconstruction scores (a second pass over the context)";
         case SalienceSignal::Expected:
             return "the prefill's query statistics";
+        case SalienceSignal::RareFloor:
+            return "the context's token ids (a prefill that began on an empty cache)";
         default:
             return "";
     }
@@ -69,6 +78,16 @@ at::Tensor allocation_salience(SalienceSignal signal, const LayerCapture& captur
         }
         case SalienceSignal::Expected:
             return expected_attention_scores(capture).mean(0);
+        case SalienceSignal::RareFloor: {
+            const at::Tensor& ids = capture.token_ids;  // [L]
+            if (!ids.defined() || ids.dim() != 1 || ids.size(0) != L)
+                throw Error(fmt::format("layer {}: this signal needs {}; the capture has {}", capture.layer,
+                                        signal_requirement(signal), shape_str(ids)));
+            const at::Tensor window = varrate_salience(capture, settings.obs_window, settings.pool_kernel);
+            const at::Tensor floor = at::quantile(window.to(at::kFloat), kRareQuantile);  // 0-dim
+            const at::Tensor rare = rare_token_mask(ids.to(window.device()), kRareMaxCount);
+            return at::where(rare, at::maximum(window, floor.to(window.dtype())), window);
+        }
     }
     throw Error("allocation_salience: unknown signal");
 }

@@ -101,6 +101,14 @@ const std::vector<Entry>& registry() {
              return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Salience,
                                                     SalienceSignal::Expected, "varrate-ea");
          }},
+        {"varrate-rare", true, false,
+         "VarRate with a rank floor for ids rare in the context: a once-only id gets at least the "
+         "90th-percentile "
+         "salience",
+         [](const CodecSettings& s, std::shared_ptr<const Basis> b) {
+             return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Salience,
+                                                    SalienceSignal::RareFloor, "varrate-rare");
+         }},
         {"snapkv", false, true, "SnapKV eviction, kvpress scoring (window 64, pool 5)",
          [](const CodecSettings& s, std::shared_ptr<const Basis>) {
              return std::make_unique<SnapKVMethod>(s);

@@ -216,6 +216,7 @@ struct ObservedPrefill {
     std::vector<at::Tensor> query_mean;  // [n_head, head_dim] fp64
     std::vector<at::Tensor> query_m2;    // [n_head, head_dim, head_dim] fp64
     std::vector<int64_t> query_rows;     // positions merged so far
+    at::Tensor token_ids;                // [L] int64 when the prefill began at position 0, else undefined
 };
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {
@@ -320,6 +321,7 @@ bool decoder_layer(at::Tensor& x, const LayerWeights& lw, const ModelConfig& c, 
         cap.rope_cos = observed->cos;
         cap.rope_sin = observed->sin;
         cap.rope_inv_freq = observed->inv_freq;
+        cap.token_ids = observed->token_ids;
         if (observed->query_rows[l] > 0) {
             cap.query_mean = observed->query_mean[l].to(at::kFloat);  // [n_head, head_dim]
             cap.query_cov = (observed->query_m2[l] / static_cast<double>(observed->query_rows[l]))
@@ -394,6 +396,7 @@ at::Tensor LlamaModel::forward(const std::vector<int64_t>& ids, KVCache& cache,
         opt.observer ? std::make_pair(observed.cos.narrow(0, start, n), observed.sin.narrow(0, start, n))
                      : rope_tables(start, start + n);                         // [n, head_dim]
     const at::Tensor ids_t = at::tensor(ids, at::kLong).to(options_.device);  // [n]
+    if (opt.observer && start == 0) observed.token_ids = ids_t;
 
     const KVCache::Snapshot before = cache.snapshot();
     bool replaced = false;

@@ -46,6 +46,9 @@ struct LayerCapture {
     // undefined otherwise.
     at::Tensor question_attention;  // [n_head, L] fp32: mean attention weight of the question's queries
     at::Tensor repeat_scores;       // [n_kv_head, L] fp32: KVzip's context-reconstruction scores
+    // The ids of positions 0..L-1 ([L] int64 on the compute device), when the observed prefill began on an
+    // empty cache (the runtime does not know the ids of entries from an earlier call); undefined otherwise.
+    at::Tensor token_ids;
 };
 
 // The first positions' queries are left out of the query statistics (attention-sink outliers; kvpress's

@@ -376,6 +376,49 @@ class TestCodecSignals : public QObject {
                                                    probed.repeat_scores[1][t].item<float>()));
     }
 
+    void rare_floor_raises_only_rare_ids_to_the_quantile() {
+        // Literal reference: count every id, raise a once-only id's window salience to the 90th percentile
+        // (linear interpolation between order statistics, as numpy's default), leave the others.
+        const LayerCapture c = synthetic_capture(shape(), 12, /*layer=*/1);
+        CodecSettings s;
+        s.obs_window = 16;
+        s.pool_kernel = 5;
+        QVERIFY(!c.token_ids.defined());
+        const std::string msg =
+            test::error_message([&] { allocation_salience(SalienceSignal::RareFloor, c, s); });
+        QVERIFY2(msg.find(signal_requirement(SalienceSignal::RareFloor)) != std::string::npos, msg.c_str());
+        LayerCapture withIds = c;
+        std::vector<int64_t> ids(96);
+        for (int64_t t = 0; t < 96; ++t) ids[t] = t % 7;     // frequent ids 0..6
+        for (int64_t t : {3, 40, 41, 77}) ids[t] = 100 + t;  // four ids that occur once
+        ids[60] = ids[90] = 500;                             // twice: not rare
+        withIds.token_ids = at::tensor(ids, at::kLong);
+        const at::Tensor rare = rare_token_mask(withIds.token_ids, kRareMaxCount);
+        const at::Tensor window = varrate_salience(c, 16, 5);
+        std::vector<double> sorted(96);
+        for (int64_t t = 0; t < 96; ++t) sorted[t] = window[t].item<double>();
+        std::sort(sorted.begin(), sorted.end());
+        const double pos = kRareQuantile * 95.0;
+        const auto lo = static_cast<size_t>(std::floor(pos));
+        const double floor =
+            sorted[lo] + (pos - double(lo)) * (sorted[std::min<size_t>(lo + 1, 95)] - sorted[lo]);
+        const at::Tensor got = allocation_salience(SalienceSignal::RareFloor, withIds, s);
+        int64_t raised = 0;
+        for (int64_t t = 0; t < 96; ++t) {
+            const bool once = t == 3 || t == 40 || t == 41 || t == 77;
+            QCOMPARE(rare[t].item<bool>(), once);
+            const double w = window[t].item<double>();
+            const double want = once ? std::max(w, floor) : w;
+            QVERIFY2(
+                std::abs(got[t].item<double>() - want) < 1e-6 * std::max(1.0, std::abs(want)),
+                qPrintable(QString("position %1: %2, want %3").arg(t).arg(got[t].item<double>()).arg(want)));
+            raised += got[t].item<double>() > w;
+        }
+        QVERIFY(raised > 0);  // the synthetic window salience leaves some of them below the floor
+        // Twice-occurring ids count as rare with max_count 2.
+        QVERIFY(rare_token_mask(withIds.token_ids, 2)[60].item<bool>());
+    }
+
     void varrate_with_another_signal_follows_it() {
         // Ranks water-filled by recency: later coded tokens never get less than earlier ones.
         SyntheticShape sh = shape(256);

@@ -345,6 +345,7 @@ class TestCodecVarRate : public QObject {
                                                             "varrate-layers",
                                                             "varrate-kvzip-layers",
                                                             "varrate-ea",
+                                                            "varrate-rare",
                                                             "snapkv",
                                                             "pyramidkv",
                                                             "adakv",
@@ -357,7 +358,8 @@ class TestCodecVarRate : public QObject {
         QVERIFY(method_probe("varrate-kvzip") == MethodProbe::Repeat &&
                 method_probe("kvzip") == MethodProbe::Repeat);
         QVERIFY(method_probe("varrate") == MethodProbe::None &&
-                method_probe("varrate-ea") == MethodProbe::None);
+                method_probe("varrate-ea") == MethodProbe::None &&
+                method_probe("varrate-rare") == MethodProbe::None);
         QVERIFY(default_method_names() == (std::vector<std::string>{"full", "varrate", "flat", "snapkv"}));
         QVERIFY(method_needs_basis("varrate") && method_needs_basis("flat"));
         QVERIFY(!method_needs_basis("full") && !method_needs_basis("snapkv"));

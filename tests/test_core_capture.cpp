@@ -363,7 +363,25 @@ class TestCapture : public QObject {
         for (size_t l = 0; l < cap.layers.size(); ++l) {
             QVERIFY(at::allclose(cap.layers[l].keys, cache.keys(static_cast<int64_t>(l)), 1e-5, 1e-5));
             QCOMPARE(cap.layers[l].window_queries.size(1), s.obs_window);
+            // The runtime hands every layer the context's ids (the rare-id rank floor reads them).
+            QVERIFY(at::equal(cap.layers[l].token_ids.cpu(), at::tensor(cap.ids, at::kLong)));
         }
+        // A prefill that continues a filled cache does not know the earlier ids: it says so by leaving them
+        // out.
+        KVCache half = fixture_->model().new_cache();
+        const std::vector<int64_t> head(cap.ids.begin(), cap.ids.begin() + 20),
+            tail(cap.ids.begin() + 20, cap.ids.end());
+        fixture_->model().forward(head, half);
+        ForwardOptions fo;
+        fo.observer_window = 8;
+        bool seen = false;
+        fo.observer = [&](const LayerCapture& c) -> std::optional<LayerKV> {
+            seen = true;
+            if (c.token_ids.defined()) throw Error("token ids of a continued prefill");
+            return std::nullopt;
+        };
+        fixture_->model().forward(tail, half, fo);
+        QVERIFY(seen);
         QVERIFY(cap.bytes() <= capture_bytes_needed(fixture_->model().config(),
                                                     static_cast<int64_t>(cap.ids.size()), s.obs_window,
                                                     at::kFloat));
