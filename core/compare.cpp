@@ -239,7 +239,16 @@ ComparePlan plan_compare(const Session& s, const CompareRequest& req, const JobC
     plan.budgets = request_budgets(req.budgets, req.settings);
     plan.questions = req.questions;
     if (plan.questions.empty()) plan.questions.emplace_back();  // compress only, diagnostics without answers
-    for (size_t qi = 0; qi < plan.questions.size(); ++qi)
+    if (!req.prompt_parts.empty()) {
+        if (req.prompt_parts.size() != plan.questions.size())
+            throw Error(fmt::format("{} prompts for {} questions: give one prompt per question",
+                                    req.prompt_parts.size(), plan.questions.size()));
+        for (const PromptParts& p : req.prompt_parts)
+            if (p.context_ids.empty())
+                throw Error("a prompt with an empty context part: nothing to compress");
+        plan.parts = req.prompt_parts;
+    }
+    for (size_t qi = 0; req.prompt_parts.empty() && qi < plan.questions.size(); ++qi)
         plan.parts.push_back(
             build_prompt(s.tokenizer(), req.context, plan.questions[qi], req.chat,
                          req.answer_prefixes.empty() ? std::string() : req.answer_prefixes[qi]));

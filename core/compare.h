@@ -26,6 +26,10 @@ struct CompareRequest {
     // The start of each reply, given to the model after the question (optional; same count as questions when
     // given; "" for none); see build_prompt.
     std::vector<std::string> answer_prefixes;
+    // Prompts already split (one per question, or one when there are none) for task suites with their own
+    // templates and truncation (LongBench); when given, context, answer_prefixes and chat are not used to
+    // build them (questions and answers still name and score them).
+    std::vector<PromptParts> prompt_parts;
     std::vector<std::string> methods = default_method_names();  // full, varrate, flat, snapkv
     CodecSettings settings;
     // Budgets to run every compressing method at (settings.budget replaced by each); empty:

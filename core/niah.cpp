@@ -21,6 +21,7 @@
 #include "core/needle_probe.h"
 #include "core/prompt.h"
 #include "core/stats.h"
+#include "core/sweep_files.h"
 #include "models/tokenizer.h"
 
 namespace varrate {
@@ -30,15 +31,6 @@ namespace varrate {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::string utc_timestamp() {
-    const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-    std::tm tm{};
-    gmtime_r(&t, &tm);
-    char buf[32];
-    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    return buf;
-}
 
 void validate(const NiahSweepOptions& o) {
     if (o.lengths.empty()) throw Error("--lengths: no context length given");
@@ -60,14 +52,6 @@ void validate(const NiahSweepOptions& o) {
     }
     if (o.out_dir.empty()) throw Error("--out: no output directory given");
     if (o.max_new_tokens < 1) throw Error("--max-new-tokens must be at least 1");
-}
-
-// The settings that change results (precise_timing only changes how stages are timed), less the budget:
-// every budget of a list has its own records (and says its budget), so one directory holds several.
-nlohmann::json identity_settings(nlohmann::json settings) {
-    settings.erase("precise_timing");
-    settings.erase("budget");
-    return settings;
 }
 
 // What makes two records comparable: a record written under a different identity is not reused.
@@ -126,13 +110,44 @@ nlohmann::json retention_json(const Tokenizer& tok, const MethodRun& run, const 
     return j;
 }
 
-std::string model_name(const Session& s) {
-    std::filesystem::path dir = s.model_dir();
-    if (dir.filename().empty()) dir = dir.parent_path();
-    return dir.filename().string();
+nlohmann::json grid_json(const NiahSweepOptions& o) {
+    return {{"kind", "niah"},
+            {"methods", o.methods},
+            {"budgets", niah_budgets(o)},
+            {"lengths", o.lengths},
+            {"depths", o.depths},
+            {"samples", o.samples},
+            {"mode", to_string(o.mode)},
+            {"needles", to_string(o.doc.needles)}};
 }
 
 }  // namespace
+
+nlohmann::json niah_grid_json(const NiahSweepOptions& o) {
+    return grid_json(o);
+}
+
+NiahSweepOptions read_niah_grid(const std::filesystem::path& out_dir) {
+    const nlohmann::json grid = read_sweep_file(out_dir)["grid"];
+    const std::string where = (out_dir / kSweepFile).string();
+    if (grid["kind"] != "niah")
+        throw Error(where + ": the sweep file of a " + grid["kind"].dump() + " sweep, not NIAH");
+    NiahSweepOptions o;
+    try {
+        o.methods = grid.at("methods").get<std::vector<std::string>>();
+        o.budgets = grid.at("budgets").get<std::vector<double>>();
+        o.lengths = grid.at("lengths").get<std::vector<int64_t>>();
+        o.depths = grid.at("depths").get<std::vector<double>>();
+        o.samples = grid.at("samples").get<int64_t>();
+        o.mode = parse_mode(grid.at("mode").get<std::string>());
+        o.doc.needles = parse_needle_protocol(grid.at("needles").get<std::string>());
+    } catch (const nlohmann::json::exception& e) {
+        throw Error(where + ": grid: " + e.what());
+    }
+    o.out_dir = out_dir;
+    validate(o);
+    return o;
+}
 
 NiahSweepStats run_niah_sweep(const Session& session, const NiahSweepOptions& o, const JobControl& job,
                               const NiahProgressFn& on_progress) {
@@ -156,9 +171,11 @@ NiahSweepStats run_niah_sweep(const Session& session, const NiahSweepOptions& o,
     };
     NiahSweepStats stats;
     std::vector<Cell> cells;
+    int64_t document = -1;  // position in the sweep's order, which the shards deal out
     for (int64_t length : o.lengths)
         for (double depth : o.depths)
             for (int64_t sample = 0; sample < o.samples; ++sample) {
+                if (!o.shard.owns(++document)) continue;
                 Cell cell{length, depth, sample, {}};
                 for (const NiahSeries& ser : series) {
                     ++stats.total;
@@ -173,6 +190,8 @@ NiahSweepStats run_niah_sweep(const Session& session, const NiahSweepOptions& o,
                 }
                 if (!cell.missing.empty()) cells.push_back(std::move(cell));
             }
+    write_sweep_file(o.out_dir, grid_json(o),
+                     identity);  // after the records' own checks, which name the record
 
     NiahProgress progress;
     progress.total = stats.total;

@@ -22,7 +22,9 @@
 #include "core/niah_document.h"
 #include "core/niah_record.h"
 #include "core/session.h"
+#include "core/shard.h"
 #include "core/stats.h"
+#include "core/sweep_files.h"
 
 namespace varrate {
 
@@ -38,6 +40,8 @@ struct NiahSweepOptions {
     std::string haystack_name = "procedural";  // recorded: the haystack file, or "procedural"
     int64_t max_new_tokens = 32;
     std::filesystem::path out_dir;
+    // Only this part of the documents (core/shard.h); the records of the others are left to other processes.
+    Shard shard;
 };
 
 // The budget list a sweep runs: options.budgets, or {options.settings.budget} when it is empty.
@@ -57,6 +61,13 @@ using NiahProgressFn = std::function<void(const NiahProgress&)>;
 struct NiahSweepStats {
     int64_t total = 0, computed = 0, skipped = 0, documents = 0;  // documents: run_compare calls
 };
+
+// The grid of out_dir/sweep.json (core/sweep_files.h): methods, budgets, lengths, depths, samples, mode and
+// needle protocol, of kind "niah"; every run writes it, `varrate summarize` reads it back.
+nlohmann::json niah_grid_json(const NiahSweepOptions& options);
+// The options a summary of `out_dir` needs, from its sweep.json. Throws Error naming the file when it is
+// missing, not a NIAH sweep, or malformed.
+NiahSweepOptions read_niah_grid(const std::filesystem::path& out_dir);
 
 // Throws Error for bad options or for records in out_dir written by a different sweep (other model,
 // settings, mode, seed, needle protocol or haystack; the budget is not part of it: each budget has its own

@@ -20,6 +20,27 @@ struct Interval {
 // (high = 1). Throws Error when successes is outside [0, n] or z is not positive.
 Interval wilson_interval(int64_t successes, int64_t n, double z = kZ95);
 
+// Paired comparison of two methods scored on the same samples (the paper's statistics): the mean of the
+// per-sample differences a - b, a percentile bootstrap 95 % interval of that mean (`resamples` resamples of
+// the n samples with replacement, seeded: the same inputs give the same interval), and an exact two-sided
+// sign test over the samples where they differ (ties dropped).
+struct PairedComparison {
+    int64_t n = 0;
+    double mean_difference = 0;
+    Interval interval{0, 0};       // of the mean difference; {0, 0} when n = 0
+    int64_t wins = 0, losses = 0;  // samples where a > b, a < b
+    double sign_test_p = 1;        // 1 when they never differ
+    // The interval excludes zero: the difference counts (the paper's rule).
+    bool significant() const { return interval.low > 0 || interval.high < 0; }
+};
+inline constexpr int64_t kBootstrapResamples = 10000;
+inline constexpr uint64_t kBootstrapSeed = 20260512;
+// Throws Error when a and b differ in length or resamples < 1.
+PairedComparison paired_comparison(const std::vector<double>& a, const std::vector<double>& b,
+                                   int64_t resamples = kBootstrapResamples, uint64_t seed = kBootstrapSeed);
+// P(|W - m/2| >= |wins - m/2|) for W ~ Binomial(m, 1/2), m = wins + losses: the exact two-sided sign test.
+double sign_test_p(int64_t wins, int64_t losses);
+
 // The median of `values` (the mean of the middle two for an even count); 0 when empty. The benchmarks report
 // medians of repeated runs.
 double median(std::vector<double> values);

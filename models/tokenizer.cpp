@@ -36,6 +36,7 @@ struct Tokenizer::Impl {
     std::vector<int32_t> prefix_ids, suffix_ids;
 
     std::string bos_token, eos_token, chat_template;
+    bool clean_up_spaces = false;
     std::string fingerprint;
 
     Impl(const nlohmann::json& tok, const std::string& where_)
@@ -272,6 +273,14 @@ Tokenizer Tokenizer::from_json(const nlohmann::json& tok, const nlohmann::json& 
     config_flag("add_bos_token", impl->bos_token, impl->prefix_ids, true);
     config_flag("add_eos_token", impl->eos_token, impl->suffix_ids, false);
     impl->chat_template = config_chat_template(config);
+    if (config.is_object() && config.contains("clean_up_tokenization_spaces")) {
+        const auto& flag = config["clean_up_tokenization_spaces"];
+        if (!flag.is_boolean() && !flag.is_null())
+            throw Error(where +
+                        ": tokenizer_config clean_up_tokenization_spaces must be true or false, got " +
+                        flag.dump());
+        impl->clean_up_spaces = flag.is_boolean() && flag.get<bool>();
+    }
     for (int32_t id : impl->prefix_ids)
         if (!impl->piece_of(id))
             throw Error(where + ": post_processor adds id " + std::to_string(id) +
@@ -371,6 +380,10 @@ std::string Tokenizer::eos_token() const {
 }
 const std::string& Tokenizer::chat_template() const {
     return impl_->chat_template;
+}
+
+bool Tokenizer::clean_up_tokenization_spaces() const {
+    return impl_->clean_up_spaces;
 }
 
 const std::string& Tokenizer::fingerprint() const {

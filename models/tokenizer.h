@@ -42,6 +42,11 @@ class Tokenizer {
     std::string eos_token() const;
     // tokenizer_config.json's chat_template ("" when none).
     const std::string& chat_template() const;
+    // tokenizer_config.json's clean_up_tokenization_spaces (false when absent, as transformers >= 4.45):
+    // whether transformers' decode() removes the space before punctuation and English contractions (" ." ->
+    // "."), a step that decode() here does not take (it is the tokenizers library's decode); LongBench's
+    // truncation and answers go through transformers' decode (core/longbench.h applies it).
+    bool clean_up_tokenization_spaces() const;
     // 16 hex digits identifying what decides ids and prompts: tokenizer.json's content (vocabulary, merges,
     // added tokens, normaliser...) as loaded, BOS/EOS handling and the chat template. Saved caches record it
     // so that a cache is never read with another tokenizer's ids.

@@ -20,6 +20,7 @@
 
 #include <fmt/format.h>
 
+#include <nlohmann/json.hpp>
 #include "core/base/error.h"
 #include "core/base/file_io.h"
 #include "core/compare.h"
@@ -194,6 +195,56 @@ class TestNiah : public QObject {
         other.settings.window = 24;
         EXPECT_ERROR(run_niah_sweep(*session, other, {}), "written by a different sweep", "settings");
         fs::remove_all(out);
+    }
+
+    // A sweep dealt to 4 shards writing into one folder gives the records and the summary of one process.
+    void shards_together_equal_one_process() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        const auto session = test::open_fixture_session();
+        const fs::path one = varrate::test::temp_dir("niah-one"),
+                       split = varrate::test::temp_dir("niah-split");
+        NiahSweepOptions o = tiny_sweep(one);
+        o.depths = {0, 50, 100};
+        o.samples = 2;  // 6 documents
+        QCOMPARE(run_niah_sweep(*session, o, {}).computed, int64_t{12});
+        NiahSweepOptions part = o;
+        part.out_dir = split;
+        int64_t computed = 0;
+        for (int64_t i = 0; i < 4; ++i) {
+            part.shard = parse_shard(std::to_string(i) + "/4");
+            const NiahSweepStats st = run_niah_sweep(*session, part, {});
+            QCOMPARE(st.documents, i < 2 ? int64_t{2} : int64_t{1});  // 6 documents dealt round-robin
+            computed += st.computed;
+        }
+        QCOMPARE(computed, int64_t{12});
+        // The same records but for the clocks.
+        auto strip = [](const std::string& text) {
+            nlohmann::json j = nlohmann::json::parse(text);
+            for (const char* k : {"durations", "timestamp"}) j.erase(k);
+            return j;
+        };
+        const auto a = read_records(one), b = read_records(split);
+        QCOMPARE(a.size(), size_t{12});
+        QCOMPARE(b.size(), a.size());
+        for (const auto& [path, text] : a) {
+            QVERIFY2(b.count(path), path.c_str());
+            QVERIFY2(strip(text) == strip(b.at(path)), path.c_str());
+        }
+        // The summary from the shared folder's sweep.json equals the one process's.
+        QCOMPARE(read_text_file(one / kSweepFile), read_text_file(split / kSweepFile));
+        const NiahSweepOptions back = read_niah_grid(split);
+        QVERIFY(to_json(summarize_niah(back)) == to_json(summarize_niah(o)));
+        // A shard resumes like a whole sweep.
+        part.shard = parse_shard("1/4");
+        QCOMPARE(run_niah_sweep(*session, part, {}).computed, int64_t{0});
+        // Bad shards and folders are named.
+        EXPECT_ERROR(parse_shard("4/4"), "--shard '4/4'", "0 .. count - 1");
+        EXPECT_ERROR(parse_shard("1"), "--shard '1'", "no '/'");
+        EXPECT_ERROR(parse_shard("a/2"), "'a' is not a whole number");
+        EXPECT_ERROR(parse_shard("0/0"), "at least 1");
+        EXPECT_ERROR(read_niah_grid(split / "records"), "no sweep file here");
+        fs::remove_all(one);
+        fs::remove_all(split);
     }
 
     // A budget list: one run_compare per document, `full` once (budget 1, records/full/), every other method
@@ -566,6 +617,27 @@ class TestNiah : public QObject {
         const std::string csv = read_text_file(out / "summary.csv");
         QVERIFY2(csv.find("\nsnapkv,0.5,200,50,2,") != std::string::npos, csv.c_str());
         QVERIFY(read_text_file(out / "heatmap.png").size() > 1000);
+
+        // `varrate summarize` remakes the same summary from the folder (what a job array's last step runs); a
+        // shard leaves the summary to it.
+        const std::string summary = read_text_file(out / "summary.json");
+        fs::remove(out / "summary.json");
+        const CliResult merged = run_varrate({"summarize", QString::fromStdString(out.string())});
+        QVERIFY2(merged.exit_code == 0, qPrintable(merged.err));
+        QVERIFY2(merged.out.contains("snapkv, budget 0.5: " + m.captured(1) + " of 2 correct"),
+                 qPrintable(merged.out));
+        QCOMPARE(read_text_file(out / "summary.json"), summary);
+        QStringList shard_args = args;
+        shard_args << "--shard"
+                   << "1/2";
+        const CliResult shard = run_varrate(shard_args);
+        QVERIFY2(shard.exit_code == 0, qPrintable(shard.err));
+        QVERIFY2(shard.out.contains("shard 1/2: 3 records: 0 computed, 3 reused") &&
+                     shard.out.contains("varrate summarize"),
+                 qPrintable(shard.out));
+        const CliResult none = run_varrate({"summarize", QString::fromStdString((out / "records").string())});
+        QCOMPARE(none.exit_code, 1);
+        QVERIFY2(none.err.contains("no sweep file here"), qPrintable(none.err));
 
         args[args.indexOf("fixed")] = "fresh";
         const CliResult other = run_varrate(args);

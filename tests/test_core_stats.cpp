@@ -31,6 +31,66 @@ const Case kCases[] = {
 class TestStats : public QObject {
     Q_OBJECT
   private Q_SLOTS:
+    void sign_test_is_the_exact_binomial_tail() {
+        // 2 P(W <= 1), W ~ Bin(10, 1/2): 2 (1 + 10) / 1024.
+        QCOMPARE(sign_test_p(9, 1), 22.0 / 1024.0);
+        QCOMPARE(sign_test_p(1, 9), 22.0 / 1024.0);
+        QCOMPARE(sign_test_p(0, 6), 2.0 / 64.0);
+        QCOMPARE(sign_test_p(3, 2), 1.0);  // 2 (1 + 5 + 10) / 32 = 1
+        QCOMPARE(sign_test_p(0, 0), 1.0);
+        // 2 P(W <= 40), W ~ Bin(100, 1/2) = 0.056887934 (exact, from the binomial coefficients).
+        QVERIFY(std::abs(sign_test_p(60, 40) - 0.05688793364) < 1e-9);
+    }
+    void paired_bootstrap_interval() {
+        // No difference: a point interval at 0, never significant.
+        const std::vector<double> same = {1, 0, 1, 1, 0};
+        PairedComparison p = paired_comparison(same, same);
+        QCOMPARE(p.mean_difference, 0.0);
+        QCOMPARE(p.interval.low, 0.0);
+        QCOMPARE(p.interval.high, 0.0);
+        QVERIFY(!p.significant());
+        QCOMPARE(p.sign_test_p, 1.0);
+        // A constant difference: the interval is that difference.
+        p = paired_comparison({1, 1, 1, 1}, {0, 0, 0, 0});
+        QCOMPARE(p.interval.low, 1.0);
+        QCOMPARE(p.interval.high, 1.0);
+        QVERIFY(p.significant());
+        QCOMPARE(p.wins, int64_t(4));
+        // Two samples with differences 0 and 1: resampled means 0, 0.5, 1 with probabilities 1/4, 1/2, 1/4,
+        // so the 2.5 and 97.5 percentiles are 0 and 1.
+        p = paired_comparison({0, 1}, {0, 0});
+        QCOMPARE(p.interval.low, 0.0);
+        QCOMPARE(p.interval.high, 1.0);
+        // 100 samples, 30 wins and 10 losses: mean 0.2, sd of a difference 0.6, so the interval is close to
+        // 0.2 -+ 1.96 x 0.06; seeded, the same every time; another seed moves it a little.
+        std::vector<double> a(100, 0), b(100, 0);
+        for (int i = 0; i < 30; ++i) a[i] = 1;
+        for (int i = 30; i < 40; ++i) b[i] = 1;
+        p = paired_comparison(a, b);
+        QVERIFY(std::abs(p.mean_difference - 0.2) < 1e-12);
+        QVERIFY2(std::abs(p.interval.low - (0.2 - 1.96 * 0.06)) < 0.02,
+                 qPrintable(QString::number(p.interval.low)));
+        QVERIFY2(std::abs(p.interval.high - (0.2 + 1.96 * 0.06)) < 0.02,
+                 qPrintable(QString::number(p.interval.high)));
+        QVERIFY(p.significant());
+        QCOMPARE(p.sign_test_p, sign_test_p(30, 10));
+        const PairedComparison again = paired_comparison(a, b);
+        QCOMPARE(again.interval.low, p.interval.low);
+        QCOMPARE(again.interval.high, p.interval.high);
+        // Scores on a continuous scale (the percentiles of 0/1 differences are multiples of 1/n and rarely
+        // move): the seed is what draws the resamples.
+        std::vector<double> x(50), y(50, 0.0);
+        for (int i = 0; i < 50; ++i) x[i] = std::sin(1.7 * i) + 0.1;
+        const PairedComparison s1 = paired_comparison(x, y),
+                               s2 = paired_comparison(x, y, kBootstrapResamples, 7);
+        QCOMPARE(s1.mean_difference, s2.mean_difference);
+        QVERIFY(s1.interval.low != s2.interval.low && s1.interval.high != s2.interval.high);
+        QVERIFY(s1.interval.low < s1.mean_difference && s1.mean_difference < s1.interval.high);
+        // Unpaired inputs are refused by name.
+        QVERIFY(test::error_message([] {
+                    paired_comparison({1, 0}, {1});
+                }).find("same samples") != std::string::npos);
+    }
     void median_of_odd_even_and_empty() {
         QCOMPARE(median({3.0, 1.0, 2.0}), 2.0);
         QCOMPARE(median({4.0, 1.0, 3.0, 2.0}), 2.5);

@@ -222,4 +222,44 @@ std::vector<int64_t> parse_id_list(const std::string& text, const std::string& w
     return ids;
 }
 
+namespace {
+std::atomic<bool> g_interrupted{false};
+}  // namespace
+
+extern "C" void varrate_on_sigint(int) {
+    g_interrupted.store(true);  // lock-free: safe in a signal handler
+}
+
+std::atomic<bool>& sigint_flag() {
+    return g_interrupted;
+}
+
+SigintGuard::SigintGuard() {
+    g_interrupted.store(false);
+    struct sigaction sa {};
+    sa.sa_handler = varrate_on_sigint;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESETHAND;
+    sigaction(SIGINT, &sa, &old_);
+}
+
+SigintGuard::~SigintGuard() {
+    sigaction(SIGINT, &old_, nullptr);
+}
+
+std::string format_duration(double s) {
+    if (s < 0) return "?";
+    const long long t = static_cast<long long>(s + 0.5);
+    if (t >= 3600) return fmt::format("{}h{:02}m", t / 3600, (t / 60) % 60);
+    if (t >= 60) return fmt::format("{}m{:02}s", t / 60, t % 60);
+    return fmt::format("{}s", t);
+}
+
+void clear_progress_line() {
+    if (isatty(fileno(stderr))) {
+        std::fprintf(stderr, "\r\033[K");
+        std::fflush(stderr);
+    }
+}
+
 }  // namespace varrate::cli

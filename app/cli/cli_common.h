@@ -1,9 +1,12 @@
 #pragma once
 // Options and helpers shared by several `varrate` commands.
+#include <atomic>
 #include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <csignal>
 
 #include <CLI/CLI.hpp>
 
@@ -56,5 +59,24 @@ bool check_methods_feasible(const std::vector<std::string>& methods, const Codec
 std::string join_method_names();
 // "1,2,3" -> {1,2,3}; throws Error naming `what` on a bad entry.
 std::vector<int64_t> parse_id_list(const std::string& text, const std::string& what);
+
+// Sweeps (niah, eval): Ctrl-C raises sigint_flag() once while a SigintGuard lives (the sweep stops after the
+// current step, finished records stay); the handler resets itself, so a second Ctrl-C ends the process at
+// once.
+std::atomic<bool>& sigint_flag();
+class SigintGuard {
+  public:
+    SigintGuard();
+    ~SigintGuard();
+    SigintGuard(const SigintGuard&) = delete;
+    SigintGuard& operator=(const SigintGuard&) = delete;
+
+  private:
+    struct sigaction old_ {};
+};
+// "12s", "3m05s", "1h02m"; "?" for a negative (unknown) duration.
+std::string format_duration(double seconds);
+// Erases the progress line a sweep rewrites in place on a terminal stderr.
+void clear_progress_line();
 
 }  // namespace varrate::cli

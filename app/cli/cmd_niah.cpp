@@ -27,32 +27,6 @@ namespace varrate::cli {
 
 namespace {
 
-std::atomic<bool> g_interrupted{false};
-
-extern "C" void on_sigint(int) {
-    g_interrupted.store(true);  // lock-free: safe in a signal handler
-}
-
-// Ctrl-C raises the cancel flag once (the sweep stops after the current step, finished records stay); the
-// handler resets itself, so a second Ctrl-C ends the process at once.
-class SigintGuard {
-  public:
-    SigintGuard() {
-        g_interrupted.store(false);
-        struct sigaction sa {};
-        sa.sa_handler = on_sigint;
-        sigemptyset(&sa.sa_mask);
-        sa.sa_flags = SA_RESETHAND;
-        sigaction(SIGINT, &sa, &old_);
-    }
-    ~SigintGuard() { sigaction(SIGINT, &old_, nullptr); }
-    SigintGuard(const SigintGuard&) = delete;
-    SigintGuard& operator=(const SigintGuard&) = delete;
-
-  private:
-    struct sigaction old_ {};
-};
-
 std::vector<std::string> split_list(const std::string& text) {
     std::vector<std::string> out;
     std::stringstream ss(text);
@@ -83,14 +57,6 @@ std::vector<double> parse_depths(const std::string& text) {
     return out;
 }
 
-std::string format_duration(double s) {
-    if (s < 0) return "?";
-    const long long t = static_cast<long long>(s + 0.5);
-    if (t >= 3600) return fmt::format("{}h{:02}m", t / 3600, (t / 60) % 60);
-    if (t >= 60) return fmt::format("{}m{:02}s", t / 60, t % 60);
-    return fmt::format("{}s", t);
-}
-
 // One line on stderr rewritten in place when it is a terminal; otherwise a log line per document.
 NiahProgressFn progress_printer() {
     const bool tty = isatty(fileno(stderr));
@@ -119,13 +85,6 @@ NiahProgressFn progress_printer() {
     };
 }
 
-void clear_progress_line() {
-    if (isatty(fileno(stderr))) {
-        std::fprintf(stderr, "\r\033[K");
-        std::fflush(stderr);
-    }
-}
-
 struct NiahArgs {
     std::string model, basis, haystack_file, out;
     RuntimeArgs runtime;
@@ -139,6 +98,7 @@ struct NiahArgs {
     int64_t samples = 1, distractors = 0, max_new_tokens = 32;
     uint64_t seed = 42;
     bool chat = false;
+    std::string shard;  // "I/N", or "" for the whole sweep
 };
 
 // summary.json, summary.csv and heatmap.png from the records on disk.
@@ -237,6 +197,7 @@ int run_niah_cmd(const NiahArgs& a) {
     }
     o.max_new_tokens = a.max_new_tokens;
     o.out_dir = a.out;
+    if (!a.shard.empty()) o.shard = parse_shard(a.shard);
     std::error_code ec;
     std::filesystem::create_directories(o.out_dir, ec);
     if (ec || !std::filesystem::is_directory(o.out_dir))
@@ -244,7 +205,7 @@ int run_niah_cmd(const NiahArgs& a) {
 
     SigintGuard sigint;
     JobControl job;
-    job.cancel = &g_interrupted;
+    job.cancel = &sigint_flag();
     auto session = Session::open(a.model, runtime_options(a.runtime), a.basis, job);
     const int64_t longest = *std::max_element(o.lengths.begin(), o.lengths.end());
     const std::string beyond = positions_warning(
@@ -257,7 +218,7 @@ int run_niah_cmd(const NiahArgs& a) {
         stats = run_niah_sweep(*session, o, job, progress_printer());
     } catch (const Cancelled&) {
         clear_progress_line();
-        write_outputs(o);
+        if (o.shard.whole()) write_outputs(o);
         std::fprintf(stderr,
                      "varrate niah: interrupted; finished records are kept in %s, run the same command again "
                      "to resume\n",
@@ -265,6 +226,14 @@ int run_niah_cmd(const NiahArgs& a) {
         throw;
     }
     clear_progress_line();
+    if (!o.shard.whole()) {
+        // The other shards may still be running: the summary is made once, from the shared folder.
+        std::cout << fmt::format(
+            "shard {}: {} records: {} computed, {} reused ({} documents); when every shard has finished: "
+            "varrate summarize {}\n",
+            o.shard.label(), stats.total, stats.computed, stats.skipped, stats.documents, a.out);
+        return 0;
+    }
     const NiahSummary summary = write_outputs(o);
     print_summary(summary);
     std::cout << fmt::format("{} records: {} computed, {} reused ({} documents); wrote {}\n", stats.total,
@@ -318,8 +287,19 @@ Command add_niah(CLI::App& root) {
            "--out", a->out,
            "output directory (records/<method>[/k<budget>]/, summary.json, summary.csv, heatmap.png)")
         ->required();
+    sub->add_option("--shard", a->shard,
+                    "run only part I of N of the documents (I/N, 0-based), e.g. one task of a job array; the "
+                    "shards share --out, and `varrate summarize OUT` merges them once all have finished");
     add_runtime_options(*sub, a->runtime);
     return {sub, [a] { return run_niah_cmd(*a); }};
+}
+
+int summarize_niah_folder(const std::filesystem::path& dir) {
+    const NiahSweepOptions o = read_niah_grid(dir);
+    const NiahSummary summary = write_outputs(o);
+    print_summary(summary);
+    std::cout << fmt::format("wrote {}\n", (dir / "summary.json").string());
+    return 0;
 }
 
 }  // namespace varrate::cli

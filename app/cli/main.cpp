@@ -23,10 +23,10 @@ int main(int argc, char** argv) {
         ->capture_default_str();
 
     std::vector<cli::Command> commands = {
-        cli::add_generate(app),  cli::add_tokenize(app), cli::add_inspect(app), cli::add_make_model(app),
-        cli::add_bench(app),     cli::add_niah(app),     cli::add_compare(app), cli::add_ppl(app),
-        cli::add_calibrate(app), cli::add_demo(app),     cli::add_rd(app),      cli::add_compress(app),
-        cli::add_ask(app),       cli::add_methods(app)};
+        cli::add_generate(app),  cli::add_tokenize(app), cli::add_inspect(app),   cli::add_make_model(app),
+        cli::add_bench(app),     cli::add_niah(app),     cli::add_compare(app),   cli::add_ppl(app),
+        cli::add_calibrate(app), cli::add_demo(app),     cli::add_rd(app),        cli::add_compress(app),
+        cli::add_ask(app),       cli::add_methods(app),  cli::add_summarize(app), cli::add_eval(app)};
     // CLI11 reports an unknown command only as "a subcommand is required"; name it instead.
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];

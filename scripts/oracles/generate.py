@@ -69,6 +69,7 @@ from kvpress.pipeline import KVPressTextGenerationPipeline  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import chat_reference  # noqa: E402
+import longbench_reference  # noqa: E402
 import tokenizers_reference  # noqa: E402
 from oracle_rng import splitmix64  # noqa: E402
 
@@ -734,7 +735,11 @@ def main():
                          "build/bin/varrate, relative to the repository)")
     ap.add_argument("--only", nargs="*",
                     help="model names to regenerate, or kvpress (SnapKV), kvpress-presses (StreamingLLM, "
-                         "PyramidKV, Ada-KV), kvpress-signals (Expected Attention in Ada-KV, KVzip), tokenizers or chat31 (default: everything)")
+                         "PyramidKV, Ada-KV), kvpress-signals (Expected Attention in Ada-KV, KVzip), tokenizers, chat31 "
+                         "or longbench (default: everything; longbench only with --longbench)")
+    ap.add_argument("--longbench",
+                    help="a THUDM/LongBench checkout whose LongBench/metrics.py and eval.py make the longbench "
+                         "reference (longbench_reference.py)")
     ap.add_argument("--fixtures", default=str(REPO.parent / "shared" / "fixtures"),
                     help="the shared fixtures, whose tokenizer.json files the tokenizer references use "
                          "(default: ../shared/fixtures beside the repository)")
@@ -745,8 +750,10 @@ def main():
     bin_path = Path(args.bin)
     if not bin_path.is_absolute():
         bin_path = REPO / bin_path
-    if not bin_path.exists():
+    if not bin_path.exists() and args.only != ["longbench"]:
         sys.exit(f"{bin_path}: no varrate executable (build it, or set VARRATE_BIN)")
+    if args.only and "longbench" in args.only and not args.longbench:
+        sys.exit("longbench: give a THUDM/LongBench checkout with --longbench DIR")
 
     for m in MODELS:
         if args.only and m["name"] not in args.only:
@@ -782,6 +789,11 @@ def main():
         ref = chat_reference.reference(REPO, args.fixtures, generator_info())
         print(f"chat31: {len(ref['cases'])} renderings of the Llama-3.1 template", flush=True)
         write_json(DATA / "chat_llama31.json", ref)
+    if args.longbench and (not args.only or "longbench" in args.only):
+        longbench_reference.write(
+            longbench_reference.reference(Path(args.longbench), Path(args.fixtures), generator_info()))
+    elif not args.only:
+        print("longbench: skipped (no --longbench checkout given)", flush=True)
 
 
 if __name__ == "__main__":
