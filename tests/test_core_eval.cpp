@@ -133,7 +133,8 @@ class TestEval : public QObject {
             for (const char* f : {"config.yaml", "metrics.json", "predictions.csv"})
                 QVERIFY2(fs::exists(d / f), (d / f).string().c_str());
         const nlohmann::json metrics = nlohmann::json::parse(read_text_file(kv_full / "metrics.json"));
-        QCOMPARE(metrics["niah_single_2"]["string_match"].get<double>(), std::round(second_full / 3 * 100) / 100);
+        QCOMPARE(metrics["niah_single_2"]["string_match"].get<double>(),
+                 std::round(second_full / 3 * 100) / 100);
         const std::string csv = read_text_file(kv_snap / "predictions.csv");
         QVERIFY(
             csv.rfind("question,answer_prefix,answer,task,max_new_tokens,predicted_answer,compression_ratio,",
