@@ -324,11 +324,7 @@ EvalSweepStats run_eval_sweep(const Session& session, const EvalSweepOptions& op
     progress.skipped = progress.done = stats.skipped;
     const auto t_start = Clock::now();
     auto report = [&]() {
-        progress.elapsed_s = std::chrono::duration<double>(Clock::now() - t_start).count();
-        const int64_t left = progress.total - progress.done;
-        progress.eta_s = progress.computed > 0 ? progress.elapsed_s / static_cast<double>(progress.computed) *
-                                                     static_cast<double>(left)
-                                               : (left == 0 ? 0 : -1);
+        progress.estimate(std::chrono::duration<double>(Clock::now() - t_start).count());
         if (on_progress) on_progress(progress);
     };
     report();

@@ -25,6 +25,7 @@
 #include "core/session.h"
 #include "core/shard.h"
 #include "core/stats.h"
+#include "core/sweep_files.h"
 
 namespace varrate {
 
@@ -83,13 +84,7 @@ std::filesystem::path eval_record_path(const std::filesystem::path& out_dir, con
                                        double budget, const std::string& task, int64_t length,
                                        int64_t sample);
 
-struct EvalProgress {
-    int64_t done = 0, total = 0, computed = 0, skipped = 0;  // records
-    double elapsed_s = 0, eta_s = -1;
-    std::string cell;  // "niah_single_1 L=1024 sample=3"
-    std::string stage;
-    int64_t stage_done = 0, stage_total = 0;
-};
+using EvalProgress = SweepProgress;
 using EvalProgressFn = std::function<void(const EvalProgress&)>;
 
 struct EvalSweepStats {

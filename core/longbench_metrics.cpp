@@ -45,20 +45,7 @@ bool py_space(char32_t c) {
 
 // re's \w on str: str.isalnum() or '_' (letters and numbers of every script).
 bool py_word(char32_t c) {
-    if (c == U'_') return true;
-    switch (category(c)) {
-        case UTF8PROC_CATEGORY_LU:
-        case UTF8PROC_CATEGORY_LL:
-        case UTF8PROC_CATEGORY_LT:
-        case UTF8PROC_CATEGORY_LM:
-        case UTF8PROC_CATEGORY_LO:
-        case UTF8PROC_CATEGORY_ND:
-        case UTF8PROC_CATEGORY_NL:
-        case UTF8PROC_CATEGORY_NO:
-            return true;
-        default:
-            return false;
-    }
+    return c == U'_' || unicode::is_alphanumeric(c);
 }
 
 // re's \d on str: any decimal digit (category Nd), not only 0-9.

@@ -47,15 +47,7 @@ struct NiahSweepOptions {
 // The budget list a sweep runs: options.budgets, or {options.settings.budget} when it is empty.
 std::vector<double> niah_budgets(const NiahSweepOptions& options);
 
-struct NiahProgress {
-    int64_t done = 0,
-            total = 0;  // records (method x budget x length x depth x sample), skipped ones included
-    int64_t computed = 0, skipped = 0;
-    double elapsed_s = 0, eta_s = -1;  // eta < 0: not known yet
-    std::string cell;                  // e.g. "L=1024 depth=50% sample=0"
-    std::string stage;                 // inside the current document ("" between documents)
-    int64_t stage_done = 0, stage_total = 0;
-};
+using NiahProgress = SweepProgress;
 using NiahProgressFn = std::function<void(const NiahProgress&)>;
 
 struct NiahSweepStats {

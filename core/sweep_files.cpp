@@ -23,6 +23,13 @@ nlohmann::json parse_sweep_file(const std::filesystem::path& path, const char* h
 
 }  // namespace
 
+void SweepProgress::estimate(double elapsed_seconds) {
+    elapsed_s = elapsed_seconds;
+    const int64_t left = total - done;
+    eta_s = computed > 0 ? elapsed_s / static_cast<double>(computed) * static_cast<double>(left)
+                         : (left == 0 ? 0 : -1);
+}
+
 void write_sweep_file(const std::filesystem::path& out_dir, const nlohmann::json& grid,
                       const nlohmann::json& identity) {
     const nlohmann::json file = {{"grid", grid}, {"identity", identity}};

@@ -262,4 +262,32 @@ void clear_progress_line() {
     }
 }
 
+SweepProgressFn sweep_progress_printer(const std::string& name) {
+    const bool tty = isatty(fileno(stderr));
+    auto last = std::make_shared<std::chrono::steady_clock::time_point>();
+    auto last_done = std::make_shared<int64_t>(-1);
+    return [tty, last, last_done, name](const SweepProgress& p) {
+        const std::string head =
+            fmt::format("{} {}/{} records ({} reused)", name, p.done, p.total, p.skipped);
+        const std::string eta =
+            fmt::format("{} elapsed, ETA {}", format_duration(p.elapsed_s), format_duration(p.eta_s));
+        if (!tty) {
+            if (p.done != *last_done && p.stage.empty()) spdlog::info("{} | {}", head, eta);
+            *last_done = p.done;
+            return;
+        }
+        const auto now = std::chrono::steady_clock::now();
+        if (!p.stage.empty() && now - *last < std::chrono::milliseconds(100)) return;
+        *last = now;
+        std::string line = head;
+        if (!p.cell.empty()) line += " | " + p.cell;
+        if (!p.stage.empty())
+            line += p.stage_total > 0 ? fmt::format(" | {} {}/{}", p.stage, p.stage_done, p.stage_total)
+                                      : " | " + p.stage;
+        line += " | " + eta;
+        std::fprintf(stderr, "\r\033[K%s", line.c_str());
+        std::fflush(stderr);
+    };
+}
+
 }  // namespace varrate::cli

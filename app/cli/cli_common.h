@@ -12,6 +12,7 @@
 
 #include "codec/method.h"
 #include "core/session.h"
+#include "core/sweep_files.h"
 #include "models/llama_model.h"
 
 namespace varrate::cli {
@@ -78,5 +79,8 @@ class SigintGuard {
 std::string format_duration(double seconds);
 // Erases the progress line a sweep rewrites in place on a terminal stderr.
 void clear_progress_line();
+// A sweep's progress on stderr: one line rewritten in place when it is a terminal ("<name> 12/40 records (4
+// reused) | document | stage | elapsed, ETA"), otherwise a log line per document.
+SweepProgressFn sweep_progress_printer(const std::string& name);
 
 }  // namespace varrate::cli

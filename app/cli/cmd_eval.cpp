@@ -37,33 +37,6 @@ std::vector<std::string> split_names(const std::string& text) {
     return out;
 }
 
-EvalProgressFn progress_printer() {
-    const bool tty = isatty(fileno(stderr));
-    auto last = std::make_shared<std::chrono::steady_clock::time_point>();
-    auto last_done = std::make_shared<int64_t>(-1);
-    return [tty, last, last_done](const EvalProgress& p) {
-        const std::string head = fmt::format("eval {}/{} records ({} reused)", p.done, p.total, p.skipped);
-        const std::string eta =
-            fmt::format("{} elapsed, ETA {}", format_duration(p.elapsed_s), format_duration(p.eta_s));
-        if (!tty) {
-            if (p.done != *last_done && p.stage.empty()) spdlog::info("{} | {}", head, eta);
-            *last_done = p.done;
-            return;
-        }
-        const auto now = std::chrono::steady_clock::now();
-        if (!p.stage.empty() && now - *last < std::chrono::milliseconds(100)) return;
-        *last = now;
-        std::string line = head;
-        if (!p.cell.empty()) line += " | " + p.cell;
-        if (!p.stage.empty())
-            line += p.stage_total > 0 ? fmt::format(" | {} {}/{}", p.stage, p.stage_done, p.stage_total)
-                                      : " | " + p.stage;
-        line += " | " + eta;
-        std::fprintf(stderr, "\r\033[K%s", line.c_str());
-        std::fflush(stderr);
-    };
-}
-
 std::string series_label(const EvalCell& c) {
     return niah_method_has_budget(c.method) ? fmt::format("{} k{:g}", c.method, c.budget) : c.method;
 }
@@ -158,7 +131,7 @@ int run_eval_cmd(const EvalArgs& a) {
     auto session = Session::open(a.model, runtime_options(a.runtime), a.basis, job);
     EvalSweepStats stats;
     try {
-        stats = run_eval_sweep(*session, o, job, progress_printer());
+        stats = run_eval_sweep(*session, o, job, sweep_progress_printer("eval"));
     } catch (const Cancelled&) {
         clear_progress_line();
         std::fprintf(

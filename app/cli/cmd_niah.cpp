@@ -57,34 +57,6 @@ std::vector<double> parse_depths(const std::string& text) {
     return out;
 }
 
-// One line on stderr rewritten in place when it is a terminal; otherwise a log line per document.
-NiahProgressFn progress_printer() {
-    const bool tty = isatty(fileno(stderr));
-    auto last = std::make_shared<std::chrono::steady_clock::time_point>();
-    auto last_done = std::make_shared<int64_t>(-1);
-    return [tty, last, last_done](const NiahProgress& p) {
-        const std::string head = fmt::format("niah {}/{} records ({} reused)", p.done, p.total, p.skipped);
-        const std::string eta =
-            fmt::format("{} elapsed, ETA {}", format_duration(p.elapsed_s), format_duration(p.eta_s));
-        if (!tty) {
-            if (p.done != *last_done && p.stage.empty()) spdlog::info("{} | {}", head, eta);
-            *last_done = p.done;
-            return;
-        }
-        const auto now = std::chrono::steady_clock::now();
-        if (!p.stage.empty() && now - *last < std::chrono::milliseconds(100)) return;
-        *last = now;
-        std::string line = head;
-        if (!p.cell.empty()) line += " | " + p.cell;
-        if (!p.stage.empty())
-            line += p.stage_total > 0 ? fmt::format(" | {} {}/{}", p.stage, p.stage_done, p.stage_total)
-                                      : " | " + p.stage;
-        line += " | " + eta;
-        std::fprintf(stderr, "\r\033[K%s", line.c_str());
-        std::fflush(stderr);
-    };
-}
-
 struct NiahArgs {
     std::string model, basis, haystack_file, out;
     RuntimeArgs runtime;
@@ -215,7 +187,7 @@ int run_niah_cmd(const NiahArgs& a) {
     if (!beyond.empty()) spdlog::warn("{}", beyond);
     NiahSweepStats stats;
     try {
-        stats = run_niah_sweep(*session, o, job, progress_printer());
+        stats = run_niah_sweep(*session, o, job, sweep_progress_printer("niah"));
     } catch (const Cancelled&) {
         clear_progress_line();
         if (o.shard.whole()) write_outputs(o);
