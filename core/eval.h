@@ -115,9 +115,10 @@ struct EvalSummary {
     std::vector<double> budgets;
     std::vector<int64_t> lengths;
     int64_t samples = 0, bootstrap_resamples = 0;
-    std::vector<EvalCell> cells;    // task x length x series, in that order
-    std::vector<EvalCell> overall;  // per series: every task and length pooled
-    nlohmann::json identity;        // of the sweep (settings, seed, ...), from its records
+    std::vector<EvalCell> cells;      // task x length x series, in that order
+    std::vector<EvalCell> overall;    // per series: every task and length pooled
+    std::vector<EvalCell> by_length;  // length x series: every task pooled at one length (task "")
+    nlohmann::json identity;          // of the sweep (settings, seed, ...), from its records
 };
 
 // The grid's records found in out_dir (missing ones are left out of n); `options` as resolve_eval_suite

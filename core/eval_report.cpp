@@ -179,6 +179,25 @@ EvalSummary summarize_eval(const EvalSweepOptions& o) {
                 c.infeasible = inf == scores[k].infeasible.end() ? 0 : inf->second;
                 s.cells.push_back(std::move(c));
             }
+    for (int64_t length : o.lengths)
+        for (size_t k = 0; k < series.size(); ++k) {
+            std::vector<double> own, a, b;
+            int64_t infeasible = 0;
+            for (const auto& [key, v] : scores[k].score) {
+                if (std::get<1>(key) != length) continue;
+                own.push_back(v);
+                const auto r = reference.score.find(key);
+                if (r == reference.score.end()) continue;
+                a.push_back(v);
+                b.push_back(r->second);
+            }
+            for (const auto& [key, n] : scores[k].infeasible)
+                if (key.second == length) infeasible += n;
+            EvalCell c = make_cell("", length, series[k].method, series[k].budget, own, a, b, k == ref,
+                                   o.bootstrap_resamples);
+            c.infeasible = infeasible;
+            s.by_length.push_back(std::move(c));
+        }
     for (size_t k = 0; k < series.size(); ++k) {
         std::vector<double> own, a, b;
         int64_t infeasible = 0;
@@ -199,9 +218,11 @@ EvalSummary summarize_eval(const EvalSweepOptions& o) {
 }
 
 nlohmann::json to_json(const EvalSummary& s) {
-    nlohmann::json cells = nlohmann::json::array(), overall = nlohmann::json::array();
+    nlohmann::json cells = nlohmann::json::array(), overall = nlohmann::json::array(),
+                   by_length = nlohmann::json::array();
     for (const EvalCell& c : s.cells) cells.push_back(cell_json(c));
     for (const EvalCell& c : s.overall) overall.push_back(cell_json(c));
+    for (const EvalCell& c : s.by_length) by_length.push_back(cell_json(c));
     return {{"model", s.model},
             {"suite", s.suite},
             {"mode", s.mode},
@@ -218,7 +239,8 @@ nlohmann::json to_json(const EvalSummary& s) {
                  s.reference, s.bootstrap_resamples)},
             {"identity", s.identity},
             {"cells", cells},
-            {"overall", overall}};
+            {"overall", overall},
+            {"by_length", by_length}};
 }
 
 std::string eval_summary_csv(const EvalSummary& s) {

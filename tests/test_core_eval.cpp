@@ -281,11 +281,31 @@ class TestEval : public QObject {
         QVERIFY2(r.exit_code == 0, qPrintable(r.err));
         QVERIFY2(r.out.contains("4 records: 4 computed, 0 reused (2 documents)"), qPrintable(r.out));
         QVERIFY2(r.out.contains("snapkv k0.3") && r.out.contains("overall"), qPrintable(r.out));
+        // plots/: a score-vs-kappa image per length, a heatmap per task and the pooled one; a build without
+        // Qt Gui says it skipped them.
+        const bool no_gui = r.err.contains("plots skipped: this build of varrate has no Qt Gui");
+        const QString plots_line = QString::fromStdString("wrote 3 plots in " + (out / "plots").string());
+        auto check_plots = [&](const CliResult& res) {
+            if (no_gui) return;
+            QVERIFY2(res.out.contains(plots_line), qPrintable(res.out + res.err));
+            for (const char* f :
+                 {"score_vs_kappa_L400.png", "heatmap_niah_single_2.png", "heatmap_all.png"}) {
+                const fs::path png = out / "plots" / f;
+                QVERIFY2(fs::exists(png), png.string().c_str());
+                QVERIFY2(fs::file_size(png) > 4000, png.string().c_str());
+                QCOMPARE(read_text_file(png).substr(1, 3), std::string("PNG"));
+            }
+        };
+        check_plots(r);
+        if (QTest::currentTestFailed()) return;
         const std::string summary = read_text_file(out / "summary.json");
         fs::remove(out / "summary.json");
+        fs::remove_all(out / "plots");
         const CliResult merged = run_varrate({"summarize", QString::fromStdString(out.string())});
         QVERIFY2(merged.exit_code == 0, qPrintable(merged.err));
         QCOMPARE(read_text_file(out / "summary.json"), summary);
+        check_plots(merged);
+        if (QTest::currentTestFailed()) return;
         QStringList bad = args;
         bad[bad.indexOf("niah_single_2")] = "nope";
         const CliResult refused = run_varrate(bad);

@@ -253,6 +253,7 @@ void MainWindow::build_views() {
             show_error(QString::fromUtf8(e.what()));
         }
     });
+    build_eval_tab();
     stack_->addWidget(tabs_);
     cl->addWidget(stack_, 1);
     setCentralWidget(central);

@@ -1,7 +1,7 @@
 #pragma once
 // The VarRate Studio main window: menus (model, document, session, export, theme), the run panel dock, the
 // linked views (document, position charts, rank heatmap, layer summary), the answers table, the NIAH sweep
-// tab, drag-and-drop and the status bar. Long jobs go to RunWorker; errors appear in a non-modal banner at
+// and Evaluation tabs, drag-and-drop and the status bar. Long jobs go to RunWorker; errors appear in a non-modal banner at
 // the top of the window and in the status bar, never in a blocking dialog.
 #include <QMainWindow>
 #include <QString>
@@ -21,6 +21,10 @@ class QTabWidget;
 class QFrame;
 class QMessageBox;
 
+namespace varrate {
+struct EvalRecord;
+}
+
 namespace varrate::viz {
 
 class AnswersTable;
@@ -28,6 +32,7 @@ class AppSettings;
 class CacheDialog;
 class CacheQa;
 class DocumentView;
+class EvalTab;
 class LayerSummary;
 class LiveExplorer;
 class RdChart;
@@ -113,6 +118,7 @@ class MainWindow : public QMainWindow {
     RunPanel* run_panel() const { return panel_; }
     AnswersTable* answers() const { return answers_; }
     NiahTab* niah_tab() const { return niah_; }
+    EvalTab* eval_tab() const { return eval_; }
     RunModel* run_model() const { return model_; }
     PositionAxis* axis() const { return axis_; }
     DocumentView* document_view() const { return doc_view_; }
@@ -152,6 +158,9 @@ class MainWindow : public QMainWindow {
   private:
     void build_menus();
     void build_live();  // main_window_live.cpp: live controls, rate-distortion chart, pin
+    // main_window_eval.cpp: the Evaluation tab, and one of its samples regenerated into the Analysis tab.
+    void build_eval_tab();
+    void open_eval_sample(std::shared_ptr<const EvalRecord> record);
     // main_window_cache.cpp: the cache actions and the worker's cache results.
     void build_cache_actions(QMenu* file);
     void dialog_save_cache();
@@ -189,6 +198,7 @@ class MainWindow : public QMainWindow {
     RunPanel* panel_ = nullptr;
     AnswersTable* answers_ = nullptr;
     NiahTab* niah_ = nullptr;
+    EvalTab* eval_ = nullptr;
     DocumentView* doc_view_ = nullptr;
     PositionCharts* charts_ = nullptr;
     RankHeatmap* heatmap_ = nullptr;

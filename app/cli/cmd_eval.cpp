@@ -14,6 +14,7 @@
 
 #include "app/cli/cli_common.h"
 #include "app/cli/commands.h"
+#include "app/cli/eval_plots.h"
 #include "codec/registry.h"
 #include "core/base/error.h"
 #include "core/base/file_io.h"
@@ -68,6 +69,20 @@ void print_summary(const EvalSummary& s) {
                                      c.vs_reference.losses, c.vs_reference.sign_test_p);
         std::cout << "\n";
     }
+}
+
+// DIR/plots/ (app/cli/eval_plots.h); a build without Qt Gui says so and goes on.
+void write_plots(const EvalSummary& s, const std::filesystem::path& dir) {
+    std::vector<std::filesystem::path> written;
+    std::string why_not;
+    if (!write_eval_plots(s, dir / "plots", written, why_not)) {
+        spdlog::warn("plots skipped: {}", why_not);
+        return;
+    }
+    std::vector<std::string> names;
+    for (const auto& p : written) names.push_back(p.filename().string());
+    std::cout << fmt::format("wrote {} plots in {}: {}\n", written.size(), (dir / "plots").string(),
+                             fmt::join(names, ", "));
 }
 
 struct EvalArgs {
@@ -152,6 +167,7 @@ int run_eval_cmd(const EvalArgs& a) {
     const EvalSummary summary = summarize_eval(o);
     write_eval_summary(summary, o);
     print_summary(summary);
+    write_plots(summary, o.out_dir);
     std::cout << fmt::format("{} records: {} computed, {} reused ({} documents); wrote {} and {}\n",
                              stats.total, stats.computed, stats.skipped, stats.documents,
                              (o.out_dir / "summary.json").string(), (o.out_dir / "kvpress").string());
@@ -165,6 +181,7 @@ int summarize_eval_folder(const std::filesystem::path& dir) {
     const EvalSummary summary = summarize_eval(o);
     write_eval_summary(summary, o);
     print_summary(summary);
+    write_plots(summary, dir);
     std::cout << fmt::format("wrote {}\n", (dir / "summary.json").string());
     return 0;
 }
