@@ -1,8 +1,8 @@
 #pragma once
 // The VarRate Studio main window: menus (model, document, session, export, theme), the run panel dock, the
 // linked views (document, position charts, rank heatmap, layer summary), the answers table, the NIAH sweep
-// and Evaluation tabs, drag-and-drop and the status bar. Long jobs go to RunWorker; errors appear in a non-modal banner at
-// the top of the window and in the status bar, never in a blocking dialog.
+// and Evaluation tabs, drag-and-drop and the status bar. Long jobs go to RunWorker; errors appear in a
+// non-modal banner at the top of the window and in the status bar, never in a blocking dialog.
 #include <QMainWindow>
 #include <QString>
 
