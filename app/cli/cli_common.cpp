@@ -184,16 +184,22 @@ bool check_methods_feasible(const std::vector<std::string>& methods, const Codec
     return needs_basis;
 }
 
-std::vector<std::string> parse_methods(const std::string& list) {
+std::vector<std::string> split_comma_list(const std::string& text) {
     std::vector<std::string> out;
-    std::stringstream ss(list);
+    std::stringstream ss(text);
     for (std::string item; std::getline(ss, item, ',');) {
         const auto b = item.find_first_not_of(" \t");
         if (b == std::string::npos) continue;
         const auto e = item.find_last_not_of(" \t");
         out.push_back(item.substr(b, e - b + 1));
-        method_needs_basis(out.back());  // throws for an unknown name, listing the known ones
     }
+    return out;
+}
+
+std::vector<std::string> parse_methods(const std::string& list) {
+    const std::vector<std::string> out = split_comma_list(list);
+    for (const std::string& name : out)
+        method_needs_basis(name);  // throws for an unknown name, listing the known ones
     if (out.empty()) throw Error("--methods: no method named");
     return out;
 }

@@ -58,6 +58,8 @@ bool check_methods_feasible(const std::vector<std::string>& methods, const Codec
                             int64_t n_tokens, const LlamaModel& model);
 // Every registered method, comma-separated: the default of --methods.
 std::string join_method_names();
+// "a, b,,c " -> {"a", "b", "c"}: comma-separated entries, trimmed, empty ones skipped.
+std::vector<std::string> split_comma_list(const std::string& text);
 // "1,2,3" -> {1,2,3}; throws Error naming `what` on a bad entry.
 std::vector<int64_t> parse_id_list(const std::string& text, const std::string& what);
 

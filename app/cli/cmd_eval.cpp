@@ -26,18 +26,6 @@ namespace varrate::cli {
 
 namespace {
 
-std::vector<std::string> split_names(const std::string& text) {
-    std::vector<std::string> out;
-    std::stringstream ss(text);
-    std::string item;
-    while (std::getline(ss, item, ',')) {
-        const auto b = item.find_first_not_of(" \t");
-        const auto e = item.find_last_not_of(" \t");
-        if (b != std::string::npos) out.push_back(item.substr(b, e - b + 1));
-    }
-    return out;
-}
-
 std::string series_label(const EvalCell& c) {
     return niah_method_has_budget(c.method) ? fmt::format("{} k{:g}", c.method, c.budget) : c.method;
 }
@@ -105,7 +93,7 @@ struct EvalArgs {
 
 EvalSweepOptions options_from(const EvalArgs& a) {
     EvalSweepOptions o;
-    o.tasks = split_names(a.tasks);
+    o.tasks = split_comma_list(a.tasks);
     if (o.tasks.size() == 1 && o.tasks[0] == "all")
         o.tasks = a.longbench_files.empty() ? ruler_task_names() : std::vector<std::string>{};
     o.lengths = parse_id_list(a.lengths, "--lengths");

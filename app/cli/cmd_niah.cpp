@@ -27,21 +27,9 @@ namespace varrate::cli {
 
 namespace {
 
-std::vector<std::string> split_list(const std::string& text) {
-    std::vector<std::string> out;
-    std::stringstream ss(text);
-    std::string item;
-    while (std::getline(ss, item, ',')) {
-        const auto b = item.find_first_not_of(" \t");
-        const auto e = item.find_last_not_of(" \t");
-        if (b != std::string::npos) out.push_back(item.substr(b, e - b + 1));
-    }
-    return out;
-}
-
 std::vector<double> parse_depths(const std::string& text) {
     std::vector<double> out;
-    for (const std::string& item : split_list(text)) {
+    for (const std::string& item : split_comma_list(text)) {
         size_t used = 0;
         double v = -1;
         try {
