@@ -80,7 +80,10 @@ CodecSettings codec_settings_from_json(const nlohmann::json& j, const std::strin
                                        const CodecSettings& base, const std::vector<std::string>& ignored) {
     if (!j.is_object()) throw Error(where + ": expected a JSON object of codec settings");
     CodecSettings s = base;
-    for (const auto& [key, value] : j.items()) {
+    for (const auto& item : j.items()) {
+        // Named, not a structured binding: C++17 lambdas (the find_if below) cannot capture those (clang).
+        const std::string& key = item.key();
+        const nlohmann::json& value = item.value();
         if (std::find(ignored.begin(), ignored.end(), key) != ignored.end()) continue;
         if (key == "budget") {
             if (!value.is_number() || !(value.get<double>() > 0.0 && value.get<double>() <= 1.0))
