@@ -301,7 +301,11 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& where) {
         fail(where, "num_hidden_layers (" + std::to_string(c.n_layer) + ") is absurd (over " +
                         std::to_string(kMaxLayers) + ")");
     // Sizes whose parameter or KV counts overflow int64 are refused here, not left to overflow in the
-    // callers of parameter_count() and kv_bytes_per_token() (both throw on overflow).
+    // callers of parameter_count() and kv_bytes_per_token() (both throw on overflow; expected_tensors()
+    // multiplies the heads by head_dim unchecked, n_kv_head <= n_head).
+    int64_t q_dim = 0;
+    if (__builtin_mul_overflow(c.n_head, c.head_dim, &q_dim))
+        fail(where, "the sizes are too large: num_attention_heads x head_dim overflows int64");
     try {
         (void)c.parameter_count();
         (void)c.kv_bytes_per_token(4);
