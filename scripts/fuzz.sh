@@ -23,6 +23,9 @@ else
   exit 2
 fi
 
+# clang 14 and its runtimes (libFuzzer, the sanitizers); the rest is what scripts/setup.sh installs.
+scripts/apt-install.sh fuzz clang-14 libclang-rt-14-dev
+
 # The libraries get the sanitizers and the fuzzer's coverage hooks (fuzzer-no-link); the targets link
 # libFuzzer's main (tests/fuzz/CMakeLists.txt). LibTorch's prebuilt libraries stay uninstrumented.
 flags="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined"
