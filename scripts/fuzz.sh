@@ -5,7 +5,7 @@
 # dictionary, then prints the executions per target (libFuzzer's final stats).
 # New inputs go to build-fuzz/corpus/<target>/ (the committed seeds stay small). A crash (or leak) is
 # minimised and copied to tests/fuzz/corpus/<target>/regress-<hash>: commit it with the fix, and ctest's
-# fuzz_replay_<target> replays it on every build. Timeouts and out-of-memory inputs are only reported (a slow
+# fuzz_replay replays it on every build. Timeouts and out-of-memory inputs are only reported (a slow
 # input would slow every replay); they stay in build-fuzz/artifacts/<target>/.
 # Usage: scripts/fuzz.sh [TARGET|all] [SECONDS]   (default: all 60; JOBS=N builds with N jobs, default 1)
 set -euo pipefail
