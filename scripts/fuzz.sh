@@ -6,7 +6,7 @@
 # New inputs go to build-fuzz/corpus/<target>/ (the committed seeds stay small). A crash (or leak) is
 # minimised and copied to tests/fuzz/corpus/<target>/regress-<hash>: commit it with the fix, and ctest's
 # fuzz_replay replays it on every build. Timeouts and out-of-memory inputs are only reported (a slow
-# input would slow every replay); they stay in build-fuzz/artifacts/<target>/.
+# input would slow every replay); they stay in build-fuzz/artifacts/<target>/<time>/.
 # Usage: scripts/fuzz.sh [TARGET|all] [SECONDS]   (default: all 60; JOBS=N builds with N jobs, default 1)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -37,7 +37,8 @@ ninja -C "$build" -j "${JOBS:-1}" "${targets[@]/#/fuzz_}"
 summary=()
 found=0
 for t in "${targets[@]}"; do
-  work="$build/corpus/$t" artifacts="$build/artifacts/$t/"
+  # One artifact folder per run, so that a summary names this run's findings only.
+  work="$build/corpus/$t" artifacts="$build/artifacts/$t/$(date +%Y%m%d-%H%M%S)/"
   mkdir -p "$work" "$artifacts"
   log="$build/fuzz-$t.log"
   echo "== $t: ${seconds}s (log: $log)"
