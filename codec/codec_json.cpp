@@ -57,14 +57,28 @@ at::Tensor float_tensor(const nlohmann::json& j) {
     if (j.is_null()) return {};
     std::vector<float> v;
     v.reserve(j.size());
-    for (const auto& x : j)
-        v.push_back(x.is_number() ? x.get<float>() : std::numeric_limits<float>::quiet_NaN());
+    constexpr float kInf = std::numeric_limits<float>::infinity();
+    for (const auto& x : j) {
+        // A double beyond float's range becomes an infinity (the cast alone is undefined behaviour there).
+        const double d = x.is_number() ? x.get<double>() : std::numeric_limits<double>::quiet_NaN();
+        v.push_back(std::fabs(d) > std::numeric_limits<float>::max()
+                        ? std::copysign(kInf, static_cast<float>(d))
+                        : static_cast<float>(d));
+    }
     return at::tensor(v, at::kFloat);
+}
+
+// Thrown for integers out of int64's range (get<> casts floats unchecked); read as malformed diagnostics.
+struct OutOfRange {};
+
+std::vector<int64_t> long_vector(const nlohmann::json& j) {
+    if (!detail::json_value_fits<std::vector<int64_t>>(j)) throw OutOfRange{};
+    return j.get<std::vector<int64_t>>();
 }
 
 at::Tensor long_tensor(const nlohmann::json& j) {
     if (j.is_null()) return {};
-    return at::tensor(j.get<std::vector<int64_t>>(), at::kLong);
+    return at::tensor(long_vector(j), at::kLong);
 }
 
 }  // namespace
@@ -80,7 +94,10 @@ CodecSettings codec_settings_from_json(const nlohmann::json& j, const std::strin
                                        const CodecSettings& base, const std::vector<std::string>& ignored) {
     if (!j.is_object()) throw Error(where + ": expected a JSON object of codec settings");
     CodecSettings s = base;
-    for (const auto& [key, value] : j.items()) {
+    for (const auto& item : j.items()) {
+        // Named, not a structured binding: C++17 lambdas (the find_if below) cannot capture those (clang).
+        const std::string& key = item.key();
+        const nlohmann::json& value = item.value();
         if (std::find(ignored.begin(), ignored.end(), key) != ignored.end()) continue;
         if (key == "budget") {
             if (!value.is_number() || !(value.get<double>() > 0.0 && value.get<double>() <= 1.0))
@@ -204,9 +221,21 @@ LayerDiagnostics layer_diagnostics_from_json(const nlohmann::json& j, const std:
         if (j.contains("rank")) d.rank = long_tensor(j["rank"]);
         if (j.contains("exact") && !j["exact"].is_null()) d.exact = long_tensor(j["exact"]).to(at::kBool);
         if (j.contains("rel_error")) d.rel_error = float_tensor(j["rel_error"]);
-        if (j.contains("kept") && j.contains("kept_shape"))
-            d.kept = long_tensor(j["kept"]).view(j["kept_shape"].get<std::vector<int64_t>>()).to(at::kBool);
+        if (j.contains("kept") && j.contains("kept_shape")) {
+            const at::Tensor kept = long_tensor(j["kept"]);
+            const std::vector<int64_t> shape = long_vector(j["kept_shape"]);
+            // Checked here: LibTorch's own shape error is not a c10::Error in every build (Debian's 1.13
+            // throws std::runtime_error from view).
+            int64_t n = 1;
+            bool valid = kept.defined();
+            for (int64_t s : shape) valid = valid && s >= 0 && !__builtin_mul_overflow(n, s, &n);
+            if (!valid || n != kept.numel())
+                throw Error(where + ": per-token diagnostics have inconsistent shapes");
+            d.kept = kept.view(shape).to(at::kBool);
+        }
     } catch (const nlohmann::json::exception&) {
+        throw Error(where + ": per-token diagnostics are malformed");
+    } catch (const OutOfRange&) {
         throw Error(where + ": per-token diagnostics are malformed");
     } catch (const c10::Error&) {
         throw Error(where + ": per-token diagnostics have inconsistent shapes");

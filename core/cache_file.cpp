@@ -91,7 +91,7 @@ OpenedFile open_cache_file(const std::filesystem::path& path, const std::string&
     f.metadata_text = it->second;
     try {
         f.metadata = nlohmann::json::parse(f.metadata_text);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range (1e999)
         throw Error(
             fmt::format("{}: the '{}' metadata is not valid JSON ({})", where, kCacheMetadataKey, e.what()));
     }

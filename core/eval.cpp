@@ -304,8 +304,7 @@ EvalSweepStats run_eval_sweep(const Session& session, const EvalSweepOptions& op
                         doc.missing.push_back(s);
                         continue;
                     }
-                    const EvalRecord r =
-                        eval_record_from_json(nlohmann::json::parse(read_text_file(path)), path.string());
+                    const EvalRecord r = eval_record_from_json(read_json_file(path), path.string());
                     for (const auto& [key, value] : identity.items())
                         if (!r.sweep.contains(key) || r.sweep[key] != value)
                             throw Error(fmt::format(

@@ -144,8 +144,7 @@ EvalSummary summarize_eval(const EvalSweepOptions& o) {
                     const auto path =
                         eval_record_path(o.out_dir, series[k].method, series[k].budget, task, length, sample);
                     if (!std::filesystem::exists(path)) continue;
-                    const EvalRecord r =
-                        eval_record_from_json(nlohmann::json::parse(read_text_file(path)), path.string());
+                    const EvalRecord r = eval_record_from_json(read_json_file(path), path.string());
                     if (s.model.empty()) s.model = r.model;
                     if (s.identity.is_null()) s.identity = r.sweep;
                     if (r.score)
@@ -328,8 +327,7 @@ void write_eval_summary(const EvalSummary& s, const EvalSweepOptions& o) {
                         const auto path =
                             eval_record_path(o.out_dir, ser.method, ser.budget, task, length, sample);
                         if (!std::filesystem::exists(path)) continue;
-                        const EvalRecord r =
-                            eval_record_from_json(nlohmann::json::parse(read_text_file(path)), path.string());
+                        const EvalRecord r = eval_record_from_json(read_json_file(path), path.string());
                         if (!r.score) continue;
                         csv += fmt::format("{},{},{},{},{},{},{:g},", csv_field(r.question),
                                            csv_field(r.answer_prefix), csv_field(python_list(r.answers)),

@@ -226,7 +226,7 @@ std::vector<LongBenchSample> parse_longbench_jsonl(const std::string& text, cons
         nlohmann::json j;
         try {
             j = nlohmann::json::parse(line);
-        } catch (const nlohmann::json::parse_error& e) {
+        } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range (1e999)
             std::string msg = e.what();  // "[json.exception.parse_error.101] parse error at line 1, ..."
             const size_t cut = msg.find("] ");
             if (cut != std::string::npos) msg = msg.substr(cut + 2);

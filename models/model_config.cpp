@@ -155,6 +155,10 @@ const ArchInfo* find_arch(const std::string& architecture, const std::string& mo
     return nullptr;
 }
 
+// A layer count this large is a corrupt file, not a model: every layer is a list of tensors
+// (expected_tensors).
+constexpr int64_t kMaxLayers = int64_t(1) << 16;
+
 void require_positive(int64_t v, const char* field, const std::string& where) {
     if (v <= 0)
         fail(where, std::string("field '") + field + "' must be positive (got " + std::to_string(v) + ")");
@@ -292,6 +296,22 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& where) {
             break;
         }
     }
+
+    if (c.n_layer > kMaxLayers)
+        fail(where, "num_hidden_layers (" + std::to_string(c.n_layer) + ") is absurd (over " +
+                        std::to_string(kMaxLayers) + ")");
+    // Sizes whose parameter or KV counts overflow int64 are refused here, not left to overflow in the
+    // callers of parameter_count() and kv_bytes_per_token() (both throw on overflow; expected_tensors()
+    // multiplies the heads by head_dim unchecked, n_kv_head <= n_head).
+    int64_t q_dim = 0;
+    if (__builtin_mul_overflow(c.n_head, c.head_dim, &q_dim))
+        fail(where, "the sizes are too large: num_attention_heads x head_dim overflows int64");
+    try {
+        (void)c.parameter_count();
+        (void)c.kv_bytes_per_token(4);
+    } catch (const Error& e) {
+        fail(where, std::string("the sizes are too large: ") + e.what());
+    }
     return c;
 }
 
@@ -411,14 +431,19 @@ int64_t ModelConfig::parameter_count() const {
     int64_t total = 0;
     for (const auto& [name, shape] : expected_tensors()) {
         int64_t n = 1;
-        for (int64_t d : shape) n *= d;
-        total += n;
+        for (int64_t d : shape)
+            if (__builtin_mul_overflow(n, d, &n))
+                throw Error("tensor " + name + " has more than 2^63 elements");
+        if (__builtin_add_overflow(total, n, &total)) throw Error("the parameter count overflows int64");
     }
     return total;
 }
 
 int64_t ModelConfig::kv_bytes_per_token(int64_t bytes_per_element) const {
-    return 2 * n_layer * n_kv_head * head_dim * bytes_per_element;
+    int64_t n = 2 * bytes_per_element;
+    for (int64_t f : {n_layer, n_kv_head, head_dim})
+        if (__builtin_mul_overflow(n, f, &n)) throw Error("the KV bytes per token overflow int64");
+    return n;
 }
 
 }  // namespace varrate

@@ -61,6 +61,7 @@ struct ModelConfig {
     int64_t layer_window(int64_t l) const {
         return sliding_window && l >= first_sliding_layer ? *sliding_window : 0;
     }
+    // Both counts throw Error when they overflow int64 (from_json refuses such sizes).
     int64_t parameter_count() const;
     // K and V of all layers for one token, at `bytes_per_element` (2 for bf16/fp16, 4 for fp32).
     int64_t kv_bytes_per_token(int64_t bytes_per_element) const;

@@ -134,7 +134,7 @@ class SafetensorsFile {
         try {
             header = json::parse(reinterpret_cast<const char*>(base_ + 8),
                                  reinterpret_cast<const char*>(base_ + 8 + n));
-        } catch (const json::parse_error& e) {
+        } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e999
             throw Error(where + ": invalid JSON header: " + e.what());
         }
         if (!header.is_object()) throw Error(where + ": header is not a JSON object");

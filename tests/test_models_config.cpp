@@ -364,6 +364,20 @@ class TestModelConfig : public QObject {
         QCOMPARE(ModelConfig::from_json(j, "c.json").head_dim, int64_t(16));
     }
 
+    // Found by fuzzing (tests/fuzz/corpus/model_config/regress-*): sizes whose counts overflow int64.
+    void absurd_sizes() {
+        json j = tiny_llama();
+        j["vocab_size"] = int64_t(512009393893309371);
+        EXPECT_ERROR(ModelConfig::from_json(j, "c.json"), "c.json", "the sizes are too large");
+        j = tiny_llama();
+        j["num_hidden_layers"] = int64_t(1) << 40;
+        EXPECT_ERROR(ModelConfig::from_json(j, "c.json"), "c.json",
+                     "num_hidden_layers (1099511627776) is absurd");
+        j = tiny_llama();
+        j["head_dim"] = int64_t(1) << 61;
+        EXPECT_ERROR(ModelConfig::from_json(j, "c.json"), "c.json", "the sizes are too large");
+    }
+
     void unknown_architecture() {
         json j = tiny_llama();
         j["architectures"] = {"GPT2LMHeadModel"};

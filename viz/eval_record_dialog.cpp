@@ -117,8 +117,8 @@ bool EvalRecordDialog::show_sample(int64_t sample) {
     record_.reset();
     try {
         if (!std::filesystem::exists(path)) throw Error(path.string() + ": no record (not run yet?)");
-        record_ = std::make_shared<const EvalRecord>(
-            eval_record_from_json(nlohmann::json::parse(read_text_file(path)), path.string()));
+        record_ =
+            std::make_shared<const EvalRecord>(eval_record_from_json(read_json_file(path), path.string()));
     } catch (const std::exception& e) {
         question_->clear();
         references_->clear();

@@ -123,7 +123,7 @@ StudioSession load_session(const QString& path) {
     nlohmann::json j;
     try {
         j = nlohmann::json::parse(f.readAll().toStdString());
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range (1e999)
         throw Error(where + ": not a JSON file (" + e.what() + ")");
     }
     if (!j.is_object() || j.value("format", "") != "varrate-studio-session")

@@ -53,7 +53,7 @@ int run_tokenize(const TokenizeOptions& opt) {
         nlohmann::json row;
         try {
             row = nlohmann::json::parse(line);
-        } catch (const nlohmann::json::parse_error& e) {
+        } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range (1e999)
             throw Error(where + ": invalid JSON: " + e.what());
         }
         if (!row.is_object() || !row.contains("text") || !row["text"].is_string())

@@ -29,6 +29,8 @@ nlohmann::json read_json_file(const std::filesystem::path& path) {
         return nlohmann::json::parse(text);
     } catch (const nlohmann::json::parse_error& e) {
         throw Error(path.string() + ": invalid JSON at byte " + std::to_string(e.byte) + ": " + e.what());
+    } catch (const nlohmann::json::exception& e) {  // out_of_range: a number beyond double (1e999)
+        throw Error(path.string() + ": invalid JSON: " + e.what());
     }
 }
 
