@@ -85,14 +85,35 @@ int64_t capture_bytes_needed(const ModelConfig& c, int64_t n_tokens, int64_t obs
     return c.n_layer * (per_layer + reference) + 2 * n_tokens * c.head_dim * e + c.vocab_size * 4;
 }
 
+int64_t prefill_activation_bytes(const ModelConfig& c, int64_t n_tokens, int64_t chunk,
+                                 at::ScalarType dtype) {
+    const int64_t e = static_cast<int64_t>(c10::elementSize(dtype));
+    const int64_t q = std::min(chunk > 0 ? chunk : n_tokens, n_tokens);
+    const int64_t scores = 2 * c.n_head * q * n_tokens * 4;
+    const int64_t rows =
+        q * (4 * c.hidden_size + (c.n_head + 2 * c.n_kv_head) * c.head_dim + 3 * c.intermediate_size) * e;
+    return scores + rows;
+}
+
+int64_t prefill_bytes_needed(const ModelConfig& c, int64_t n_tokens, int64_t obs_window, at::ScalarType dtype,
+                             int64_t chunk) {
+    return capture_bytes_needed(c, n_tokens, obs_window, dtype) +
+           prefill_activation_bytes(c, n_tokens, chunk, dtype);
+}
+
 void check_capture_fits(const ModelConfig& cfg, const RuntimeOptions& ro, int64_t n_tokens,
-                        int64_t obs_window, int64_t available) {
-    const int64_t need = capture_bytes_needed(cfg, n_tokens, obs_window, ro.dtype);
+                        int64_t obs_window, int64_t available, int64_t chunk_size) {
+    const int64_t capture = capture_bytes_needed(cfg, n_tokens, obs_window, ro.dtype);
+    const int64_t activations = prefill_activation_bytes(cfg, n_tokens, chunk_size, ro.dtype);
+    const int64_t need = capture + activations;
     if (available >= 0 && need > available)
-        throw Error(
-            fmt::format("capturing the prefill of {} tokens needs {} on {} ({} layers of keys, values "
-                        "and pre-RoPE keys); {} is available: shorten the context or free memory",
-                        n_tokens, gib(need), ro.device.str(), cfg.n_layer, gib(available)));
+        throw Error(fmt::format(
+            "the prefill of {} tokens needs {} ({} bytes) on {}: {} for the capture ({} layers of keys, "
+            "values "
+            "and pre-RoPE keys) and {} of activations per chunk of {} tokens; {} ({} bytes) is available: "
+            "shorten the context or free memory",
+            n_tokens, gib(need), need, ro.device.str(), gib(capture), cfg.n_layer, gib(activations),
+            std::min(chunk_size > 0 ? chunk_size : n_tokens, n_tokens), gib(available), available));
 }
 
 PrefillCapture capture_prefill(const LlamaModel& model, const std::vector<int64_t>& ids,
@@ -101,7 +122,7 @@ PrefillCapture capture_prefill(const LlamaModel& model, const std::vector<int64_
     const ModelConfig& cfg = model.config();
     const RuntimeOptions& ro = model.options();
     const int64_t n = static_cast<int64_t>(ids.size());
-    check_capture_fits(cfg, ro, n, settings.obs_window, available_memory_bytes(ro.device));
+    check_capture_fits(cfg, ro, n, settings.obs_window, available_memory_bytes(ro.device), chunk_size);
     PrefillCapture out;
     out.ids = ids;
     out.obs_window = settings.obs_window;

@@ -49,10 +49,20 @@ struct PrefillCapture {
 int64_t capture_bytes_needed(const ModelConfig& config, int64_t n_tokens, int64_t obs_window,
                              at::ScalarType dtype);
 
-// Throws an Error naming the bytes a capture of n_tokens needs and those available (`available` < 0: unknown,
-// never refused).
+// Peak bytes of the prefill's transient activations for one chunk of `chunk` queries over n_tokens keys
+// (attention scores and probabilities in fp32, the projections and the MLP's hidden rows).
+int64_t prefill_activation_bytes(const ModelConfig& config, int64_t n_tokens, int64_t chunk,
+                                 at::ScalarType dtype);
+// What a capturing prefill needs beyond the weights already resident: the capture plus one chunk's
+// activations.
+int64_t prefill_bytes_needed(const ModelConfig& config, int64_t n_tokens, int64_t obs_window,
+                             at::ScalarType dtype, int64_t chunk);
+
+// Throws an Error naming the bytes a capturing prefill of n_tokens needs (capture and activations per chunk)
+// and those available (`available` < 0: unknown, never refused).
 void check_capture_fits(const ModelConfig& config, const RuntimeOptions& runtime, int64_t n_tokens,
-                        int64_t obs_window, int64_t available);
+                        int64_t obs_window, int64_t available,
+                        int64_t chunk_size = ForwardOptions().chunk_size);
 
 // Prefills `ids` from an empty cache, keeping settings.obs_window window queries and weighting distortion by
 // VarRate's salience with settings.pool_kernel (attention_output: also the window queries' attention output,

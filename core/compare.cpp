@@ -260,6 +260,15 @@ ComparePlan plan_compare(const Session& s, const CompareRequest& req, const JobC
                           fmt::format("the longest prompt ({} tokens) plus up to {} generated tokens",
                                       longest, req.max_new_tokens));
     if (!beyond.empty()) plan.skeleton.warnings.push_back(beyond);
+    // Query-aware salience reads the prompt's last obs_window queries: a longer question is only partly seen.
+    for (size_t qi = 0; req.mode == CompressionMode::QueryAware && qi < plan.parts.size(); ++qi) {
+        const size_t q = plan.parts[qi].question_ids.size() + plan.parts[qi].prefix_ids.size();
+        if (req.settings.obs_window > 0 && q > static_cast<size_t>(req.settings.obs_window))
+            plan.skeleton.warnings.push_back(fmt::format(
+                "question {} is {} tokens, longer than the observation window ({} tokens): the methods' "
+                "salience sees only its last {} tokens; raise --obs-window to {} to cover it",
+                qi + 1, q, req.settings.obs_window, req.settings.obs_window, q));
+    }
     for (const auto& name : req.methods)
         if (method_needs_basis(name) && !plan.basis)
             plan.basis = s.basis_for(plan.parts[0].context_ids, req.settings, job);

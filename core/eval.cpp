@@ -208,17 +208,18 @@ EvalSweepOptions read_eval_grid(const std::filesystem::path& out_dir) {
         throw Error(where + ": the sweep file of a " + grid["kind"].dump() + " sweep, not an evaluation");
     EvalSweepOptions o;
     try {
-        o.tasks = grid.at("tasks").get<std::vector<std::string>>();
-        o.lengths = grid.at("lengths").get<std::vector<int64_t>>();
-        o.samples = grid.at("samples").get<int64_t>();
-        o.methods = grid.at("methods").get<std::vector<std::string>>();
-        o.budgets = grid.at("budgets").get<std::vector<double>>();
-        o.mode = parse_mode(grid.at("mode").get<std::string>());
-        o.reference = grid.at("reference").get<std::string>();
-        o.bootstrap_resamples = grid.at("bootstrap_resamples").get<int64_t>();
-        for (const auto& f : grid.at("longbench_files").get<std::vector<std::string>>())
+        o.tasks = json_required<std::vector<std::string>>(grid, "tasks", where + ": grid");
+        o.lengths = json_required<std::vector<int64_t>>(grid, "lengths", where + ": grid");
+        o.samples = json_required<int64_t>(grid, "samples", where + ": grid");
+        o.methods = json_required<std::vector<std::string>>(grid, "methods", where + ": grid");
+        o.budgets = json_required<std::vector<double>>(grid, "budgets", where + ": grid");
+        o.mode = parse_mode(json_required<std::string>(grid, "mode", where + ": grid"));
+        o.reference = json_required<std::string>(grid, "reference", where + ": grid");
+        o.bootstrap_resamples = json_required<int64_t>(grid, "bootstrap_resamples", where + ": grid");
+        for (const auto& f :
+             json_required<std::vector<std::string>>(grid, "longbench_files", where + ": grid"))
             o.longbench_files.push_back(f);
-        o.longbench_config = grid.at("longbench_config").get<std::string>();
+        o.longbench_config = json_required<std::string>(grid, "longbench_config", where + ": grid");
     } catch (const nlohmann::json::exception& e) {
         throw Error(where + ": grid: " + e.what());
     }
@@ -282,6 +283,9 @@ EvalSweepStats run_eval_sweep(const Session& session, const EvalSweepOptions& op
     std::error_code ec;
     std::filesystem::create_directories(o.out_dir / "records", ec);
     if (ec) throw Error(o.out_dir.string() + ": cannot create the records directory: " + ec.message());
+    // A run killed while writing left temporaries beside its records (write_file_atomic): never records.
+    if (const int stale = remove_stale_temporaries(o.out_dir))
+        spdlog::info("removed {} temporary file(s) an interrupted run left in {}", stale, o.out_dir.string());
     const nlohmann::json identity = sweep_identity(session, o);
 
     struct Doc {

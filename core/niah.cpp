@@ -17,6 +17,7 @@
 #include "core/base/error.h"
 #include "core/base/file_io.h"
 #include "core/base/hash.h"
+#include "core/base/json_field.h"
 #include "core/demo_corpus.h"
 #include "core/needle_probe.h"
 #include "core/prompt.h"
@@ -134,13 +135,13 @@ NiahSweepOptions read_niah_grid(const std::filesystem::path& out_dir) {
         throw Error(where + ": the sweep file of a " + grid["kind"].dump() + " sweep, not NIAH");
     NiahSweepOptions o;
     try {
-        o.methods = grid.at("methods").get<std::vector<std::string>>();
-        o.budgets = grid.at("budgets").get<std::vector<double>>();
-        o.lengths = grid.at("lengths").get<std::vector<int64_t>>();
-        o.depths = grid.at("depths").get<std::vector<double>>();
-        o.samples = grid.at("samples").get<int64_t>();
-        o.mode = parse_mode(grid.at("mode").get<std::string>());
-        o.doc.needles = parse_needle_protocol(grid.at("needles").get<std::string>());
+        o.methods = json_required<std::vector<std::string>>(grid, "methods", where + ": grid");
+        o.budgets = json_required<std::vector<double>>(grid, "budgets", where + ": grid");
+        o.lengths = json_required<std::vector<int64_t>>(grid, "lengths", where + ": grid");
+        o.depths = json_required<std::vector<double>>(grid, "depths", where + ": grid");
+        o.samples = json_required<int64_t>(grid, "samples", where + ": grid");
+        o.mode = parse_mode(json_required<std::string>(grid, "mode", where + ": grid"));
+        o.doc.needles = parse_needle_protocol(json_required<std::string>(grid, "needles", where + ": grid"));
     } catch (const nlohmann::json::exception& e) {
         throw Error(where + ": grid: " + e.what());
     }
@@ -161,6 +162,9 @@ NiahSweepStats run_niah_sweep(const Session& session, const NiahSweepOptions& o,
     std::error_code ec;
     std::filesystem::create_directories(o.out_dir / "records", ec);
     if (ec) throw Error(o.out_dir.string() + ": cannot create the records directory: " + ec.message());
+    // A run killed while writing left temporaries beside its records (write_file_atomic): never records.
+    if (const int stale = remove_stale_temporaries(o.out_dir))
+        spdlog::info("removed {} temporary file(s) an interrupted run left in {}", stale, o.out_dir.string());
     const nlohmann::json identity = sweep_identity(session, o);
 
     struct Cell {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -27,6 +28,65 @@ std::string normalized(const std::string& s) {
     return out;
 }
 
+// The first number in a file such as /sys/fs/cgroup/memory.max ("max" or absent: -1).
+int64_t read_cgroup_number(const std::string& path) {
+    std::ifstream in(path);
+    std::string word;
+    if (!(in >> word) || word.empty() || !std::isdigit(static_cast<unsigned char>(word[0]))) return -1;
+    try {
+        return static_cast<int64_t>(std::stoll(word));
+    } catch (const std::exception&) {
+        return -1;
+    }
+}
+
+// What this process's cgroup (v2: Slurm's --mem, a container's limit) still allows; -1 when unlimited.
+int64_t cgroup_headroom() {
+    std::ifstream self("/proc/self/cgroup");
+    std::string line, rel;
+    while (std::getline(self, line))
+        if (line.rfind("0::", 0) == 0) rel = line.substr(3);
+    if (rel.empty()) return -1;
+    const std::string dir = "/sys/fs/cgroup" + (rel == "/" ? std::string() : rel);
+    const int64_t max = read_cgroup_number(dir + "/memory.max");
+    if (max < 0) return -1;
+    const int64_t current = std::max<int64_t>(0, read_cgroup_number(dir + "/memory.current"));
+    return std::max<int64_t>(0, max - current);
+}
+
+// VARRATE_MEMORY_LIMIT ("8G", "512MiB", "1000000"): what the user lets one process plan to use; -1 unset.
+int64_t user_memory_limit() {
+    const char* env = std::getenv("VARRATE_MEMORY_LIMIT");
+    if (!env || !*env) return -1;
+    const std::string text = normalized(env);
+    size_t end = 0;
+    double value = -1;
+    try {
+        value = std::stod(text, &end);
+    } catch (const std::exception&) {
+        end = 0;
+    }
+    std::string unit = text.substr(end);
+    if (!unit.empty() && unit.back() == 'b') unit.pop_back();  // "GB", "GiB" -> "g", "gi"
+    if (!unit.empty() && unit.back() == 'i') unit.pop_back();
+    const double scale = unit.empty()  ? 1.0
+                         : unit == "k" ? 1024.0
+                         : unit == "m" ? 1024.0 * 1024
+                         : unit == "g" ? 1024.0 * 1024 * 1024
+                         : unit == "t" ? 1024.0 * 1024 * 1024 * 1024
+                                       : -1.0;
+    if (end == 0 || scale < 0 || !(value >= 0) || value * scale > 9.0e18)
+        throw Error(std::string("VARRATE_MEMORY_LIMIT: '") + env +
+                    "' is not a size (bytes, or a number with K, M, G or T)");
+    return static_cast<int64_t>(value * scale);
+}
+
+int64_t min_known(int64_t a, int64_t b) {
+    if (a < 0) return b;
+    if (b < 0) return a;
+    return std::min(a, b);
+}
+
 }  // namespace
 
 bool cuda_available() {
@@ -34,19 +94,21 @@ bool cuda_available() {
 }
 
 int64_t available_memory_bytes(const c10::Device& device) {
+    const int64_t user = user_memory_limit();
     if (device.is_cuda()) {
 #if defined(VARRATE_WITH_CUDA)
         int previous = 0;
         size_t free_bytes = 0, total_bytes = 0;
-        if (cudaGetDevice(&previous) != cudaSuccess) return -1;
+        if (cudaGetDevice(&previous) != cudaSuccess) return user;
         const bool ok = cudaSetDevice(device.has_index() ? device.index() : 0) == cudaSuccess &&
                         cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess;
         cudaSetDevice(previous);
-        return ok ? static_cast<int64_t>(free_bytes) : -1;
+        return min_known(ok ? static_cast<int64_t>(free_bytes) : -1, user);
 #else
-        return -1;
+        return user;
 #endif
     }
+    int64_t host = -1;
     std::ifstream in("/proc/meminfo");
     std::string line;
     while (std::getline(in, line)) {
@@ -54,9 +116,10 @@ int64_t available_memory_bytes(const c10::Device& device) {
         std::istringstream fields(line.substr(13));
         int64_t kib = -1;
         fields >> kib;
-        return kib >= 0 ? kib * 1024 : -1;
+        host = kib >= 0 ? kib * 1024 : -1;
+        break;
     }
-    return -1;
+    return min_known(min_known(host, cgroup_headroom()), user);
 }
 
 c10::Device parse_device(const std::string& name) {

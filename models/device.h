@@ -22,8 +22,10 @@ std::string dtype_name(c10::ScalarType t);  // "fp32", "bf16", "fp16"
 // Sets LibTorch's intra-op threads (0 = hardware concurrency) and returns the number used.
 int configure_threads(int threads);
 bool cuda_available();
-// Bytes that can still be allocated on `device`: MemAvailable of /proc/meminfo on the CPU, the free memory
-// the driver reports on CUDA; -1 when unknown.
+// Bytes that can still be allocated on `device`: MemAvailable of /proc/meminfo on the CPU (or less, what the
+// process's cgroup v2 memory.max still allows: Slurm's --mem), the free memory the driver reports on CUDA;
+// at most VARRATE_MEMORY_LIMIT ("8G", "512MiB", bytes) when set; -1 when unknown. Throws Error naming
+// VARRATE_MEMORY_LIMIT when it is not a size.
 int64_t available_memory_bytes(const c10::Device& device);
 
 }  // namespace varrate

@@ -9,6 +9,8 @@
 #include <set>
 #include <string>
 
+#include <fmt/format.h>
+
 #include "core/base/error.h"
 #include "models/attention.h"
 #include "models/batch_cache.h"
@@ -88,6 +90,15 @@ std::unique_ptr<LlamaModel::Weights> LlamaModel::Weights::load(const ModelConfig
         return info;
     };
     for (const auto& [name, shape] : c.expected_tensors()) check(name, shape);
+    // The converted weights are owned copies: refuse before converting what cannot fit, rather than be
+    // killed.
+    const int64_t need = c.parameter_count() * static_cast<int64_t>(c10::elementSize(options.dtype));
+    if (const int64_t available = available_memory_bytes(options.device); available >= 0 && need > available)
+        throw Error(
+            fmt::format("model weights: {} parameters in {} need {:.2f} GiB ({} bytes) on {}; {:.2f} GiB "
+                        "({} bytes) is available: use a smaller model, bf16, or free memory",
+                        c.parameter_count(), dtype_name(options.dtype), need / 1073741824.0, need,
+                        options.device.str(), available / 1073741824.0, available));
 
     const auto target = at::TensorOptions().device(options.device).dtype(options.dtype);
     // The mapped CPU tensor (zero-copy, file dtype).

@@ -10,7 +10,6 @@
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <set>
 
 #include <ATen/ATen.h>
@@ -354,8 +353,7 @@ class AtomicFile {
         const auto dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
         if (!std::filesystem::is_directory(dir, ec))
             throw Error(path.string() + ": directory does not exist");
-        std::random_device rd;
-        tmp_ = dir / ("." + path.filename().string() + ".tmp" + std::to_string(rd() % 1000000));
+        tmp_ = atomic_temporary_for(path);
         f_ = std::fopen(tmp_.c_str(), "wb");
         if (!f_) throw Error(path.string() + ": cannot open for writing: " + std::strerror(errno));
     }

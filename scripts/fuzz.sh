@@ -7,7 +7,8 @@
 # minimised and copied to tests/fuzz/corpus/<target>/regress-<hash>: commit it with the fix, and ctest's
 # fuzz_replay replays it on every build. Timeouts and out-of-memory inputs are only reported (a slow
 # input would slow every replay); they stay in build-fuzz/artifacts/<target>/<time>/.
-# Usage: scripts/fuzz.sh [TARGET|all] [SECONDS]   (default: all 60; JOBS=N builds with N jobs, default 1)
+# Usage: scripts/fuzz.sh [TARGET|all] [SECONDS]   (default: all 60; JOBS=N builds with N jobs, default 1;
+#        RUNS=N stops each target after N executions instead, e.g. RUNS=1000000 for the release check)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 which=${1:-all}
@@ -36,6 +37,7 @@ ninja -C "$build" -j "${JOBS:-1}" "${targets[@]/#/fuzz_}"
 
 summary=()
 found=0
+if [ -n "${RUNS:-}" ]; then limit=(-runs="$RUNS"); else limit=(-max_total_time="$seconds"); fi
 for t in "${targets[@]}"; do
   # One artifact folder per run, so that a summary names this run's findings only.
   work="$build/corpus/$t" artifacts="$build/artifacts/$t/$(date +%Y%m%d-%H%M%S)/"
@@ -44,7 +46,7 @@ for t in "${targets[@]}"; do
   echo "== $t: ${seconds}s (log: $log)"
   rc=0
   "$build/bin/fuzz_$t" "$work" "tests/fuzz/corpus/$t" -dict=tests/fuzz/dict/json.dict \
-    -max_total_time="$seconds" -timeout=20 -rss_limit_mb=4096 -print_final_stats=1 \
+    "${limit[@]}" -timeout=20 -rss_limit_mb=4096 -print_final_stats=1 \
     -artifact_prefix="$artifacts" >"$log" 2>&1 || rc=$?
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)

@@ -392,11 +392,15 @@ class TestCapture : public QObject {
         QVERIFY(need_fixture());
         const ModelConfig& cfg = fixture_->model().config();
         const RuntimeOptions& ro = fixture_->model().options();
-        const int64_t need = capture_bytes_needed(cfg, 100000, 16, at::kFloat);
-        EXPECT_ERROR(check_capture_fits(cfg, ro, 100000, 16, need - 1), "100000 tokens", "GiB",
-                     "is available");
-        check_capture_fits(cfg, ro, 100000, 16, need);  // exactly enough
-        check_capture_fits(cfg, ro, 100000, 16, -1);    // unknown: never refused
+        const int64_t need = prefill_bytes_needed(cfg, 100000, 16, at::kFloat, 512);
+        // Activations per chunk: scores and probabilities of 8 heads x 512 queries x 100000 keys in fp32.
+        QVERIFY(need - capture_bytes_needed(cfg, 100000, 16, at::kFloat) >=
+                int64_t{2} * 8 * 512 * 100000 * 4);
+        EXPECT_ERROR(check_capture_fits(cfg, ro, 100000, 16, need - 1, 512), "100000 tokens",
+                     std::to_string(need) + " bytes", std::to_string(need - 1) + " bytes) is available",
+                     "per chunk of 512 tokens");
+        check_capture_fits(cfg, ro, 100000, 16, need, 512);  // exactly enough
+        check_capture_fits(cfg, ro, 100000, 16, -1, 512);    // unknown: never refused
     }
 
     // The error the allocation reports at each token's rank (coefficient energies, no reconstruction) is

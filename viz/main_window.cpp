@@ -12,7 +12,6 @@
 #include <QDoubleSpinBox>
 #include <QDragEnterEvent>
 #include <QDropEvent>
-#include <QFile>
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QFormLayout>
@@ -34,6 +33,7 @@
 #include <QVBoxLayout>
 
 #include "core/base/error.h"
+#include "core/base/file_io.h"
 #include "core/data_paths.h"
 #include "viz/answers_table.h"
 #include "viz/app_settings.h"
@@ -558,14 +558,11 @@ void MainWindow::open_model(const QString& dir) {
 }
 
 bool MainWindow::open_document(const QString& path) {
-    QFile f(path);
-    if (!f.open(QIODevice::ReadOnly)) {
-        show_error(path + ": cannot open document (" + f.errorString() + ")");
-        return false;
-    }
-    const QString text = QString::fromUtf8(f.readAll());
-    if (text.trimmed().isEmpty()) {
-        show_error(path + ": the document is empty");
+    QString text;
+    try {  // one check for the app and the CLI: empty, binary and non-UTF-8 files are refused by name
+        text = QString::fromStdString(read_document_file(path.toStdString()));
+    } catch (const Error& e) {
+        show_error(QString::fromStdString(e.what()));
         return false;
     }
     set_document(text, QFileInfo(path).absoluteFilePath());

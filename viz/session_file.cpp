@@ -41,8 +41,8 @@ std::shared_ptr<RunOutcome> outcome_from_json(const nlohmann::json& j, const Com
             method_run_from_json(j["runs"][i], where + " runs[" + std::to_string(i) + "]"));
     for (const auto& t : json_field<std::vector<std::string>>(j, "token_texts", where, {}))
         o->token_texts.push_back(QString::fromStdString(t));
-    if (j.contains("needle_span") && j["needle_span"].is_array() && j["needle_span"].size() == 2)
-        o->needle_span = std::make_pair(j["needle_span"][0].get<int>(), j["needle_span"][1].get<int>());
+    if (const auto span = json_field<std::vector<int>>(j, "needle_span", where, {}); span.size() == 2)
+        o->needle_span = std::make_pair(span[0], span[1]);
     return o;
 }
 

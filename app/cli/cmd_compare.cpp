@@ -66,7 +66,7 @@ int run_compare_cmd(const CompareArgs& a) {
     apply_model_codec_defaults(a.session.codec_flags, a.session.model, req.settings);
     req.budgets = a.session.budgets;
     req.mode = parse_mode(a.mode);
-    req.context = read_text_file(a.context_file);
+    req.context = read_document_file(a.context_file);
     req.questions = a.questions;
     req.answers = a.answers;
     req.answer_prefixes = a.answer_prefixes;
@@ -144,7 +144,7 @@ int run_ppl_cmd(const PplArgs& a) {
     req.settings = a.session.settings;
     apply_model_codec_defaults(a.session.codec_flags, a.session.model, req.settings);
     req.budgets = a.session.budgets;
-    req.ids = session->tokenizer().encode(read_text_file(a.text_file), true);
+    req.ids = session->tokenizer().encode(read_document_file(a.text_file), true);
     req.prefix_tokens = a.prefix_tokens;
     req.allow_beyond_positions = a.allow_beyond_positions;
     const std::string beyond =

@@ -35,7 +35,7 @@ int run_compress(const CompressArgs& a) {
     req.method = methods.front();
     req.settings = a.settings;
     apply_model_codec_defaults(a.codec_flags, a.model, req.settings);
-    req.context = read_text_file(a.context_file);
+    req.context = read_document_file(a.context_file);
     req.chat = a.chat;
     auto session = Session::open(a.model, runtime_options(a.runtime), a.basis);
     const CompressedContext ctx = compress_context(*session, req, terminal_job());

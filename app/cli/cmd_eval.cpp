@@ -106,7 +106,7 @@ EvalSweepOptions options_from(const EvalArgs& a) {
     o.ruler.seed = a.seed;
     o.ruler.chat = a.chat;
     if (!a.essay_file.empty()) {
-        o.ruler.essay_text = read_text_file(a.essay_file);
+        o.ruler.essay_text = read_document_file(a.essay_file);
         if (o.ruler.essay_text.find_first_not_of(" \t\r\n") == std::string::npos)
             throw Error(a.essay_file + ": the essay file is empty");
         o.haystack_name = std::filesystem::path(a.essay_file).filename().string();

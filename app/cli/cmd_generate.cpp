@@ -55,7 +55,7 @@ int run_generate(const GenerateArgs& a) {
         prompt = parse_id_list(a.prompt_ids, "--prompt-ids");
     } else {
         if (!tok) throw Error(a.model + ": no tokenizer.json in the model directory (use --prompt-ids)");
-        std::string text = a.prompt_file.empty() ? a.prompt : read_text_file(a.prompt_file);
+        std::string text = a.prompt_file.empty() ? a.prompt : read_document_file(a.prompt_file);
         if (a.chat) {
             ChatOptions chat;
             chat.date_string = a.chat_date;

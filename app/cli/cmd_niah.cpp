@@ -150,7 +150,7 @@ int run_niah_cmd(const NiahArgs& a) {
     o.doc.distractors = a.distractors;
     o.doc.chat = a.chat;
     if (!a.haystack_file.empty()) {
-        o.doc.haystack_text = read_text_file(a.haystack_file);
+        o.doc.haystack_text = read_document_file(a.haystack_file);
         if (o.doc.haystack_text.find_first_not_of(" \t\r\n") == std::string::npos)
             throw Error(a.haystack_file + ": the haystack file is empty");
         o.haystack_name = std::filesystem::path(a.haystack_file).filename().string();

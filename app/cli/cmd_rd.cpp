@@ -48,7 +48,7 @@ std::vector<RdDocument> documents(const RdArgs& a, const Tokenizer& tok) {
     if (!a.context_file.empty()) {
         RdDocument d;
         d.id = "file";
-        d.context = read_text_file(a.context_file);
+        d.context = read_document_file(a.context_file);
         d.questions = a.questions;
         d.answers = a.answers;
         d.answer_prefixes = a.answer_prefixes;
@@ -59,7 +59,7 @@ std::vector<RdDocument> documents(const RdArgs& a, const Tokenizer& tok) {
     o.distractors = a.distractors;
     o.chat = a.chat;
     if (!a.haystack_file.empty()) {
-        o.haystack_text = read_text_file(a.haystack_file);
+        o.haystack_text = read_document_file(a.haystack_file);
         if (o.haystack_text.find_first_not_of(" \t\r\n") == std::string::npos)
             throw Error(a.haystack_file + ": the haystack file is empty");
     }

@@ -56,4 +56,13 @@ T json_field(const nlohmann::json& j, const char* name, const std::string& where
     }
 }
 
+// j[name] as T; the field must be present. Throws Error "<where>: field '<name>' is missing" otherwise.
+template <typename T>
+T json_required(const nlohmann::json& j, const char* name, const std::string& where) {
+    if (!j.is_object()) throw Error(where + ": expected a JSON object");
+    const auto it = j.find(name);
+    if (it == j.end() || it->is_null()) throw Error(where + ": field '" + name + "' is missing");
+    return json_field<T>(j, name, where, T{});
+}
+
 }  // namespace varrate
