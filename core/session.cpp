@@ -68,8 +68,9 @@ std::unique_ptr<Session> Session::open(const std::filesystem::path& model_dir, c
     std::unique_ptr<Session> s(new Session());
     s->model_dir_ = model_dir;
     if (job.progress) job.progress("load", 0, 3);
-    s->model_ = LlamaModel::load(model_dir, runtime);
-    check_cancel(job);
+    // Cancel between layers of a long load: the progress callback is called after each one.
+    s->model_ = LlamaModel::load(model_dir, runtime,
+                                 [&job](const std::string&, int64_t, int64_t) { check_cancel(job); });
     if (job.progress) job.progress("load", 1, 3);
     if (!std::filesystem::exists(model_dir / "tokenizer.json"))
         throw Error(model_dir.string() + ": no tokenizer.json in the model directory");

@@ -4,8 +4,20 @@
 # suites passed, failed and skipped (from each suite's "Totals:" line), lists the skips, and fails when the
 # reference fixtures (VARRATE_SHARED_DIR, default ../shared) are present but a test skipped for want of one.
 # Arguments go to ctest (e.g. -R test_codec_).
+# --sanitize (first argument): the same suites built with AddressSanitizer and UndefinedBehaviorSanitizer
+# (VARRATE_SANITIZE=ON, RelWithDebInfo) into build-sanitize/, run with the options and leak suppressions of
+# tests/sanitizer/ (LibTorch's and Qt's own start-up allocations); any report fails the suite.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+if [ "${1:-}" = --sanitize ]; then
+  shift
+  export BUILD_DIR=${BUILD_DIR:-build-sanitize}
+  export CMAKE_ARGS="${CMAKE_ARGS:-} -DVARRATE_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo"
+  supp=$PWD/tests/sanitizer
+  export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1:detect_stack_use_after_return=0}
+  export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$supp/lsan.supp:print_suppressions=0}
+  export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1:suppressions=$supp/ubsan.supp}
+fi
 scripts/check-format.sh
 scripts/setup.sh
 cd "${BUILD_DIR:-build}"

@@ -1,12 +1,15 @@
 // The desktop app's main window, offscreen, on the stories260k fixture: start-up with a model and a generated
 // NIAH document, a four-method run filling the answers table and every view, cancel during prefill and a
-// second run, exports (PNG, SVG, PDF, CSV, JSON), a session round trip and a bad model directory.
+// second run, exports (PNG, SVG, PDF, CSV, JSON), a session round trip, a bad model directory, the session
+// autosave restored after a crash, and a corrupt settings file reset with a message.
+#include "tests/gui_test_support.h"
 #include "tests/test_support.h"
 
 #include <QApplication>
 #include <QDir>
 #include <QElapsedTimer>
 #include <QFile>
+#include <QFileInfo>
 #include <QImage>
 #include <QLabel>
 #include <QPushButton>
@@ -503,6 +506,63 @@ class GuiTestMainWindow : public QObject {
         QCOMPARE(QDir::cleanPath(s.last_model()), QDir::cleanPath(QString::fromStdString(dir.string())));
         w2.set_theme("dark");
         QVERIFY(QApplication::palette().color(QPalette::Window).lightness() < 80);
+    }
+
+    // A run is autosaved; the window is destroyed without closing (as a crash leaves it); the next start
+    // restores the model, document, settings and results. A normal close removes the autosave.
+    void autosave_restores_the_last_state_after_a_crash() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        const QString ini = tmp_.filePath("crash.ini");
+        const QString autosave = AppSettings(ini).autosave_file();
+        QString document;
+        std::vector<std::vector<std::string>> answers;
+        double budget = 0;
+        {
+            auto w = test::window_after_fixture_run(ini, kLoadTimeoutMs, kRunTimeoutMs, 60000);
+            QTRY_VERIFY_WITH_TIMEOUT(QFileInfo::exists(autosave), 10000);
+            document = w->document();
+            budget = w->run_panel()->settings().codec.budget;
+            for (const MethodRun& r : w->outcome()->result.runs) answers.push_back(r.answers);
+        }  // no close(): the autosave stays, as after a crash
+        QVERIFY(QFileInfo::exists(autosave));
+        MainWindow w(ini);
+        w.show();
+        QSignalSpy idle(&w, &MainWindow::idle);
+        w.start(StartupOptions{});  // as the app starts: no --model, no --document
+        QVERIFY(idle.wait(kLoadTimeoutMs));
+        QVERIFY2(w.error_text().isEmpty(), qPrintable(w.error_text()));
+        QCOMPARE(QDir::cleanPath(w.model_dir()), QDir::cleanPath(QString::fromStdString(dir.string())));
+        QCOMPARE(w.document(), document);
+        QCOMPARE(w.run_panel()->settings().codec.budget, budget);
+        QVERIFY(w.outcome());
+        std::vector<std::vector<std::string>> restored;
+        for (const MethodRun& r : w.outcome()->result.runs) restored.push_back(r.answers);
+        QVERIFY(restored == answers);
+        w.close();
+        QVERIFY(!QFileInfo::exists(autosave));
+    }
+
+    // Binary bytes in the settings file: set aside, defaults used, and the banner says so once.
+    void corrupt_settings_are_reset_with_a_message() {
+        const QString ini = tmp_.filePath("corrupt.ini");
+        {
+            QFile f(ini);
+            QVERIFY(f.open(QIODevice::WriteOnly));
+            f.write(QByteArray("[view]\ntheme=light\n\0\xff\xfe[window", 31));
+        }
+        {
+            MainWindow w(ini);
+            QVERIFY2(w.error_text().contains("corrupt.ini was reset to defaults: it holds binary bytes"),
+                     qPrintable(w.error_text()));
+            QCOMPARE(w.theme(), QString("dark"));
+            QCOMPARE(QDir(tmp_.path()).entryList({"corrupt.ini.corrupt-*"}).size(), 1);
+            w.set_theme("light");
+            w.close();
+        }
+        MainWindow again(ini);
+        QVERIFY2(again.error_text().isEmpty(), qPrintable(again.error_text()));
+        QCOMPARE(again.theme(), QString("light"));
+        again.set_theme("dark");
     }
 
     void cleanupTestCase() { w_.reset(); }

@@ -13,7 +13,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -81,15 +80,28 @@ std::vector<fs::path> temporaries_under(const fs::path& dir) {
     return found;
 }
 
-// Starts `varrate args`, and SIGKILLs it after `ms` unless it finished first. True when it was killed.
-bool run_and_kill(const QStringList& args, int ms) {
+size_t count_records(const fs::path& out) {
+    size_t n = 0;
+    std::error_code ec;
+    for (auto it = fs::recursive_directory_iterator(out / "records", ec);
+         !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+        n += it->is_regular_file(ec) && !is_atomic_temporary(it->path());
+    return n;
+}
+
+// Starts `varrate args` and SIGKILLs it `delay_us` after more than `after_records` records exist under `out`
+// (a kill in the middle of the sweep's writing), unless it finished first. True when it was killed.
+bool run_and_kill(const QStringList& args, const fs::path& out, size_t after_records, int delay_us) {
     QProcess p;
     p.setProgram(qs(test::bin_dir() / "varrate"));
     p.setArguments(args);
     p.setProcessChannelMode(QProcess::MergedChannels);
     p.start();
     if (!p.waitForStarted(10000)) return false;
-    if (p.waitForFinished(ms)) return false;
+    while (count_records(out) <= after_records)
+        if (p.waitForFinished(2)) return false;
+    usleep(static_cast<useconds_t>(delay_us));
+    if (p.state() == QProcess::NotRunning) return false;
     p.kill();  // SIGKILL on Unix: no handler runs, nothing is flushed
     p.waitForFinished(10000);
     return true;
@@ -97,19 +109,18 @@ bool run_and_kill(const QStringList& args, int ms) {
 
 struct KilledSweep {
     int killed = 0;
-    int partial = 0;  // kills that left some records but not all
+    int partial = 0;      // kills that left some records but not all
+    int temporaries = 0;  // kills that left a temporary (killed inside a write)
 };
 
-// The sweep `args` (ending in "--out", <out>) run once into `reference` and then, into `out`, killed at
-// `kills` random times within the reference's wall time and finally run to its end. Compares what both left.
+// The sweep `args` (ending in "--out", <out>) run once into `reference`, then into `out` killed `kills` times
+// (each 0-2 records after where the last one stopped, a random 0-30 ms later) and finally run to its end.
+// Compares what both left.
 KilledSweep kill_and_resume(QStringList args, const fs::path& reference, const fs::path& out, int kills) {
     KilledSweep report;
     args.removeLast();
     args << qs(reference);
-    const auto t0 = std::chrono::steady_clock::now();
     const CliResult ref = run_varrate(args);
-    const int wall_ms = static_cast<int>(
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     if (ref.exit_code != 0) {
         QTest::qFail(qPrintable("the uninterrupted sweep failed: " + ref.err), __FILE__, __LINE__);
         return report;
@@ -118,17 +129,20 @@ KilledSweep kill_and_resume(QStringList args, const fs::path& reference, const f
     args.removeLast();
     args << qs(out);
     std::mt19937 rng(test_seed());
-    // The model loads in the first few hundred milliseconds; kill anywhere from there to the end.
-    std::uniform_int_distribution<int> at(std::min(300, wall_ms / 4), std::max(wall_ms, 400));
-    for (int k = 0; k < kills; ++k) {
-        const int ms = at(rng);
-        const bool killed = run_and_kill(args, ms);
-        const size_t have = records_of(out).size();
-        qInfo("run %d: %s after %d ms (the uninterrupted run took %d ms); %zu of %zu records", k + 1,
-              killed ? "killed" : "finished", ms, wall_ms, have, total);
+    std::uniform_int_distribution<int> delay_us(0, 30000);
+    size_t have = 0;
+    for (int k = 0; k < kills && have < total; ++k) {
+        // Kill soon after what the last run left (0-2 records further), so that the kills cover the sweep.
+        const size_t after = std::min(total - 1, have + std::uniform_int_distribution<size_t>(0, 2)(rng));
+        const int us = delay_us(rng);
+        const bool killed = run_and_kill(args, out, after, us);
+        have = count_records(out);
+        const size_t debris = temporaries_under(out).size();
+        qInfo("run %d: %s %d us after record %zu; %zu of %zu records, %zu temporaries", k + 1,
+              killed ? "killed" : "finished", us, after + 1, have, total, debris);
         report.killed += killed;
-        if (killed && have > 0 && have < total) ++report.partial;
-        if (!killed) break;  // done: nothing left to interrupt
+        report.partial += killed && have > 0 && have < total;
+        report.temporaries += killed && debris > 0;
     }
     const CliResult last = run_varrate(args);
     if (last.exit_code != 0) {
@@ -150,8 +164,8 @@ KilledSweep kill_and_resume(QStringList args, const fs::path& reference, const f
         }
     }
     const nlohmann::json want = without_timing(read_json_file(reference / "summary.json"));
-    const nlohmann::json have = without_timing(read_json_file(out / "summary.json"));
-    if (want != have)
+    const nlohmann::json resumed = without_timing(read_json_file(out / "summary.json"));
+    if (want != resumed)
         QTest::qFail("the resumed run's summary.json differs from the uninterrupted run's", __FILE__,
                      __LINE__);
     for (const fs::path& t : temporaries_under(out))
@@ -243,9 +257,10 @@ class TestCrashSafety : public QObject {
                                   "2",
                                   "--out",
                                   qs(out / "run")};
-        const KilledSweep r = kill_and_resume(args, out / "reference", out / "run", 6);
+        const KilledSweep r = kill_and_resume(args, out / "reference", out / "run", 8);
         if (QTest::currentTestFailed()) return;
-        qInfo("niah: %d kills, %d with part of the records written", r.killed, r.partial);
+        qInfo("niah: %d kills, %d with part of the records written, %d inside a write", r.killed, r.partial,
+              r.temporaries);
         QVERIFY2(r.partial > 0, "no kill landed between the first and the last record");
         fs::remove_all(out);
     }
@@ -275,9 +290,10 @@ class TestCrashSafety : public QObject {
                                   "2",
                                   "--out",
                                   qs(out / "run")};
-        const KilledSweep r = kill_and_resume(args, out / "reference", out / "run", 6);
+        const KilledSweep r = kill_and_resume(args, out / "reference", out / "run", 8);
         if (QTest::currentTestFailed()) return;
-        qInfo("eval: %d kills, %d with part of the records written", r.killed, r.partial);
+        qInfo("eval: %d kills, %d with part of the records written, %d inside a write", r.killed, r.partial,
+              r.temporaries);
         QVERIFY2(r.partial > 0, "no kill landed between the first and the last record");
         fs::remove_all(out);
     }

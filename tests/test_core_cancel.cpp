@@ -81,7 +81,7 @@ CancelOutcome cancel_after(const Job& job, double delay_ms) {
     });
     const auto start = Clock::now();
     while (!returned && ms_since(start) < delay_ms)
-        std::this_thread::sleep_for(std::chrono::microseconds(200));
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
     raised = Clock::now();
     cancel = true;
     worker.join();

@@ -1,12 +1,53 @@
 #include "viz/app_settings.h"
 
+#include <QDateTime>
 #include <QDir>
+#include <QFile>
+#include <QFileInfo>
+#include <QStringDecoder>
 
 namespace varrate::viz {
 
-AppSettings::AppSettings(const QString& ini_file)
-    : s_(ini_file.isEmpty() ? std::make_unique<QSettings>("VarRate", "VarRate Studio")
-                            : std::make_unique<QSettings>(ini_file, QSettings::IniFormat)) {}
+namespace {
+
+std::unique_ptr<QSettings> open_settings(const QString& ini_file) {
+    return ini_file.isEmpty() ? std::make_unique<QSettings>("VarRate", "VarRate Studio")
+                              : std::make_unique<QSettings>(ini_file, QSettings::IniFormat);
+}
+
+// Why a settings file cannot be trusted, or "": QSettings' own status, then what its lenient INI reader lets
+// through (NUL bytes, invalid UTF-8: a truncated or overwritten file).
+QString settings_problem(const QSettings& s) {
+    if (s.status() == QSettings::FormatError) return "it is not a settings file";
+    if (s.status() == QSettings::AccessError) return "it cannot be read";
+    QFile f(s.fileName());
+    if (!f.exists() || !f.open(QIODevice::ReadOnly)) return {};
+    const QByteArray bytes = f.readAll();
+    if (bytes.contains('\0')) return "it holds binary bytes";
+    QStringDecoder utf8(QStringDecoder::Utf8);
+    (void)utf8.decode(bytes);
+    if (utf8.hasError()) return "it is not UTF-8 text";
+    return {};
+}
+
+}  // namespace
+
+AppSettings::AppSettings(const QString& ini_file) : s_(open_settings(ini_file)) {
+    const QString problem = settings_problem(*s_);
+    if (problem.isEmpty()) return;
+    const QString file = s_->fileName();
+    const QString aside = file + ".corrupt-" + QDateTime::currentDateTime().toString("yyyyMMdd-HHmmss");
+    s_.reset();
+    const bool moved = QFile::rename(file, aside) || QFile::remove(file);
+    s_ = open_settings(ini_file);
+    reset_message_ = "The settings file " + file + " was reset to defaults: " + problem +
+                     (moved && QFile::exists(aside) ? " (kept as " + aside + ")." : ".");
+}
+
+QString AppSettings::autosave_file() const {
+    const QFileInfo f(s_->fileName());  // one per settings file: "studio.ini" -> "studio.autosave.json"
+    return f.absolutePath() + "/" + f.completeBaseName() + ".autosave.json";
+}
 
 QStringList AppSettings::recent_models() const {
     return s_->value("models/recent").toStringList();

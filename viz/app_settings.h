@@ -1,7 +1,8 @@
 #pragma once
 // What the desktop app remembers between runs (QSettings): recent models, the last document, the theme and
 // the window geometry. An explicit ini file keeps tests and scripted screenshots away from the user's
-// settings.
+// settings. A settings file that cannot be read (a format error, binary bytes, invalid UTF-8) is set aside as
+// "<file>.corrupt-<time>" and the app starts from defaults, saying so (reset_message).
 #include <QByteArray>
 #include <QSettings>
 #include <QString>
@@ -30,11 +31,17 @@ class AppSettings {
     QString last_dir() const;  // the folder of the last file dialog
     void set_last_dir(const QString& dir);
     void sync();
+    // Why the settings were reset at start-up ("" when they were read normally).
+    QString reset_message() const { return reset_message_; }
+    // The session the app autosaves while it runs and removes when it closes normally, beside the settings
+    // file ("<name>.autosave.json"): finding it at start-up means the last run ended without closing.
+    QString autosave_file() const;
 
     static constexpr int kMaxRecent = 8;
 
   private:
     std::unique_ptr<QSettings> s_;
+    QString reset_message_;
 };
 
 }  // namespace varrate::viz

@@ -80,6 +80,7 @@ MainWindow::MainWindow(const QString& settings_file, QWidget* parent)
     build_menus();
     connect_worker();
     build_live();
+    build_autosave();
     set_theme(settings_->theme());
     if (!settings_->geometry().isEmpty())
         restoreGeometry(settings_->geometry());
@@ -87,6 +88,7 @@ MainWindow::MainWindow(const QString& settings_file, QWidget* parent)
         resize(1560, 980);
     update_status_labels();
     update_empty_state();
+    if (!settings_->reset_message().isEmpty()) show_error(settings_->reset_message());
 }
 
 MainWindow::~MainWindow() = default;
@@ -524,6 +526,7 @@ void MainWindow::on_model_loaded(const ModelInfo& info) {
 }
 
 void MainWindow::start(const StartupOptions& o) {
+    if (o.use_defaults && o.model.isEmpty() && o.document.isEmpty() && restore_autosave()) return;
     QString model = o.model;
     if (model.isEmpty() && o.use_defaults) model = find_demo_model();
     if (model.isEmpty() && o.use_defaults) model = settings_->last_model();
@@ -788,6 +791,7 @@ void MainWindow::closeEvent(QCloseEvent* e) {
     settings_->set_window_state(saveState());
     settings_->sync();
     worker_->cancel();
+    remove_autosave();  // closed normally: nothing to restore next time
     QMainWindow::closeEvent(e);
 }
 

@@ -18,6 +18,7 @@ class QMenu;
 class QPlainTextEdit;
 class QStackedWidget;
 class QTabWidget;
+class QTimer;
 class QFrame;
 class QMessageBox;
 
@@ -189,6 +190,12 @@ class MainWindow : public QMainWindow {
     void dialog_paste_text();
     void dialog_calibrate();
     StudioSession current_session() const;
+    // main_window_io.cpp: the session autosave (AppSettings::autosave_file), restored by start() when the
+    // last run did not close normally.
+    void build_autosave();
+    void autosave();
+    bool restore_autosave();
+    void remove_autosave();
 
     std::unique_ptr<AppSettings> settings_;
     RunWorker* worker_ = nullptr;
@@ -223,6 +230,7 @@ class MainWindow : public QMainWindow {
     CacheDialog* cache_dialog_ = nullptr;  // made when a cache is first opened
     QMessageBox* cache_error_box_ = nullptr;
     QString cache_error_;
+    QTimer* autosave_timer_ = nullptr;
 
     QString model_dir_;        // the model runs use (requested; may still be loading)
     ModelInfo loaded_;         // the model the worker has loaded

@@ -1,11 +1,13 @@
-// MainWindow's file side: exports (results JSON, rank log, answers, charts), session files, the document
-// dialogs and drag-and-drop. Every failure goes to the window's error banner.
+// MainWindow's file side: exports (results JSON, rank log, answers, charts), session files and the autosave,
+// the document dialogs and drag-and-drop. Every failure goes to the window's error banner.
+#include <QDateTime>
 #include <QDialog>
 #include <QDialogButtonBox>
 #include <QDir>
 #include <QDoubleSpinBox>
 #include <QDragEnterEvent>
 #include <QDropEvent>
+#include <QFile>
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QFormLayout>
@@ -14,6 +16,7 @@
 #include <QPlainTextEdit>
 #include <QSpinBox>
 #include <QTabWidget>
+#include <QTimer>
 #include <QVBoxLayout>
 
 #include <nlohmann/json.hpp>
@@ -129,6 +132,44 @@ bool MainWindow::save_session(const QString& path) {
         show_error(QString::fromUtf8(e.what()));
         return false;
     }
+}
+
+void MainWindow::build_autosave() {
+    // Written a moment after a run finishes or the document changes (edits come in bursts), atomically.
+    autosave_timer_ = new QTimer(this);
+    autosave_timer_->setSingleShot(true);
+    autosave_timer_->setInterval(1500);
+    connect(autosave_timer_, &QTimer::timeout, this, &MainWindow::autosave);
+    connect(this, &MainWindow::run_finished, autosave_timer_, qOverload<>(&QTimer::start));
+    connect(this, &MainWindow::document_changed, autosave_timer_, qOverload<>(&QTimer::start));
+}
+
+void MainWindow::autosave() {
+    autosave_timer_->stop();
+    if (document().trimmed().isEmpty() && !outcome_) return;
+    try {
+        varrate::viz::save_session(settings_->autosave_file(), current_session());
+    } catch (const std::exception& e) {  // a full disk must not interrupt the work: say it once per failure
+        status(QString("Autosave failed: ") + QString::fromUtf8(e.what()));
+    }
+}
+
+bool MainWindow::restore_autosave() {
+    const QString file = settings_->autosave_file();
+    if (!QFileInfo::exists(file)) return false;
+    const QString when = QFileInfo(file).lastModified().toString("yyyy-MM-dd HH:mm");
+    if (!open_session(file)) {  // unreadable: set aside so that the next start does not trip on it again
+        QFile::rename(file, file + ".corrupt-" + QDateTime::currentDateTime().toString("yyyyMMdd-HHmmss"));
+        return false;
+    }
+    status("Restored the session autosaved at " + when +
+           ": VarRate Studio did not close normally last time.");
+    return true;
+}
+
+void MainWindow::remove_autosave() {
+    if (autosave_timer_) autosave_timer_->stop();
+    QFile::remove(settings_->autosave_file());
 }
 
 bool MainWindow::open_session(const QString& path) {

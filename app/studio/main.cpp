@@ -16,6 +16,7 @@
 #include "app/studio/interaction_bench.h"
 #include "core/base/error.h"
 #include "core/base/process_env.h"
+#include "viz/app_settings.h"
 #include "viz/main_window.h"
 
 namespace {
@@ -121,7 +122,10 @@ int main(int argc, char** argv) {
     // Screenshots must not depend on (or change) the user's settings: use a scratch ini unless one is given.
     QString ini = p.value(settings);
     if (ini.isEmpty() && p.isSet(shot)) ini = QDir::temp().filePath("varrate-studio-screenshot.ini");
-    if (p.isSet(shot)) QFile::remove(ini);
+    if (p.isSet(shot)) {
+        QFile::remove(ini);
+        QFile::remove(varrate::viz::AppSettings(ini).autosave_file());  // nor restore another run's session
+    }
     varrate::viz::MainWindow w(ini);
     varrate::viz::StartupOptions o;
     o.model = p.value(model);
