@@ -77,9 +77,10 @@ std::unique_ptr<Session> Session::open(const std::filesystem::path& model_dir, c
     s->tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::load(model_dir));
     // Ids past the embedding table would fail in the middle of a prefill: a tokenizer from another model.
     if (const int64_t v = s->tokenizer_->vocab_size(); v > s->model_->config().vocab_size)
-        throw Error(fmt::format("{}: tokenizer.json has ids up to {} but config.json's vocab_size is {}: the "
-                                "tokenizer belongs to another model",
-                                model_dir.string(), v - 1, s->model_->config().vocab_size));
+        throw Error(
+            fmt::format("{}: tokenizer.json has ids up to {} but config.json's vocab_size is {}: the "
+                        "tokenizer belongs to another model",
+                        model_dir.string(), v - 1, s->model_->config().vocab_size));
     if (job.progress) job.progress("load", 2, 3);
     s->fingerprint_ = compute_fingerprint(s->model_->config(), model_dir);
     s->codec_defaults_ = read_codec_defaults(model_dir, width_codec_defaults(s->joint_dim()));

@@ -80,8 +80,7 @@ CancelOutcome cancel_after(const Job& job, double delay_ms) {
         returned = true;
     });
     const auto start = Clock::now();
-    while (!returned && ms_since(start) < delay_ms)
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    while (!returned && ms_since(start) < delay_ms) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     raised = Clock::now();
     cancel = true;
     worker.join();
