@@ -5,8 +5,10 @@
 #include <QApplication>
 #include <QCommandLineParser>
 #include <QDir>
+#include <QFile>
 #include <QFileInfo>
 #include <QImage>
+#include <QSaveFile>
 #include <QTimer>
 
 #include <cstdio>
@@ -150,7 +152,9 @@ int main(int argc, char** argv) {
         // Let layouts and queued repaints settle before grabbing.
         QTimer::singleShot(300, &app, [&] {
             const QImage img = w.grab().toImage();
-            if (img.isNull() || !img.save(out, "PNG")) {
+            QSaveFile file(out);  // atomic, as every file the project writes
+            if (img.isNull() || !file.open(QIODevice::WriteOnly) || !img.save(&file, "PNG") ||
+                !file.commit()) {
                 std::fprintf(stderr, "varrate-studio: could not write %s\n", qPrintable(out));
                 rc = 1;
             } else {
