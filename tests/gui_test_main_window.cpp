@@ -548,7 +548,8 @@ class GuiTestMainWindow : public QObject {
         {
             QFile f(ini);
             QVERIFY(f.open(QIODevice::WriteOnly));
-            f.write(QByteArray("[view]\ntheme=light\n\0\xff\xfe[window", 31));
+            static const char bytes[] = "[view]\ntheme=light\n\0\xff\xfe[window";
+            f.write(QByteArray(bytes, sizeof bytes - 1));  // the NUL inside included
         }
         {
             MainWindow w(ini);
