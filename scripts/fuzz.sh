@@ -43,7 +43,7 @@ for t in "${targets[@]}"; do
   work="$build/corpus/$t" artifacts="$build/artifacts/$t/$(date +%Y%m%d-%H%M%S)/"
   mkdir -p "$work" "$artifacts"
   log="$build/fuzz-$t.log"
-  echo "== $t: ${seconds}s (log: $log)"
+  echo "== $t: ${RUNS:+$RUNS executions}${RUNS:-${seconds}s} (log: $log)"
   rc=0
   "$build/bin/fuzz_$t" "$work" "tests/fuzz/corpus/$t" -dict=tests/fuzz/dict/json.dict \
     "${limit[@]}" -timeout=20 -rss_limit_mb=4096 -print_final_stats=1 \
