@@ -179,6 +179,28 @@ KilledSweep kill_and_resume(QStringList args, const fs::path& reference, const f
 class TestCrashSafety : public QObject {
     Q_OBJECT
 
+    // `command_line` on the demo model (small codec windows, two threads, kappa 0.3) through kill_and_resume:
+    // some kill must land between the first and the last record.
+    void check_killed_sweep(const char* name, const QString& command_line) {
+        const fs::path out = test::temp_dir(std::string(name) + "-kill");
+        QStringList args = command_line.split(' ', Qt::SkipEmptyParts);
+        args << "--model" << qs(demo_dir()) << "--budget"
+             << "0.3"
+             << "--window"
+             << "16"
+             << "--obs-window"
+             << "16"
+             << "--threads"
+             << "2"
+             << "--out" << qs(out / "run");
+        const KilledSweep r = kill_and_resume(args, out / "reference", out / "run", 8);
+        if (QTest::currentTestFailed()) return;
+        qInfo("%s: %d kills, %d with part of the records written, %d inside a write", name, r.killed,
+              r.partial, r.temporaries);
+        QVERIFY2(r.partial > 0, "no kill landed between the first and the last record");
+        fs::remove_all(out);
+    }
+
   private Q_SLOTS:
     void initTestCase() {
         if (!fs::exists(test::bin_dir() / "varrate")) QSKIP("the varrate executable is not built");
@@ -233,69 +255,15 @@ class TestCrashSafety : public QObject {
     }
 
     void niah_killed_and_resumed_matches_uninterrupted() {
-        const fs::path out = test::temp_dir("niah-kill");
-        const QStringList args = {"niah",
-                                  "--model",
-                                  qs(demo_dir()),
-                                  "--lengths",
-                                  "300",
-                                  "--depths",
-                                  "0,50,100",
-                                  "--samples",
-                                  "2",
-                                  "--methods",
-                                  "full,snapkv,varrate",
-                                  "--budget",
-                                  "0.3",
-                                  "--window",
-                                  "16",
-                                  "--obs-window",
-                                  "16",
-                                  "--max-new-tokens",
-                                  "8",
-                                  "--threads",
-                                  "2",
-                                  "--out",
-                                  qs(out / "run")};
-        const KilledSweep r = kill_and_resume(args, out / "reference", out / "run", 8);
-        if (QTest::currentTestFailed()) return;
-        qInfo("niah: %d kills, %d with part of the records written, %d inside a write", r.killed, r.partial,
-              r.temporaries);
-        QVERIFY2(r.partial > 0, "no kill landed between the first and the last record");
-        fs::remove_all(out);
+        check_killed_sweep("niah",
+                           "niah --lengths 300 --depths 0,50,100 --samples 2 --methods full,snapkv,varrate "
+                           "--max-new-tokens 8");
     }
 
     void eval_killed_and_resumed_matches_uninterrupted() {
-        const fs::path out = test::temp_dir("eval-kill");
-        const QStringList args = {"eval",
-                                  "--model",
-                                  qs(demo_dir()),
-                                  "--tasks",
-                                  "niah_single_1,niah_single_2",
-                                  "--lengths",
-                                  "400",
-                                  "--samples",
-                                  "3",
-                                  "--methods",
-                                  "full,snapkv",
-                                  "--budget",
-                                  "0.3",
-                                  "--window",
-                                  "16",
-                                  "--obs-window",
-                                  "16",
-                                  "--max-new-tokens",
-                                  "12",
-                                  "--threads",
-                                  "2",
-                                  "--out",
-                                  qs(out / "run")};
-        const KilledSweep r = kill_and_resume(args, out / "reference", out / "run", 8);
-        if (QTest::currentTestFailed()) return;
-        qInfo("eval: %d kills, %d with part of the records written, %d inside a write", r.killed, r.partial,
-              r.temporaries);
-        QVERIFY2(r.partial > 0, "no kill landed between the first and the last record");
-        fs::remove_all(out);
+        check_killed_sweep("eval",
+                           "eval --tasks niah_single_1,niah_single_2 --lengths 400 --samples 3 "
+                           "--methods full,snapkv --max-new-tokens 12");
     }
 
     // Llama 3.1 405B's shape with no real bytes (a sparse file): its fp32 weights cannot fit in this or any
