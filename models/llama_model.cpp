@@ -94,11 +94,11 @@ std::unique_ptr<LlamaModel::Weights> LlamaModel::Weights::load(const ModelConfig
     // killed.
     const int64_t need = c.parameter_count() * static_cast<int64_t>(c10::elementSize(options.dtype));
     if (const int64_t available = available_memory_bytes(options.device); available >= 0 && need > available)
-        throw Error(
-            fmt::format("model weights: {} parameters in {} need {:.2f} GiB ({} bytes) on {}; {:.2f} GiB "
-                        "({} bytes) is available: use a smaller model, bf16, or free memory",
-                        c.parameter_count(), dtype_name(options.dtype), need / 1073741824.0, need,
-                        options.device.str(), available / 1073741824.0, available));
+        throw Error(fmt::format(
+            "model weights: {} parameters in {} need {:.2f} GiB ({} bytes) on {}; {:.2f} GiB "
+            "({} bytes) is available: use a smaller model{}, or free memory",
+            c.parameter_count(), dtype_name(options.dtype), need / 1073741824.0, need, options.device.str(),
+            available / 1073741824.0, available, options.dtype == at::kFloat ? ", --dtype bf16" : ""));
 
     const auto target = at::TensorOptions().device(options.device).dtype(options.dtype);
     // The mapped CPU tensor (zero-copy, file dtype).
