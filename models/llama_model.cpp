@@ -235,23 +235,34 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bi
 }
 
 // SwiGLU: down(silu(gate(x)) * up(x)), with gate and up from one matmul.
-at::Tensor mlp(const LayerWeights& lw, const at::Tensor& x, int64_t inter) {
+at::Tensor mlp(const LayerWeights& lw, const at::Tensor& x, int64_t inter, OpProfile* profile) {
+    OpTimer t_gate_up(profile, "gate_up matmul", x.device());
     const at::Tensor gate_up = linear(x, lw.gate_up, lw.gate_up_bias);  // [m, 2 inter]
+    t_gate_up.stop();
+    OpTimer t_act(profile, "silu * up", x.device());
     const at::Tensor act = swiglu(gate_up.narrow(1, 0, inter), gate_up.narrow(1, inter, inter));
+    t_act.stop();
+    OpTimer t_down(profile, "down matmul", x.device());
     return linear(act, lw.down, lw.down_bias);  // [m, hidden]
 }
 
 // The attention inputs of rows x [batch * m, hidden] (row b * m + i = sequence b's token i): q, k, v with
 // the heads leading, each [batch, heads, m, head_dim] (views into one fused matmul's output).
 std::array<at::Tensor, 3> attention_inputs(const at::Tensor& x, const LayerWeights& lw, const ModelConfig& c,
-                                           int64_t batch) {
+                                           int64_t batch, OpProfile* profile = nullptr) {
     const int64_t m = x.size(0) / batch, hd = c.head_dim, q_dim = c.n_head * hd, kv_dim = c.n_kv_head * hd;
-    const at::Tensor qkv = linear(rms_norm(x, lw.input_norm, c.rms_norm_eps), lw.qkv, lw.qkv_bias);
+    OpTimer t_norm(profile, "rms_norm", x.device());
+    const at::Tensor normed = rms_norm(x, lw.input_norm, c.rms_norm_eps);
+    t_norm.stop();
+    OpTimer t_qkv(profile, "qkv matmul", x.device());
+    const at::Tensor qkv = linear(normed, lw.qkv, lw.qkv_bias);
+    t_qkv.stop();
     auto heads = [&](int64_t offset, int64_t width, int64_t n) {
         return qkv.narrow(1, offset, width).view({batch, m, n, hd}).transpose(1, 2);  // [batch, n, m, hd]
     };
     at::Tensor q = heads(0, q_dim, c.n_head), k = heads(q_dim, kv_dim, c.n_kv_head);
     if (c.qk_norm) {  // Qwen3: RMSNorm of every query and key head over head_dim, before RoPE
+        OpTimer t_qk_norm(profile, "rms_norm", x.device());
         q = rms_norm(q, lw.q_norm, c.rms_norm_eps);
         k = rms_norm(k, lw.k_norm, c.rms_norm_eps);
     }
@@ -260,9 +271,18 @@ std::array<at::Tensor, 3> attention_inputs(const at::Tensor& x, const LayerWeigh
 
 // The rest of the layer once attention is done: x += o(attn_rows), x += mlp(norm(x)). attn_rows: [rows,
 // q_dim].
-void finish_layer(at::Tensor& x, const at::Tensor& attn_rows, const LayerWeights& lw, const ModelConfig& c) {
-    x.add_(linear(attn_rows, lw.o, lw.o_bias));
-    x.add_(mlp(lw, rms_norm(x, lw.post_attn_norm, c.rms_norm_eps), c.intermediate_size));
+void finish_layer(at::Tensor& x, const at::Tensor& attn_rows, const LayerWeights& lw, const ModelConfig& c,
+                  OpProfile* profile = nullptr) {
+    {
+        OpTimer t(profile, "o matmul", x.device());
+        x.add_(linear(attn_rows, lw.o, lw.o_bias));
+    }
+    OpTimer t_norm(profile, "rms_norm", x.device());
+    const at::Tensor normed = rms_norm(x, lw.post_attn_norm, c.rms_norm_eps);
+    t_norm.stop();
+    const at::Tensor out = mlp(lw, normed, c.intermediate_size, profile);
+    OpTimer t_add(profile, "residual adds", x.device());
+    x.add_(out);
 }
 
 // One decoder layer over a chunk x [m, hidden] (updated in place) whose RoPE tables are cos/sin [m,
@@ -271,13 +291,20 @@ void finish_layer(at::Tensor& x, const at::Tensor& attn_rows, const LayerWeights
 // (last chunk), hands the layer to the observer and returns whether it replaced the layer's cache.
 bool decoder_layer(at::Tensor& x, const LayerWeights& lw, const ModelConfig& c, int64_t l,
                    const at::Tensor& cos, const at::Tensor& sin, KVCache& cache, ObservedPrefill* observed,
-                   int64_t context_offset, bool capture, const LayerObserver& observer) {
+                   int64_t context_offset, bool capture, const LayerObserver& observer, OpProfile* profile) {
     const int64_t m = x.size(0), n_head = c.n_head, n_kv = c.n_kv_head, hd = c.head_dim;
-    const auto qkv = attention_inputs(x, lw, c, 1);
+    const c10::Device device = x.device();
+    const auto qkv = attention_inputs(x, lw, c, 1, profile);
     const at::Tensor q = qkv[0].select(0, 0), k = qkv[1].select(0, 0),
-                     v = qkv[2].select(0, 0);                       // [heads, m, hd]
+                     v = qkv[2].select(0, 0);  // [heads, m, hd]
+    OpTimer t_rope(profile, "rope", device);
     const at::Tensor q_rot = apply_rope(q.contiguous(), cos, sin);  // [n_head, m, head_dim]
-    cache.append(l, apply_rope(k, cos, sin), v);
+    const at::Tensor k_rot = apply_rope(k, cos, sin);
+    t_rope.stop();
+    OpTimer t_append(profile, "cache append", device);
+    cache.append(l, k_rot, v);
+    t_append.stop();
+    OpTimer t_observed(profile, "capture", device);
     if (observed) {
         observed->keys_pre_rope[l].narrow(1, context_offset, m).copy_(k);
         const int64_t skip = std::clamp<int64_t>(kQueryStatsSkip - context_offset, 0, m);
@@ -303,9 +330,11 @@ bool decoder_layer(at::Tensor& x, const LayerWeights& lw, const ModelConfig& c, 
             n_a += rows;
         }
     }
+    t_observed.stop();
 
     // Grouped-query attention against the whole cache: the query heads of one kv head are stacked as rows.
     // A layer that begins with a compressed prefix is attended through it (its tail holds the new entries).
+    OpTimer t_attention(profile, "attention", device);
     at::Tensor attn;  // [n_kv_head, group * m, hd] (or [n_head, m, hd]: the same rows)
     if (const LayerPrefix* prefix = cache.prefix(l)) {
         if (c.layer_window(l) > 0)
@@ -317,10 +346,14 @@ bool decoder_layer(at::Tensor& x, const LayerWeights& lw, const ModelConfig& c, 
         attn = gqa_causal_attention(q_rot.view({n_kv, (n_head / n_kv) * m, hd}), cache.keys(l),
                                     cache.values(l), m, c.layer_window(l));
     }
+    t_attention.stop();
+    OpTimer t_layout(profile, "attention output layout", device);
     const at::Tensor attn_rows = attn.reshape({n_head, m, hd}).transpose(0, 1).reshape({m, n_head * hd});
+    t_layout.stop();
 
     bool replaced = false;
     if (observed && capture) {
+        OpTimer t_capture(profile, "observer", device);
         const int64_t w = std::min(observed->window, m);
         LayerCapture cap;
         cap.layer = l;
@@ -347,7 +380,7 @@ bool decoder_layer(at::Tensor& x, const LayerWeights& lw, const ModelConfig& c, 
         }
     }
     // The rest of the layer uses the attention computed with the full cache (as kvpress does).
-    finish_layer(x, attn_rows, lw, c);
+    finish_layer(x, attn_rows, lw, c, profile);
     return replaced;
 }
 
@@ -419,16 +452,19 @@ at::Tensor LlamaModel::forward(const std::vector<int64_t>& ids, KVCache& cache,
             const int64_t m = e - b;
             const bool last_chunk = ci + 1 == n_chunks;
             const at::Tensor cos = cos_all.narrow(0, b, m), sin = sin_all.narrow(0, b, m);  // [m, head_dim]
-            at::Tensor x = at::embedding(w_->embed, ids_t.narrow(0, b, m));                 // [m, hidden]
+            OpTimer t_embed(opt.profile, "embedding", options_.device);
+            at::Tensor x = at::embedding(w_->embed, ids_t.narrow(0, b, m));  // [m, hidden]
+            t_embed.stop();
             for (int64_t l = 0; l < c.n_layer; ++l) {
                 check_cancel(opt.cancel);
                 replaced |=
                     decoder_layer(x, w_->layers[l], c, l, cos, sin, cache, opt.observer ? &observed : nullptr,
-                                  start + b, last_chunk, opt.observer);
+                                  start + b, last_chunk, opt.observer, opt.profile);
                 if (opt.progress) opt.progress("prefill", ci * c.n_layer + l + 1, n_chunks * c.n_layer);
             }
             // The lm_head only where logits are asked for: on a long prefill it would dominate otherwise.
             if (opt.all_logits || last_chunk) {
+                OpTimer t_head(opt.profile, "lm_head", options_.device);
                 const at::Tensor rows = opt.all_logits ? x : x.narrow(0, m - 1, 1);
                 logits.push_back(at::linear(rms_norm(rows, w_->norm, c.rms_norm_eps), w_->lm_head)
                                      .to(at::kFloat)

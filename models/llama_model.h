@@ -17,6 +17,7 @@
 #include "models/device.h"
 #include "models/kv_cache.h"
 #include "models/model_config.h"
+#include "models/op_profile.h"
 #include "models/rope.h"
 
 namespace varrate {
@@ -66,6 +67,7 @@ struct ForwardOptions {
     int64_t observer_window = 64;               // w_obs: queries handed to the observer
     const std::atomic<bool>* cancel = nullptr;  // checked between layers and chunks; throws Cancelled
     ProgressFn progress;
+    OpProfile* profile = nullptr;  // per-op times added here when set (waits for the device per op)
 };
 
 class LlamaModel {

@@ -34,6 +34,7 @@ struct BenchPrefillArgs {
     int64_t chunk_size = 512;
     RuntimeArgs runtime{"cpu", "bf16", 0};
     bool json = false;
+    bool profile = false;
 };
 
 struct BenchCodecArgs {
@@ -111,6 +112,63 @@ void warm_up(const LlamaModel& model, const std::vector<int64_t>& ids, const For
     model.forward(head, warm, fo);
 }
 
+// FLOPs of the runtime's profiled ops that do arithmetic worth a rate (OpTimer names, llama_model.cpp); 0
+// for the others (norms, RoPE, copies), whose time is what matters.
+double op_flops(const ModelConfig& c, int64_t tokens, const std::string& op) {
+    const double n = static_cast<double>(tokens), h = static_cast<double>(c.hidden_size);
+    const double q = static_cast<double>(c.n_head * c.head_dim),
+                 kv = static_cast<double>(c.n_kv_head * c.head_dim);
+    const double inter = static_cast<double>(c.intermediate_size), layers = static_cast<double>(c.n_layer);
+    if (op == "qkv matmul") return 2 * n * h * (q + 2 * kv) * layers;
+    if (op == "o matmul") return 2 * n * q * h * layers;
+    if (op == "gate_up matmul") return 2 * n * h * 2 * inter * layers;
+    if (op == "down matmul") return 2 * n * inter * h * layers;
+    if (op == "attention") return prefill_flops(c, tokens).attention;
+    if (op == "lm_head") return 2 * h * static_cast<double>(c.vocab_size);
+    return 0;
+}
+
+// Runs `repeats` prefills with the runtime's per-op timers on; per op: mean ms per prefill, its share of the
+// timed sections, and GFLOP/s where it does matmul work.
+nlohmann::json profile_prefill(const LlamaModel& model, const std::vector<int64_t>& ids, ForwardOptions fo,
+                               int repeats) {
+    OpProfile profile;
+    fo.profile = &profile;
+    double wall_ms = 0;
+    for (int r = 0; r < repeats; ++r) {
+        KVCache cache = model.new_cache();
+        const auto t0 = Clock::now();
+        model.forward(ids, cache, fo);
+        synchronize(model.options().device);
+        wall_ms += ms_between(t0, Clock::now());
+    }
+    const double total = profile.total_ms();
+    nlohmann::json ops = nlohmann::json::array();
+    for (const OpProfile::Entry& e : profile.entries()) {
+        const double ms = e.ms / repeats,
+                     flops = op_flops(model.config(), static_cast<int64_t>(ids.size()), e.op);
+        nlohmann::json o = {{"op", e.op}, {"ms", ms}, {"share", e.ms / total}, {"calls", e.calls / repeats}};
+        o["gflops"] = flops > 0 ? nlohmann::json(flops / (ms / 1000) / 1e9) : nlohmann::json(nullptr);
+        ops.push_back(o);
+    }
+    return {{"runs", repeats}, {"wall_ms", wall_ms / repeats}, {"timed_ms", total / repeats}, {"ops", ops}};
+}
+
+void print_profile(const nlohmann::json& p, double peak) {
+    std::cout << fmt::format(
+        "\nper op (mean of {} profiled runs, {:.1f} ms, of which {:.1f} ms in timed sections):\n",
+        p["runs"].get<int>(), p["wall_ms"].get<double>(), p["timed_ms"].get<double>());
+    std::cout << fmt::format("  {:<26} {:>10} {:>7} {:>9} {:>8}\n", "op", "ms", "share", "GFLOP/s",
+                             "of peak");
+    for (const auto& o : p["ops"]) {
+        const bool rated = !o["gflops"].is_null();
+        std::cout << fmt::format("  {:<26} {:>10.1f} {:>6.1f}% {:>9} {:>8}\n", o["op"].get<std::string>(),
+                                 o["ms"].get<double>(), 100 * o["share"].get<double>(),
+                                 rated ? fmt::format("{:.1f}", o["gflops"].get<double>()) : "",
+                                 rated ? fmt::format("{:.2f}", o["gflops"].get<double>() / peak) : "");
+    }
+}
+
 int run_bench_prefill(const BenchPrefillArgs& a) {
     auto model = load_model_for_cli(a.model, a.runtime);
     const ModelConfig& cfg = model->config();
@@ -154,6 +212,7 @@ int run_bench_prefill(const BenchPrefillArgs& a) {
     j["achieved_gflops"] = achieved;
     j["gemm_peak_gflops"] = peak;
     j["achieved_over_peak"] = ratio;
+    if (a.profile) j["profile"] = profile_prefill(*model, ids, fo, a.repeats);
     if (a.json) {
         std::cout << j.dump(2) << std::endl;
     } else {
@@ -163,6 +222,7 @@ int run_bench_prefill(const BenchPrefillArgs& a) {
             "  achieved {:.1f} GFLOP/s, GEMM peak {:.1f} GFLOP/s, ratio {:.2f}\n",
             a.tokens, cfg.n_layer, dtype_name(o.dtype), o.device.str(), o.threads, t, a.repeats, a.tokens / t,
             flops.total() / 1e9, flops.linear / 1e9, flops.attention / 1e9, achieved, peak, ratio);
+        if (a.profile) print_profile(j["profile"], peak);
     }
     return 0;
 }
@@ -528,6 +588,9 @@ Command add_bench(CLI::App& root) {
         ->check(CLI::Range(int64_t{1}, int64_t{1} << 22));
     add_runtime_options(*prefill, a->runtime);
     prefill->add_flag("--json", a->json, "Print the results as JSON");
+    prefill->add_flag("--profile", a->profile,
+                      "Then time each op of --repeats more prefills (matmuls, attention, norms, RoPE, cache "
+                      "appends, copies; waits for the device after each op)");
 
     auto c = std::make_shared<BenchCodecArgs>();
     CLI::App* codec = bench->add_subcommand(
