@@ -4,11 +4,15 @@
 #include <ATen/Parallel.h>
 #include <torch/version.h>
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <limits>
 #include <vector>
+
+#include "models/online_softmax.h"
 
 namespace varrate {
 
@@ -38,61 +42,34 @@ at::Tensor attend_rows(const at::Tensor& q, const at::Tensor& k, const at::Tenso
 #endif
 }
 
-#if TORCH_VERSION_MAJOR < 2
-// CPU: one task per (kv head, block of new tokens) holds the group's query rows for those tokens and only
-// the keys they can see; its scores fit in cache and its ops run single-threaded inside parallel_for.
-// The queries are scaled before the product (as scaled_dot_product_attention's math path does), and only
-// the few columns a mask can hide are touched by it.
-at::Tensor attention_cpu_tiled(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t n_new,
-                               int64_t sliding_window, int64_t score_budget_bytes) {
-    const int64_t n_kv = q.size(0), hd = q.size(2), n_keys = k.size(1), group = q.size(1) / n_new;
-    const int64_t prior = n_keys - n_new;
-    // ~256 query rows per tile, fewer if the scores would exceed the budget.
-    const int64_t tile_tokens = std::clamp<int64_t>(
-        std::min<int64_t>(256 / group, score_budget_bytes / std::max<int64_t>(1, group * n_keys * 4)), 1,
-        n_new);
-    const int64_t n_tiles = (n_new + tile_tokens - 1) / tile_tokens;
-    const at::Tensor qg = q.mul(1.0 / std::sqrt(static_cast<double>(hd))).view({n_kv, group, n_new, hd});
-    // Within a tile, token j hides the keys of tokens j+1.. of the same tile: the last `rows` columns.
-    const at::Tensor causal = at::ones({tile_tokens, tile_tokens}, at::kBool).triu(1);  // [tile, tile]
-    at::Tensor out = at::empty({n_kv, group, n_new, hd}, q.options());
-    // Tiles are handed out one at a time rather than split up front: on a shared machine a descheduled
-    // thread would otherwise leave the others waiting at the barrier with their share done.
-    const int64_t n_tasks = n_kv * n_tiles;
-    std::atomic<int64_t> next_task{0};
-    at::parallel_for(0, std::min<int64_t>(n_tasks, at::get_num_threads()), 1, [&](int64_t, int64_t) {
-        for (int64_t t = next_task++; t < n_tasks; t = next_task++) {
-            const int64_t h = t / n_tiles, i0 = (t % n_tiles) * tile_tokens;
-            const int64_t rows = std::min(tile_tokens, n_new - i0);
-            const int64_t key_end = prior + i0 + rows;  // keys the last token of the tile sees
-            const int64_t key_begin =
-                sliding_window > 0 ? std::max<int64_t>(0, prior + i0 - sliding_window + 1) : 0;
-            const int64_t n_vis = key_end - key_begin;
-            const at::Tensor kt = k[h].narrow(0, key_begin, n_vis), vt = v[h].narrow(0, key_begin, n_vis);
-            const at::Tensor qt = qg[h].narrow(1, i0, rows).reshape({group * rows, hd});
-            const at::Tensor scores = at::mm(qt, kt.t());  // [group rows, n_vis], runtime dtype
-            if (rows > 1) {                                // a single token sees exactly [key_begin, key_end)
-                const at::Tensor per_head = scores.view({group, rows, n_vis});
-                per_head.narrow(2, n_vis - rows, rows)
-                    .masked_fill_(causal.narrow(0, 0, rows).narrow(1, 0, rows), kMasked);
-                if (sliding_window > 0) {
-                    // Token j also hides keys at or before its index - window: among the first `rows`
-                    // columns.
-                    const int64_t cols = std::min(rows, n_vis);
-                    const at::Tensor query_index = at::arange(prior + i0, key_end, at::kLong).unsqueeze(1);
-                    const at::Tensor key_index =
-                        at::arange(key_begin, key_begin + cols, at::kLong).unsqueeze(0);
-                    per_head.narrow(2, 0, cols)
-                        .masked_fill_(key_index <= query_index - sliding_window, kMasked);
-                }
-            }
-            // Softmax accumulates in fp32 also for bf16 input (the same values as fp32 then rounding).
-            out[h].narrow(1, i0, rows).copy_(at::mm(at::softmax(scores, -1), vt).view({group, rows, hd}));
-        }
-    });
-    return out.view({n_kv, group * n_new, hd});
-}
-#endif
+// OpenBLAS (Debian's LibTorch calls it for matmuls) runs its own threads inside every call; inside the
+// kernel's parallel tasks they would oversubscribe the cores (measured: 2 tasks x 2 BLAS threads on 2 cores,
+// 16k tokens on the demo model, 20 % slower). Single-threaded for the scope, then restored, so that the
+// large matmuls of the projections keep their threads. A no-op where OpenBLAS is not loaded.
+class SingleThreadedBlas {
+  public:
+    SingleThreadedBlas() {
+        static const auto api = [] {
+            std::pair<int (*)(), void (*)(int)> f{nullptr, nullptr};
+            f.first = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+            f.second = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+            return f;
+        }();
+        if (!api.first || !api.second || at::get_num_threads() < 2) return;
+        set_ = api.second;
+        previous_ = api.first();
+        if (previous_ > 1) set_(1);
+    }
+    ~SingleThreadedBlas() {
+        if (set_ && previous_ > 1) set_(previous_);
+    }
+    SingleThreadedBlas(const SingleThreadedBlas&) = delete;
+    SingleThreadedBlas& operator=(const SingleThreadedBlas&) = delete;
+
+  private:
+    void (*set_)(int) = nullptr;
+    int previous_ = 1;
+};
 
 }  // namespace
 
@@ -128,10 +105,69 @@ at::Tensor gqa_causal_attention_batched(const at::Tensor& q, const at::Tensor& k
     return out;
 }
 
+// Blocked causal attention with an online softmax (flash-style). One task per (kv head, tile of new tokens)
+// holds the group's query rows of those tokens and walks the keys they can see in blocks, so only a [rows,
+// block] score tile exists at a time, small enough to stay in the core's cache; blocks that no row of the
+// tile may see are never visited. Per block: the scores by one matmul, the softmax step fused into one pass
+// (models/online_softmax.h: masks by index ranges, no mask tensors), and the weighted values added by one
+// matmul. The arithmetic is fp32 whatever the runtime dtype (bf16 K/V are converted once per call: LibTorch
+// 1.13's CPU bf16 matmul would round scores and weights to bf16); ops inside a task run single-threaded.
+at::Tensor gqa_causal_attention_blocked(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                        int64_t n_new, int64_t sliding_window,
+                                        const AttentionTiling& tiling) {
+    const int64_t n_kv = q.size(0), hd = q.size(2), n_keys = k.size(1), group = q.size(1) / n_new;
+    const int64_t prior = n_keys - n_new;
+    const int64_t tile_tokens = std::clamp<int64_t>(tiling.query_rows / group, 1, n_new);
+    const int64_t block = std::max<int64_t>(1, tiling.key_block);
+    const int64_t n_tiles = (n_new + tile_tokens - 1) / tile_tokens;
+    // fp32 (copies only for bf16); queries pre-scaled, as scaled_dot_product_attention's math path does.
+    const at::Tensor qf = q.to(at::kFloat).mul(1.0 / std::sqrt(static_cast<double>(hd)));
+    const at::Tensor qg = qf.view({n_kv, group, n_new, hd});
+    const at::Tensor kf = k.to(at::kFloat), vf = v.to(at::kFloat);  // [n_kv_head, T, head_dim]
+    at::Tensor out = at::empty({n_kv, group, n_new, hd}, q.options());
+    // Longest tiles (the last, which see the most keys) first, so that short ones fill the gaps at the end;
+    // tasks are handed out one at a time, which also keeps a descheduled thread on a shared machine from
+    // holding the others at the barrier.
+    const int64_t n_tasks = n_kv * n_tiles;
+    std::atomic<int64_t> next_task{0};
+    const SingleThreadedBlas one_blas_thread_per_task;
+    at::parallel_for(0, std::min<int64_t>(n_tasks, at::get_num_threads()), 1, [&](int64_t, int64_t) {
+        const int64_t max_rows = group * tile_tokens;
+        at::Tensor score_buf = at::empty({max_rows * block}, qf.options());
+        at::Tensor acc = at::empty({max_rows, hd}, qf.options());
+        std::vector<float> row_max(static_cast<size_t>(max_rows)), row_sum(static_cast<size_t>(max_rows));
+        for (int64_t t = next_task++; t < n_tasks; t = next_task++) {
+            const int64_t h = t % n_kv, tile = n_tiles - 1 - t / n_kv;
+            const int64_t i0 = tile * tile_tokens, tokens = std::min(tile_tokens, n_new - i0);
+            const int64_t rows = group * tokens;
+            const int64_t first_query = prior + i0;  // cache index of the tile's first token
+            const int64_t key_begin =
+                sliding_window > 0 ? std::max<int64_t>(0, first_query - sliding_window + 1) : 0;
+            const int64_t key_end = first_query + tokens;  // the last token sees up to here
+            const at::Tensor qt = qg[h].narrow(1, i0, tokens).reshape({rows, hd});  // rows (g, i)
+            at::Tensor o = acc.narrow(0, 0, rows);
+            o.zero_();
+            std::fill(row_max.begin(), row_max.end(), -std::numeric_limits<float>::infinity());
+            std::fill(row_sum.begin(), row_sum.end(), 0.0f);
+            for (int64_t kb = key_begin; kb < key_end; kb += block) {
+                const int64_t kn = std::min(block, key_end - kb);
+                at::Tensor s = score_buf.narrow(0, 0, rows * kn).view({rows, kn});
+                at::mm_out(s, qt, kf[h].narrow(0, kb, kn).t());
+                online_softmax_step(s.data_ptr<float>(), rows, kn, tokens, kb, first_query, sliding_window,
+                                    row_max.data(), row_sum.data(), o.data_ptr<float>(), hd);
+                o.addmm_(s, vf[h].narrow(0, kb, kn));
+            }
+            const at::Tensor sums = at::from_blob(row_sum.data(), {rows, 1}, qf.options());
+            out[h].narrow(1, i0, tokens).copy_(o.div_(sums).view({group, tokens, hd}));
+        }
+    });
+    return out.view({n_kv, group * n_new, hd});
+}
+
 at::Tensor gqa_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t n_new,
                                 int64_t sliding_window, int64_t score_budget_bytes) {
 #if TORCH_VERSION_MAJOR < 2
-    if (q.device().is_cpu()) return attention_cpu_tiled(q, k, v, n_new, sliding_window, score_budget_bytes);
+    if (q.device().is_cpu()) return gqa_causal_attention_blocked(q, k, v, n_new, sliding_window);
 #endif
     return gqa_causal_attention_batched(q, k, v, n_new, sliding_window, score_budget_bytes);
 }

@@ -13,19 +13,34 @@ namespace varrate {
 // cache entries 0..T-n_new+i). Returns [n_kv_head, group*n_new, head_dim] in q's dtype.
 // sliding_window > 0 limits each query to its last sliding_window cache entries (Mistral), counted in cache
 // entries, which are positions as long as nothing was evicted.
-// The fp32 scores of one block of query rows stay under score_budget_bytes, so long contexts never allocate
-// a T x T score tensor for all heads.
+// Long contexts never allocate a T x T score tensor for all heads: the blocked CPU kernel holds one tile per
+// task, the batched path keeps the fp32 scores of a block of query rows under score_budget_bytes.
 constexpr int64_t kDefaultScoreBudgetBytes = int64_t(256) << 20;
 at::Tensor gqa_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t n_new,
                                 int64_t sliding_window = 0,
                                 int64_t score_budget_bytes = kDefaultScoreBudgetBytes);
 
 // The batched formulation (fused scaled_dot_product_attention on LibTorch >= 2, else bmm + fp32 softmax) that
-// gqa_causal_attention uses off the CPU; same contract. On LibTorch 1.x CPUs gqa_causal_attention instead
-// runs cache-sized tiles in parallel, which avoids several passes over the whole score tensor.
+// gqa_causal_attention uses off the CPU and on LibTorch 2.x; same contract.
 at::Tensor gqa_causal_attention_batched(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                         int64_t n_new, int64_t sliding_window = 0,
                                         int64_t score_budget_bytes = kDefaultScoreBudgetBytes);
+
+// Tiles of the blocked kernel: a task holds about query_rows query rows (the group's heads of query_rows /
+// group new tokens) and walks their keys key_block at a time (a 2 MiB fp32 score tile by default: the
+// fastest of the tilings measured in docs/PREFILL.md, head_dim 32 and 64, 2k to 16k keys).
+struct AttentionTiling {
+    int64_t query_rows = 512;
+    int64_t key_block = 1024;
+};
+
+// Flash-style blocked attention, what gqa_causal_attention runs on CPUs with LibTorch 1.x: an online softmax
+// over key blocks, so no score tensor larger than one tile exists; blocks that no query of a tile may see
+// (beyond its causal edge, before its sliding window) are skipped; GQA without repeating K/V. The arithmetic
+// is fp32 for every input dtype (one rounding, at the output). Same contract as gqa_causal_attention.
+at::Tensor gqa_causal_attention_blocked(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                        int64_t n_new, int64_t sliding_window = 0,
+                                        const AttentionTiling& tiling = {});
 
 // Attention of a batch of rows, each against its own columns: q [B, n_kv_head, group*n_new, head_dim] (rows
 // (g, i) as above), k, v [B, n_kv_head, >= max(seen), head_dim] where row b uses columns [0, seen[b]), its

@@ -69,15 +69,33 @@ void KVCache::append(int64_t layer, const at::Tensor& keys, const at::Tensor& va
         throw Error("KVCache::append: layer " + std::to_string(layer) + " expects keys and values [" +
                     std::to_string(n_kv_heads_) + ", n, " + std::to_string(head_dim_) + "], got keys " +
                     shape_string(keys) + " and values " + shape_string(values));
-    const int64_t n = keys.size(1);
-    if (n == 0) return;
+    if (keys.size(1) == 0) return;
+    const LayerKV slots = extend(layer, keys.size(1));
+    slots.keys.copy_(keys);
+    slots.values.copy_(values);
+}
+
+LayerKV KVCache::extend(int64_t layer, int64_t n) {
+    if (layer < 0 || layer >= n_layer())
+        throw Error("KVCache::extend: layer " + std::to_string(layer) + " out of range [0, " +
+                    std::to_string(n_layer()) + ")");
+    if (n < 0) throw Error("KVCache::extend: negative entry count " + std::to_string(n));
     Layer& l = layers_[layer];
     const int64_t capacity = l.k.defined() ? l.k.size(1) : 0;
     if (l.length + n > capacity)
         reserve(layer, std::max({l.length + n, 2 * capacity, kMinCapacity}));  // geometric growth
-    l.k.narrow(1, l.length, n).copy_(keys);
-    l.v.narrow(1, l.length, n).copy_(values);
+    LayerKV slots{l.k.narrow(1, l.length, n), l.v.narrow(1, l.length, n)};
     l.length += n;
+    return slots;
+}
+
+void KVCache::reserve_entries(int64_t entries) {
+    for (int64_t layer = 0; layer < n_layer(); ++layer) {
+        const int64_t capacity = layers_[layer].k.defined() ? layers_[layer].k.size(1) : 0;
+        // Geometric past the current capacity, so that asking for a little more at every decoding step
+        // does not copy the layer every step.
+        if (entries > capacity) reserve(layer, std::max({entries, capacity + capacity / 2, kMinCapacity}));
+    }
 }
 
 at::Tensor KVCache::keys(int64_t layer) const {

@@ -60,6 +60,12 @@ class KVCache {
 
     // Appends [n_kv_head, n, head_dim] to one layer, growing capacity geometrically.
     void append(int64_t layer, const at::Tensor& keys, const at::Tensor& values);
+    // Appends n entries to one layer and returns views of them ([n_kv_head, n, head_dim] keys and values) for
+    // the caller to fill in place: the runtime writes the rotated keys straight into the cache.
+    LayerKV extend(int64_t layer, int64_t n);
+    // Makes room for at least `entries` dense entries in every layer at once, so that a prefill grows no
+    // layer chunk by chunk (each growth copies the layer).
+    void reserve_entries(int64_t entries);
     // Views of the valid entries: [n_kv_head, length, head_dim]. Throws for a layer with a prefix (its
     // entries are not tensors): read it through prefix() and the dense tail.
     at::Tensor keys(int64_t layer) const;

@@ -43,6 +43,10 @@ struct LayerWeights {
     at::Tensor down_bias;       // [hidden] or undefined
 };
 
+// Entries a prefill reserves beyond its prompt in each cache layer, so that decoding the answer after it does
+// not grow (copy) the cache at its first step.
+constexpr int64_t kDecodeHeadroom = 256;
+
 // Chunk boundaries [begin, end) of a prefill of n tokens. With an observer, a short last chunk is merged into
 // the previous one until it holds at least `min_last` tokens (the observer's query window).
 std::vector<std::pair<int64_t, int64_t>> plan_chunks(int64_t n, int64_t chunk, int64_t min_last) {
@@ -297,12 +301,15 @@ bool decoder_layer(at::Tensor& x, const LayerWeights& lw, const ModelConfig& c, 
     const auto qkv = attention_inputs(x, lw, c, 1, profile);
     const at::Tensor q = qkv[0].select(0, 0), k = qkv[1].select(0, 0),
                      v = qkv[2].select(0, 0);  // [heads, m, hd]
+    // The rotated keys go straight into the cache's next entries (no temporaries, no second copy).
     OpTimer t_rope(profile, "rope", device);
-    const at::Tensor q_rot = apply_rope(q.contiguous(), cos, sin);  // [n_head, m, head_dim]
-    const at::Tensor k_rot = apply_rope(k, cos, sin);
+    at::Tensor q_rot = at::empty({n_head, m, hd}, x.options());  // [n_head, m, head_dim]
+    apply_rope_into(q, cos, sin, q_rot);
+    const LayerKV slots = cache.extend(l, m);  // [n_kv_head, m, head_dim] each
+    apply_rope_into(k, cos, sin, slots.keys);
     t_rope.stop();
     OpTimer t_append(profile, "cache append", device);
-    cache.append(l, k_rot, v);
+    slots.values.copy_(v);
     t_append.stop();
     OpTimer t_observed(profile, "capture", device);
     if (observed) {
@@ -443,6 +450,12 @@ at::Tensor LlamaModel::forward(const std::vector<int64_t>& ids, KVCache& cache,
     if (opt.observer && start == 0) observed.token_ids = ids_t;
 
     const KVCache::Snapshot before = cache.snapshot();
+    // Room for the whole prompt and a first stretch of decoding, allocated once.
+    if (!cache.has_prefix()) {
+        int64_t longest = 0;
+        for (int64_t l = 0; l < c.n_layer; ++l) longest = std::max(longest, cache.length(l));
+        cache.reserve_entries(longest + n + kDecodeHeadroom);
+    }
     bool replaced = false;
     std::vector<at::Tensor> logits;
     try {

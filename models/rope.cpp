@@ -74,6 +74,15 @@ at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tens
     return x * cos + rotate_half(x) * sin;
 }
 
+void apply_rope_into(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, at::Tensor out) {
+    const int64_t half = x.size(-1) / 2;
+    // x * cos + rotate_half(x) * sin, half by half: (x1 cos1 - x2 sin1, x2 cos2 + x1 sin2), each product
+    // rounded as apply_rope rounds it.
+    at::mul_out(out, x, cos);
+    out.narrow(-1, 0, half).addcmul_(x.narrow(-1, half, half), sin.narrow(-1, 0, half), -1);
+    out.narrow(-1, half, half).addcmul_(x.narrow(-1, 0, half), sin.narrow(-1, half, half));
+}
+
 at::Tensor unapply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
     return x * cos - rotate_half(x) * sin;
 }

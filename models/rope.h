@@ -22,6 +22,9 @@ std::pair<at::Tensor, at::Tensor> rope_cos_sin(const at::Tensor& inv_freq, int64
 
 // Applies HF rotate_half RoPE: x [.., n_tok, head_dim], cos/sin [n_tok, head_dim]. Differentiable.
 at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+// The same rotation written into `out` (x's shape; may be a strided view such as a cache's next entries)
+// without temporaries; the same values as apply_rope. What the runtime uses.
+void apply_rope_into(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, at::Tensor out);
 // Inverse rotation (post-RoPE -> pre-RoPE).
 at::Tensor unapply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
