@@ -150,13 +150,37 @@ c10::ScalarType parse_dtype(const std::string& name, const c10::Device& device) 
     const std::string n = normalized(name);
     if (n == "fp32" || n == "float32" || n == "float") return c10::kFloat;
     if (n == "bf16" || n == "bfloat16") return c10::kBFloat16;
+    if (n == "auto") return device.is_cpu() && cpu_has_bf16_matmul() ? c10::kBFloat16 : c10::kFloat;
     if (n == "fp16" || n == "float16" || n == "half") {
         if (device.is_cpu())
             throw Error("dtype '" + name +
                         "' is not supported on CPU (LibTorch has no CPU fp16 matmul); use bf16 or fp32");
         return c10::kHalf;
     }
-    throw Error("unknown dtype '" + name + "' (expected fp32, bf16 or fp16)");
+    throw Error("unknown dtype '" + name + "' (expected fp32, bf16, fp16 or auto)");
+}
+
+bool cpu_has_bf16_matmul() {
+    if (const char* forced = std::getenv("VARRATE_CPU_BF16"); forced && *forced)
+        return std::string(forced) != "0";
+    static const bool has = [] {
+        std::ifstream cpuinfo("/proc/cpuinfo");
+        std::string line;
+        while (std::getline(cpuinfo, line)) {
+            if (line.rfind("flags", 0) != 0) continue;
+            std::istringstream flags(line.substr(line.find(':') + 1));
+            std::string flag;
+            while (flags >> flag)
+                if (flag == "avx512_bf16" || flag == "amx_bf16") return true;
+            return false;  // the first CPU's flags stand for all
+        }
+        return false;
+    }();
+    return has;
+}
+
+std::string preferred_cpu_dtype() {
+    return cpu_has_bf16_matmul() ? "bf16" : "fp32";
 }
 
 std::string dtype_name(c10::ScalarType t) {

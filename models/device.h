@@ -16,8 +16,16 @@ struct RuntimeOptions {
 
 // "cpu", "cuda", "cuda:1". Throws Error when CUDA is asked for but not available.
 c10::Device parse_device(const std::string& name);
-// "fp32"/"float32", "bf16"/"bfloat16", "fp16"/"float16". fp16 on CPU is rejected (no CPU fp16 matmul).
+// "fp32"/"float32", "bf16"/"bfloat16", "fp16"/"float16", or "auto": bf16 on a CPU with bf16 matmul, fp32
+// otherwise (on CUDA too). fp16 on CPU is rejected (no CPU fp16 matmul).
 c10::ScalarType parse_dtype(const std::string& name, const c10::Device& device);
+// Whether the CPU multiplies bf16 natively (AVX-512 BF16 or AMX-BF16 among /proc/cpuinfo's flags). Where it
+// does, bf16 halves the memory traffic of weights and cache, and the demo model answers as in fp32
+// (docs/PREFILL.md); elsewhere LibTorch emulates bf16 matmuls, slower than fp32. VARRATE_CPU_BF16=0 or 1
+// overrides the detection (the tests pin it).
+bool cpu_has_bf16_matmul();
+// The app's default dtype on the CPU: "bf16" where the CPU has bf16 matmul, else "fp32".
+std::string preferred_cpu_dtype();
 std::string dtype_name(c10::ScalarType t);  // "fp32", "bf16", "fp16"
 // Sets LibTorch's intra-op threads (0 = hardware concurrency) and returns the number used.
 int configure_threads(int threads);

@@ -11,6 +11,7 @@
 
 #include "models/attention.h"
 #include "models/device.h"
+#include "models/online_softmax.h"
 
 using namespace varrate;
 
@@ -135,6 +136,23 @@ class TestModelsAttention : public QObject {
             QVERIFY(!got.isnan().any().item<bool>());
             QVERIFY(rel_max(got, want) < 1e-5);
         }
+    }
+
+    // The fused step's exp (its generic build; the AVX2 build is what the attention comparisons above run):
+    // within 2 ulp of exp on [-87, 0], exactly 1 at 0, and 0 below -87 and at -inf (masked scores, and the
+    // rescale of the first visible block).
+    void exp_matches_std_exp() {
+        double worst = 0;
+        for (int i = 0; i <= 870000; ++i) {
+            const float x = -static_cast<float>(i) * 1e-4f;
+            const double want = std::exp(static_cast<double>(x));
+            worst = std::max(worst, std::abs(exp_nonpositive(x) - want) / want);
+        }
+        qInfo("exp_nonpositive: largest relative error on [-87, 0]: %.2e", worst);
+        QVERIFY2(worst < 2.4e-7, qPrintable(QString::number(worst)));
+        QCOMPARE(exp_nonpositive(0.0f), 1.0f);
+        QCOMPARE(exp_nonpositive(-87.5f), 0.0f);
+        QCOMPARE(exp_nonpositive(-std::numeric_limits<float>::infinity()), 0.0f);
     }
 
     // The masks matter: the same inputs without the window, or seen as a whole prompt rather than a chunk,

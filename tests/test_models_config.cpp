@@ -400,6 +400,14 @@ class TestModelConfig : public QObject {
         QCOMPARE(varrate::parse_dtype("fp16", c10::Device(c10::kCUDA, 0)), c10::kHalf);
         EXPECT_ERROR(varrate::parse_dtype("fp16", c10::Device(c10::kCPU)), "fp16", "not supported on CPU");
         EXPECT_ERROR(varrate::parse_dtype("int8", c10::Device(c10::kCPU)), "unknown dtype 'int8'", "fp32");
+        // "auto": bf16 only on a CPU with bf16 matmul (the detection overridden both ways), fp32 on CUDA.
+        qputenv("VARRATE_CPU_BF16", "1");
+        QCOMPARE(varrate::parse_dtype("auto", c10::Device(c10::kCPU)), c10::kBFloat16);
+        QCOMPARE(varrate::preferred_cpu_dtype(), std::string("bf16"));
+        QCOMPARE(varrate::parse_dtype("auto", c10::Device(c10::kCUDA, 0)), c10::kFloat);
+        qputenv("VARRATE_CPU_BF16", "0");
+        QCOMPARE(varrate::parse_dtype("AUTO", c10::Device(c10::kCPU)), c10::kFloat);
+        QCOMPARE(varrate::preferred_cpu_dtype(), std::string("fp32"));
         EXPECT_ERROR(varrate::parse_device("tpu"), "unknown device 'tpu'", "cuda:N");
         EXPECT_ERROR(varrate::parse_device("cuda:x"), "unknown device 'cuda:x'", "cuda:N");
         if (!varrate::cuda_available()) {

@@ -10,6 +10,7 @@
 #include "codec/method.h"
 #include "core/compare.h"
 #include "core/session.h"
+#include "models/device.h"
 
 class QCheckBox;
 class QComboBox;
@@ -33,7 +34,7 @@ struct RunSettings {
     CompressionMode mode = CompressionMode::QueryAgnostic;
     int64_t max_new_tokens = 32;
     bool chat = false;
-    std::string device = "cpu", dtype = "fp32";
+    std::string device = "cpu", dtype = preferred_cpu_dtype();  // bf16 on CPUs with bf16 matmul
     BasisChoice basis = BasisChoice::Shipped;
     std::string basis_file;
 

@@ -19,7 +19,9 @@ namespace varrate::cli {
 
 void add_runtime_options(CLI::App& sub, RuntimeArgs& args) {
     sub.add_option("--device", args.device, "cpu, cuda or cuda:N")->capture_default_str();
-    sub.add_option("--dtype", args.dtype, "fp32 or bf16 (fp16 on CUDA only)")->capture_default_str();
+    sub.add_option("--dtype", args.dtype,
+                   "fp32, bf16 (fp16 on CUDA only), or auto: bf16 on a CPU with bf16 matmul, else fp32")
+        ->capture_default_str();
     sub.add_option("--threads", args.threads, "CPU threads (0 = all cores)")
         ->capture_default_str()
         ->check(CLI::Range(0, 1024));
