@@ -9,9 +9,13 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
+#include <string>
 #include <vector>
 
+#include "core/base/error.h"
 #include "models/online_softmax.h"
 
 namespace varrate {
@@ -72,6 +76,23 @@ class SingleThreadedBlas {
 };
 
 }  // namespace
+
+AttentionTiling runtime_tiling() {
+    static const AttentionTiling tiling = [] {
+        AttentionTiling t;
+        const char* text = std::getenv("VARRATE_ATTENTION_TILING");
+        if (!text || !*text) return t;
+        long long rows = 0, keys = 0;
+        char tail = 0;
+        if (std::sscanf(text, "%lldx%lld%c", &rows, &keys, &tail) != 2 || rows < 1 || keys < 1)
+            throw Error(std::string("VARRATE_ATTENTION_TILING: '") + text +
+                        "' is not ROWSxKEYS (query rows and keys per tile, e.g. 512x1024)");
+        t.query_rows = rows;
+        t.key_block = keys;
+        return t;
+    }();
+    return tiling;
+}
 
 at::Tensor gqa_causal_attention_batched(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                         int64_t n_new, int64_t sliding_window, int64_t score_budget_bytes) {
@@ -167,7 +188,8 @@ at::Tensor gqa_causal_attention_blocked(const at::Tensor& q, const at::Tensor& k
 at::Tensor gqa_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t n_new,
                                 int64_t sliding_window, int64_t score_budget_bytes) {
 #if TORCH_VERSION_MAJOR < 2
-    if (q.device().is_cpu()) return gqa_causal_attention_blocked(q, k, v, n_new, sliding_window);
+    if (q.device().is_cpu())
+        return gqa_causal_attention_blocked(q, k, v, n_new, sliding_window, runtime_tiling());
 #endif
     return gqa_causal_attention_batched(q, k, v, n_new, sliding_window, score_budget_bytes);
 }

@@ -34,6 +34,10 @@ struct AttentionTiling {
     int64_t key_block = 1024;
 };
 
+// The tiling gqa_causal_attention runs: the defaults, or VARRATE_ATTENTION_TILING=ROWSxKEYS (for measuring
+// other tilings with `varrate bench prefill`; read once, an Error naming it when malformed).
+AttentionTiling runtime_tiling();
+
 // Flash-style blocked attention, what gqa_causal_attention runs on CPUs with LibTorch 1.x: an online softmax
 // over key blocks, so no score tensor larger than one tile exists; blocks that no query of a tile may see
 // (beyond its causal edge, before its sliding window) are skipped; GQA without repeating K/V. The arithmetic

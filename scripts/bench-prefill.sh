@@ -4,7 +4,8 @@
 # with the per-op table of as many profiled runs. One JSON per case in OUT (default bench-prefill-<date>/).
 # Needs a quiet machine: it reports the load average before and after each case.
 #   scripts/bench-prefill.sh [CASE...]       CASE: 1b-2k 1b-8k demo-16k demo-32k (default: all)
-# Environment: VARRATE_BIN (default build/bin/varrate), THREADS (2), REPEATS (3), CHUNK (512),
+# Environment: VARRATE_BIN (default build/bin/varrate), THREADS (2), REPEATS (3), CHUNK (512), ONE_B_DTYPE
+# (bf16; fp32 on a CPU without bf16 matmul, where LibTorch emulates bf16 matmuls, 10-40x slower),
 # MODELS (~/.cache/varrate/bench-models: where the random 1B checkpoint is written once).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -12,6 +13,7 @@ bin=${VARRATE_BIN:-build/bin/varrate}
 threads=${THREADS:-2}
 repeats=${REPEATS:-3}
 chunk=${CHUNK:-512}
+one_b_dtype=${ONE_B_DTYPE:-bf16}
 models=${MODELS:-$HOME/.cache/varrate/bench-models}
 out=${OUT:-bench-prefill-$(date +%Y%m%d-%H%M%S)}
 [ -x "$bin" ] || { echo "bench-prefill: no $bin (build first, or set VARRATE_BIN)" >&2; exit 1; }
@@ -27,8 +29,8 @@ fi
 
 for c in "${cases[@]}"; do
   case $c in
-    1b-2k) args=(--model "$one_b" --dtype bf16 --tokens 2048) ;;
-    1b-8k) args=(--model "$one_b" --dtype bf16 --tokens 8192) ;;
+    1b-2k) args=(--model "$one_b" --dtype "$one_b_dtype" --tokens 2048) ;;
+    1b-8k) args=(--model "$one_b" --dtype "$one_b_dtype" --tokens 8192) ;;
     demo-16k) args=(--model resources/models/varrate-demo --dtype fp32 --tokens 16384) ;;
     demo-32k) args=(--model resources/models/varrate-demo --dtype fp32 --tokens 32768) ;;
     *) echo "bench-prefill: unknown case '$c' (1b-2k 1b-8k demo-16k demo-32k)" >&2; exit 2 ;;
