@@ -17,6 +17,7 @@
 #include "codec/water_filling.h"
 #include "core/base/error.h"
 #include "core/base/stopwatch.h"
+#include "models/device.h"
 
 namespace varrate {
 
@@ -614,6 +615,10 @@ LayerKV VarRateMethod::materialise(const LayerCapture& capture, const LayerAnaly
     // which adds at most about one rounding step of the cache's own precision. fp32 caches keep the fp32
     // product.
     const bool bf16 = a.dtype == at::kBFloat16;
+    // LibTorch 1.13's CPU bf16 matmul accumulates in fp32 only on CPUs with bf16 instructions; elsewhere
+    // (AVX2) its fallback loses precision (3 % of the largest key at R = 256), so there the bf16 operands are
+    // multiplied in fp32 instead: the same contract, emulated.
+    const bool exact_bf16_matmul = !a.coded.device().is_cpu() || cpu_has_bf16_matmul();
     const at::Tensor& V = bf16 ? bf16_basis_on(a.layer, a.rank, a.coded.device())
                                : basis_on(a.layer, a.rank, a.coded.device(), a.dtype);  // [R, D]
     at::Tensor z_hat = at::empty({n_coded, a.dim}, a.res.residual.options());           // [n_coded, D] fp32
@@ -621,8 +626,13 @@ LayerKV VarRateMethod::materialise(const LayerCapture& capture, const LayerAnaly
     for (const RankGroup& g : groups) {
         at::Tensor z_rows = z_hat.narrow(0, begin, g.tokens);  // [n, D]
         anchor_means_out(z_rows, a.res, a.res.nearest.index_select(0, order.narrow(0, begin, g.tokens)));
-        if (bf16)
+        if (bf16 && exact_bf16_matmul)
             z_rows.add_(g.coefficients.to(at::kBFloat16).mm(V.narrow(0, 0, g.width)));  // [n, D] bf16
+        else if (bf16)  // the same bf16 values multiplied in fp32, the product rounded once
+            z_rows.add_(g.coefficients.to(at::kBFloat16)
+                            .to(at::kFloat)
+                            .mm(V.narrow(0, 0, g.width).to(at::kFloat))
+                            .to(at::kBFloat16));
         else
             z_rows.addmm_(g.coefficients, V.narrow(0, 0, g.width));
         begin += g.tokens;
