@@ -82,23 +82,18 @@ RepeatPrompt bench_repeat_prompt(int64_t vocab_size) {
     return p;
 }
 
-void synchronize(const c10::Device& device) {
-    // A tiny device->host copy waits for queued work without needing CUDA headers.
-    if (!device.is_cpu()) at::zeros({1}, at::TensorOptions().device(device)).cpu();
-}
-
 // The machine's dense GEMM throughput at this dtype: median of several square products sized like the model's
 // largest projections, so the ratio below compares like with like.
 double measure_gemm_peak_gflops(const RuntimeOptions& o, int64_t n) {
     const auto opts = at::TensorOptions().dtype(o.dtype).device(o.device);
     at::Tensor a = at::randn({n, n}, opts), b = at::randn({n, n}, opts);
     at::mm(a, b);  // warm-up (allocations, library initialisation)
-    synchronize(o.device);
+    synchronize_device(o.device);
     std::vector<double> rates;
     for (int i = 0; i < 5; ++i) {
         const auto t0 = std::chrono::steady_clock::now();
         at::Tensor c = at::mm(a, b);
-        synchronize(o.device);
+        synchronize_device(o.device);
         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         rates.push_back(2.0 * n * n * n / s / 1e9);
     }
@@ -139,7 +134,7 @@ nlohmann::json profile_prefill(const LlamaModel& model, const std::vector<int64_
         KVCache cache = model.new_cache();
         const auto t0 = Clock::now();
         model.forward(ids, cache, fo);
-        synchronize(model.options().device);
+        synchronize_device(model.options().device);
         wall_ms += ms_between(t0, Clock::now());
     }
     const double total = profile.total_ms();
@@ -185,7 +180,7 @@ int run_bench_prefill(const BenchPrefillArgs& a) {
         KVCache cache = model->new_cache();
         const auto t0 = std::chrono::steady_clock::now();
         model->forward(ids, cache, fo);
-        synchronize(o.device);
+        synchronize_device(o.device);
         seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         spdlog::info("prefill run {}: {:.3f} s", r + 1, seconds.back());
     }
@@ -364,7 +359,7 @@ int run_bench_codec(BenchCodecArgs a) {
             const auto t0 = Clock::now();
             const double c0 = process_cpu_ms();
             model->forward(ids, cache, plain);
-            synchronize(o.device);
+            synchronize_device(o.device);
             plain_ms.push_back(ms_between(t0, Clock::now()));
             plain_cpu_ms.push_back(process_cpu_ms() - c0);
             spdlog::info("run {}: plain prefill {:.1f} ms", r + 1, plain_ms.back());
@@ -379,7 +374,7 @@ int run_bench_codec(BenchCodecArgs a) {
                 const auto t0 = Clock::now();
                 const double c0 = process_cpu_ms();
                 InPrefillLayer layer = compress_layer_in_prefill(method, cap);
-                synchronize(o.device);
+                synchronize_device(o.device);
                 run.observer_ms += ms_between(t0, Clock::now());
                 run.observer_cpu_ms += process_cpu_ms() - c0;
                 add_stages(run.stages, layer.diagnostics.timing);
@@ -391,7 +386,7 @@ int run_bench_codec(BenchCodecArgs a) {
             const auto t0 = Clock::now();
             const double c0 = process_cpu_ms();
             model->forward(ids, cache, fo);
-            synchronize(o.device);
+            synchronize_device(o.device);
             run.prefill_ms = ms_between(t0, Clock::now());
             run.prefill_cpu_ms = process_cpu_ms() - c0;
             spdlog::info("run {}: {} prefill {:.1f} ms, codec stages {:.1f} ms", r + 1, method.name(),
@@ -403,7 +398,7 @@ int run_bench_codec(BenchCodecArgs a) {
         const auto t0 = Clock::now();
         const double c0 = process_cpu_ms();
         PrefillCapture capture = capture_prefill(*model, ids, settings, {}, a.chunk_size);
-        synchronize(o.device);
+        synchronize_device(o.device);
         capture_ms.push_back(ms_between(t0, Clock::now()));
         capture_cpu_ms.push_back(process_cpu_ms() - c0);
         // The extra passes some methods read (core/probe.h), on synthetic prompts of typical lengths; each
@@ -412,13 +407,13 @@ int run_bench_codec(BenchCodecArgs a) {
         if (probes.question) {
             auto tq = Clock::now();
             add_question_attention(*model, capture, synthetic_ids(kBenchQuestionTokens, cfg.vocab_size));
-            synchronize(o.device);
+            synchronize_device(o.device);
             question_ms = ms_between(tq, Clock::now());
         }
         if (probes.repeat) {
             auto tr = Clock::now();
             add_repeat_scores(*model, capture, bench_repeat_prompt(cfg.vocab_size));
-            synchronize(o.device);
+            synchronize_device(o.device);
             repeat_ms = ms_between(tr, Clock::now());
         }
         for (size_t mi = 0; mi < shared_methods.size(); ++mi) {
@@ -426,18 +421,18 @@ int run_bench_codec(BenchCodecArgs a) {
             const double m0 = process_cpu_ms();
             auto t = Clock::now();
             const MethodAnalysis analysis(*shared_methods[mi], capture);
-            synchronize(o.device);
+            synchronize_device(o.device);
             const MethodProbe probe = method_probe(shared_names[mi]);
             run.analyse_ms = ms_between(t, Clock::now()) + (probe == MethodProbe::Question ? question_ms
                                                             : probe == MethodProbe::Repeat ? repeat_ms
                                                                                            : 0.0);
             t = Clock::now();
             std::vector<LayerAllocation> allocations = analysis.allocate(settings);
-            synchronize(o.device);
+            synchronize_device(o.device);
             run.allocate_ms = ms_between(t, Clock::now());
             t = Clock::now();
             const std::vector<LayerKV> layers = analysis.materialise(allocations);
-            synchronize(o.device);
+            synchronize_device(o.device);
             run.materialise_ms = ms_between(t, Clock::now());
             run.cpu_ms = process_cpu_ms() - m0;
             for (const LayerAllocation& al : allocations) add_stages(run.stages, al.diagnostics.timing);
