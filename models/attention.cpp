@@ -8,14 +8,19 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <mutex>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/base/error.h"
+#include "models/attention_fused.h"
 #include "models/online_softmax.h"
 
 namespace varrate {
@@ -80,6 +85,12 @@ class SingleThreadedBlas {
 AttentionTiling runtime_tiling() {
     static const AttentionTiling tiling = [] {
         AttentionTiling t;
+        if (const char* kernel = std::getenv("VARRATE_ATTENTION_KERNEL"); kernel && *kernel) {
+            const std::string name = kernel;
+            if (name != "fused" && name != "blas")
+                throw Error("VARRATE_ATTENTION_KERNEL: '" + name + "' is neither fused nor blas");
+            t.blas = name == "blas";
+        }
         const char* text = std::getenv("VARRATE_ATTENTION_TILING");
         if (!text || !*text) return t;
         long long rows = 0, keys = 0;
@@ -151,6 +162,34 @@ at::Tensor gqa_causal_attention_blocked(const at::Tensor& q, const at::Tensor& k
     // holding the others at the barrier.
     const int64_t n_tasks = n_kv * n_tiles;
     std::atomic<int64_t> next_task{0};
+    if (!tiling.blas && fused_attention_supported(hd)) {
+        // The fused kernel (models/attention_fused.h): its own loops, no BLAS inside. It reads a head's keys
+        // and values as rows of head_dim floats (the cache's layout: a view of its first T entries).
+        const auto rows_of_floats = [&](const at::Tensor& x) {
+            return x.stride(2) == 1 && x.stride(1) == hd ? x : x.contiguous();
+        };
+        const at::Tensor kr = rows_of_floats(kf), vr = rows_of_floats(vf);
+        at::parallel_for(0, std::min<int64_t>(n_tasks, at::get_num_threads()), 1, [&](int64_t, int64_t) {
+            FusedAttentionScratch scratch;
+            at::Tensor qt = at::empty({group * tile_tokens, hd}, qf.options());  // rows (g, i)
+            at::Tensor o = at::empty({group * tile_tokens, hd}, qf.options());
+            for (int64_t t = next_task++; t < n_tasks; t = next_task++) {
+                const int64_t h = t % n_kv, tile = n_tiles - 1 - t / n_kv;
+                const int64_t i0 = tile * tile_tokens, tokens = std::min(tile_tokens, n_new - i0);
+                const int64_t rows = group * tokens;
+                const int64_t first_query = prior + i0;
+                const int64_t key_begin =
+                    sliding_window > 0 ? std::max<int64_t>(0, first_query - sliding_window + 1) : 0;
+                at::Tensor qr = qt.narrow(0, 0, rows), orows = o.narrow(0, 0, rows);
+                qr.view({group, tokens, hd}).copy_(qg[h].narrow(1, i0, tokens));
+                fused_attention_task(qr.data_ptr<float>(), rows, tokens, first_query, sliding_window,
+                                     kr[h].data_ptr<float>(), vr[h].data_ptr<float>(), hd, key_begin,
+                                     first_query + tokens, block, orows.data_ptr<float>(), scratch);
+                out[h].narrow(1, i0, tokens).copy_(orows.view({group, tokens, hd}));
+            }
+        });
+        return out.view({n_kv, group * n_new, hd});
+    }
     const SingleThreadedBlas one_blas_thread_per_task;
     at::parallel_for(0, std::min<int64_t>(n_tasks, at::get_num_threads()), 1, [&](int64_t, int64_t) {
         const int64_t max_rows = group * tile_tokens;
@@ -183,6 +222,18 @@ at::Tensor gqa_causal_attention_blocked(const at::Tensor& q, const at::Tensor& k
         }
     });
     return out.view({n_kv, group * n_new, hd});
+}
+
+int64_t blocked_attention_workers(int64_t tasks) {
+    std::mutex mutex;
+    std::set<std::thread::id> workers;
+    at::parallel_for(0, std::min<int64_t>(tasks, at::get_num_threads()), 1, [&](int64_t, int64_t) {
+        // Long enough that a second thread of the region has started before the first is done.
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        const std::lock_guard<std::mutex> lock(mutex);
+        workers.insert(std::this_thread::get_id());
+    });
+    return static_cast<int64_t>(workers.size());
 }
 
 at::Tensor gqa_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t n_new,

@@ -32,10 +32,13 @@ at::Tensor gqa_causal_attention_batched(const at::Tensor& q, const at::Tensor& k
 struct AttentionTiling {
     int64_t query_rows = 512;
     int64_t key_block = 1024;
+    bool blas = false;  // the generic task (BLAS matmuls around the online-softmax step) where the fused
+                        // kernel (models/attention_fused.h) could run
 };
 
-// The tiling gqa_causal_attention runs: the defaults, or VARRATE_ATTENTION_TILING=ROWSxKEYS (for measuring
-// other tilings with `varrate bench prefill`; read once, an Error naming it when malformed).
+// The tiling gqa_causal_attention runs: the defaults, or VARRATE_ATTENTION_TILING=ROWSxKEYS and
+// VARRATE_ATTENTION_KERNEL=fused|blas (for measuring others with `varrate bench prefill`; read once, an Error
+// naming the variable when malformed).
 AttentionTiling runtime_tiling();
 
 // Flash-style blocked attention, what gqa_causal_attention runs on CPUs with LibTorch 1.x: an online softmax
@@ -45,6 +48,11 @@ AttentionTiling runtime_tiling();
 at::Tensor gqa_causal_attention_blocked(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                         int64_t n_new, int64_t sliding_window = 0,
                                         const AttentionTiling& tiling = {});
+
+// How many threads the blocked kernel's tasks run on when there are `tasks` of them: min(tasks,
+// at::get_num_threads()) where this file was built with LibTorch's OpenMP, 1 where not (at::parallel_for is a
+// header template that runs serially without it). For the test that keeps it so.
+int64_t blocked_attention_workers(int64_t tasks);
 
 // Attention of a batch of rows, each against its own columns: q [B, n_kv_head, group*n_new, head_dim] (rows
 // (g, i) as above), k, v [B, n_kv_head, >= max(seen), head_dim] where row b uses columns [0, seen[b]), its

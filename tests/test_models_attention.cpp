@@ -8,6 +8,7 @@
 #include <limits>
 
 #include <ATen/ATen.h>
+#include <torch/version.h>
 
 #include "models/attention.h"
 #include "models/device.h"
@@ -153,6 +154,17 @@ class TestModelsAttention : public QObject {
         QCOMPARE(exp_nonpositive(0.0f), 1.0f);
         QCOMPARE(exp_nonpositive(-87.5f), 0.0f);
         QCOMPARE(exp_nonpositive(-std::numeric_limits<float>::infinity()), 0.0f);
+    }
+
+    // The kernel's tasks run on every thread LibTorch is given (at::parallel_for runs serially in a file
+    // built without OpenMP, as the runtime's attention once was, unnoticed: one core of two).
+    void tasks_use_every_thread() {
+#if TORCH_VERSION_MAJOR < 2
+        QCOMPARE(blocked_attention_workers(8), int64_t(2));
+        QCOMPARE(blocked_attention_workers(1), int64_t(1));
+#else
+        QSKIP("LibTorch 2.x runs its own attention kernel on the CPU");
+#endif
     }
 
     // The masks matter: the same inputs without the window, or seen as a whole prompt rather than a chunk,
