@@ -27,11 +27,12 @@ at::Tensor gqa_causal_attention_batched(const at::Tensor& q, const at::Tensor& k
                                         int64_t score_budget_bytes = kDefaultScoreBudgetBytes);
 
 // Tiles of the blocked kernel: a task holds about query_rows query rows (the group's heads of query_rows /
-// group new tokens) and walks their keys key_block at a time (a 2 MiB fp32 score tile by default: the
-// fastest of the tilings measured in docs/PREFILL.md, head_dim 32 and 64, 2k to 16k keys).
+// group new tokens) and walks their keys key_block at a time. The defaults were the fastest measured for the
+// fused kernel (docs/PREFILL.md: 512 keys keep a block's keys and values in a core's L2 at head_dim up to
+// 128).
 struct AttentionTiling {
     int64_t query_rows = 512;
-    int64_t key_block = 1024;
+    int64_t key_block = 512;
     bool blas = false;  // the generic task (BLAS matmuls around the online-softmax step) where the fused
                         // kernel (models/attention_fused.h) could run
 };

@@ -11,6 +11,7 @@
 #include <torch/version.h>
 
 #include "models/attention.h"
+#include "models/attention_fused.h"
 #include "models/device.h"
 #include "models/online_softmax.h"
 
@@ -50,12 +51,18 @@ struct Shape {
 };
 
 const Shape kShapes[] = {
-    {"MHA, whole prompt", 4, 1, 32, 300, 300},       {"GQA 4:1, whole prompt", 2, 4, 32, 300, 300},
-    {"GQA 4:1, continued chunk", 2, 4, 64, 300, 77}, {"MHA, continued chunk", 3, 1, 16, 260, 45},
+    {"MHA, whole prompt", 4, 1, 32, 300, 300},
+    {"GQA 4:1, whole prompt", 2, 4, 32, 300, 300},
+    {"GQA 4:1, continued chunk", 2, 4, 64, 300, 77},
+    {"MHA, continued chunk", 3, 1, 16, 260, 45},
     {"GQA 8:1, one new token", 1, 8, 32, 150, 1},
+    {"GQA 2:1, head_dim 12 (no fused kernel)", 2, 2, 12, 90, 60},
 };
 
-const AttentionTiling kTilings[] = {{256, 512}, {3, 7}, {40, 64}, {4096, 4096}};
+// Each tiling with the fused kernel (where the CPU runs it) and with the BLAS task.
+const AttentionTiling kTilings[] = {{256, 512},   {3, 7},         {40, 64},
+                                    {4096, 4096}, {25, 16},       {256, 512, true},
+                                    {3, 7, true}, {40, 64, true}, {4096, 4096, true}};
 
 }  // namespace
 
@@ -165,6 +172,17 @@ class TestModelsAttention : public QObject {
 #else
         QSKIP("LibTorch 2.x runs its own attention kernel on the CPU");
 #endif
+    }
+
+    // The fused kernel is what runs where it can: x86-64 with AVX2 + FMA, head_dim a multiple of 8.
+    void fused_kernel_where_supported() {
+#if defined(__x86_64__) && defined(__GNUC__)
+        const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        QCOMPARE(fused_attention_supported(32), avx2);
+        QCOMPARE(fused_attention_supported(128), avx2);
+#endif
+        QVERIFY(!fused_attention_supported(12));
+        QVERIFY(!fused_attention_supported(0));
     }
 
     // The masks matter: the same inputs without the window, or seen as a whole prompt rather than a chunk,
