@@ -82,6 +82,10 @@ class SingleThreadedBlas {
 
 }  // namespace
 
+// Multiply-adds per thread below which the blocked kernel's tasks stay on the calling thread (about 0.2 ms
+// of a core's work).
+constexpr double kParallelWorkPerThread = 1 << 23;
+
 AttentionTiling runtime_tiling() {
     static const AttentionTiling tiling = [] {
         AttentionTiling t;
@@ -161,6 +165,12 @@ at::Tensor gqa_causal_attention_blocked(const at::Tensor& q, const at::Tensor& k
     // tasks are handed out one at a time, which also keeps a descheduled thread on a shared machine from
     // holding the others at the barrier.
     const int64_t n_tasks = n_kv * n_tiles;
+    // Threads only for work worth waking them: a decode step or a short chunk (a few hundred thousand
+    // multiply-adds) takes less than starting a parallel region, and far more when another process holds a
+    // core.
+    const double work = 2.0 * n_kv * group * n_new * (prior + n_new / 2.0 + 1) * hd;  // multiply-adds
+    const int64_t workers = std::clamp<int64_t>(static_cast<int64_t>(work / kParallelWorkPerThread), 1,
+                                                std::min<int64_t>(n_tasks, at::get_num_threads()));
     std::atomic<int64_t> next_task{0};
     if (!tiling.blas && fused_attention_supported(hd)) {
         // The fused kernel (models/attention_fused.h): its own loops, no BLAS inside. It reads a head's keys
@@ -169,7 +179,7 @@ at::Tensor gqa_causal_attention_blocked(const at::Tensor& q, const at::Tensor& k
             return x.stride(2) == 1 && x.stride(1) == hd ? x : x.contiguous();
         };
         const at::Tensor kr = rows_of_floats(kf), vr = rows_of_floats(vf);
-        at::parallel_for(0, std::min<int64_t>(n_tasks, at::get_num_threads()), 1, [&](int64_t, int64_t) {
+        at::parallel_for(0, workers, 1, [&](int64_t, int64_t) {
             FusedAttentionScratch scratch;
             at::Tensor qt = at::empty({group * tile_tokens, hd}, qf.options());  // rows (g, i)
             at::Tensor o = at::empty({group * tile_tokens, hd}, qf.options());
@@ -191,7 +201,7 @@ at::Tensor gqa_causal_attention_blocked(const at::Tensor& q, const at::Tensor& k
         return out.view({n_kv, group * n_new, hd});
     }
     const SingleThreadedBlas one_blas_thread_per_task;
-    at::parallel_for(0, std::min<int64_t>(n_tasks, at::get_num_threads()), 1, [&](int64_t, int64_t) {
+    at::parallel_for(0, workers, 1, [&](int64_t, int64_t) {
         const int64_t max_rows = group * tile_tokens;
         at::Tensor score_buf = at::empty({max_rows * block}, qf.options());
         at::Tensor acc = at::empty({max_rows, hd}, qf.options());

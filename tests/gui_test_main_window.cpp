@@ -519,7 +519,16 @@ class GuiTestMainWindow : public QObject {
         double budget = 0;
         {
             auto w = test::window_after_fixture_run(ini, kLoadTimeoutMs, kRunTimeoutMs, 60000);
-            QTRY_VERIFY_WITH_TIMEOUT(QFileInfo::exists(autosave), 10000);
+            // The autosave of the run's results: one of the document alone may come first when the run
+            // takes longer than the autosave's delay (a loaded machine).
+            const auto autosave_has_results = [&] {
+                try {
+                    return QFileInfo::exists(autosave) && load_session(autosave).outcome != nullptr;
+                } catch (const std::exception&) {
+                    return false;
+                }
+            };
+            QTRY_VERIFY_WITH_TIMEOUT(autosave_has_results(), 10000);
             document = w->document();
             budget = w->run_panel()->settings().codec.budget;
             for (const MethodRun& r : w->outcome()->result.runs) answers.push_back(r.answers);
