@@ -18,6 +18,7 @@
 #include "app/studio/interaction_bench.h"
 #include "core/base/error.h"
 #include "core/base/process_env.h"
+#include "models/device.h"
 #include "viz/app_settings.h"
 #include "viz/main_window.h"
 
@@ -83,8 +84,20 @@ int main(int argc, char** argv) {
         "tokens", "document length in tokens for --bench-interaction (default 32768)", "N", "32768");
     const QCommandLineOption repeats(
         "repeats", "timed events per interaction for --bench-interaction (default 50)", "N", "50");
-    p.addOptions({model, document, run, shot, settings, size, bench, tokens, repeats});
+    const QCommandLineOption threads("threads", "CPU threads for the model (default 0: all cores)", "N", "0");
+    p.addOptions({model, document, run, shot, settings, size, bench, tokens, repeats, threads});
     p.process(app);
+    // LibTorch's own default is not all cores (one thread on a 2-core VM with Debian's 1.13): set it before
+    // the worker thread first uses LibTorch, which then takes this count (as the CLI's --threads does).
+    bool ok_threads = false;
+    const int n_threads = p.value(threads).toInt(&ok_threads);
+    if (!ok_threads || n_threads < 0) {
+        std::fprintf(stderr,
+                     "varrate-studio: --threads must be 0 (all cores) or a positive count, got '%s'\n",
+                     qPrintable(p.value(threads)));
+        return 2;
+    }
+    varrate::configure_threads(n_threads);
     const QStringList wh = p.value(size).split('x');
     const QSize window_size(wh.value(0).toInt() > 0 ? wh.value(0).toInt() : 1600,
                             wh.value(1).toInt() > 0 ? wh.value(1).toInt() : 1000);
