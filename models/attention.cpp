@@ -82,6 +82,9 @@ class SingleThreadedBlas {
 
 }  // namespace
 
+// New tokens from which gqa_causal_attention runs the blocked kernel on the CPU.
+constexpr int64_t kBlockedMinNewTokens = 64;
+
 // Multiply-adds per thread below which the blocked kernel's tasks stay on the calling thread (about 0.2 ms
 // of a core's work).
 constexpr double kParallelWorkPerThread = 1 << 23;
@@ -249,7 +252,9 @@ int64_t blocked_attention_workers(int64_t tasks) {
 at::Tensor gqa_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t n_new,
                                 int64_t sliding_window, int64_t score_budget_bytes) {
 #if TORCH_VERSION_MAJOR < 2
-    if (q.device().is_cpu())
+    // Decode steps and short chunks take the batched path: a task of a few query rows would spend more on
+    // packing its keys than on its arithmetic (measured at 16k keys: 120 tokens/s greedy against 188).
+    if (q.device().is_cpu() && n_new >= kBlockedMinNewTokens)
         return gqa_causal_attention_blocked(q, k, v, n_new, sliding_window, runtime_tiling());
 #endif
     return gqa_causal_attention_batched(q, k, v, n_new, sliding_window, score_budget_bytes);

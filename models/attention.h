@@ -14,7 +14,8 @@ namespace varrate {
 // sliding_window > 0 limits each query to its last sliding_window cache entries (Mistral), counted in cache
 // entries, which are positions as long as nothing was evicted.
 // Long contexts never allocate a T x T score tensor for all heads: the blocked CPU kernel holds one tile per
-// task, the batched path keeps the fp32 scores of a block of query rows under score_budget_bytes.
+// task, the batched path keeps the fp32 scores of a block of query rows under score_budget_bytes. On CPUs
+// with LibTorch 1.x, 64 new tokens or more run the blocked kernel, fewer (decode steps) the batched path.
 constexpr int64_t kDefaultScoreBudgetBytes = int64_t(256) << 20;
 at::Tensor gqa_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t n_new,
                                 int64_t sliding_window = 0,
