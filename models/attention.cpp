@@ -145,9 +145,10 @@ at::Tensor gqa_causal_attention_batched(const at::Tensor& q, const at::Tensor& k
 }
 
 // Blocked causal attention with an online softmax (flash-style). One task per (kv head, tile of new tokens)
-// holds the group's query rows of those tokens and walks the keys they can see in blocks, so only a [rows,
-// block] score tile exists at a time, small enough to stay in the core's cache; blocks that no row of the
-// tile may see are never visited. Per block: the scores by one matmul, the softmax step fused into one pass
+// holds the group's query rows of those tokens and walks the keys they can see in blocks, so no score tile
+// larger than [rows, block] exists; blocks that no row of the tile may see are never visited. A task runs the
+// fused kernel (models/attention_fused.h: six rows at a time, all in registers and L1) where the CPU has
+// AVX2 + FMA, else the BLAS task: per block the scores by one matmul, the softmax step fused into one pass
 // (models/online_softmax.h: masks by index ranges, no mask tensors), and the weighted values added by one
 // matmul. The arithmetic is fp32 whatever the runtime dtype (bf16 K/V are converted once per call: LibTorch
 // 1.13's CPU bf16 matmul would round scores and weights to bf16); ops inside a task run single-threaded.
