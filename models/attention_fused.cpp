@@ -247,6 +247,13 @@ void row_block(const float* q, int64_t r0, int64_t tokens, int64_t first_query, 
     if (R - r == 1) value_rows<1>(s + r * lds + block_lo, lds, vb, hd, n, alpha + r, ob + r * hd);
 }
 
+// row_block<R> for R = 1 .. kScoreRows, by R.
+using RowBlock = void (*)(const float*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, const float*,
+                          const float*, int64_t, float*, int64_t, float*, float*, float*);
+constexpr RowBlock kRowBlocks[kScoreRows + 1] = {nullptr,      row_block<1>, row_block<2>, row_block<3>,
+                                                 row_block<4>, row_block<5>, row_block<6>};
+static_assert(kScoreRows == 6, "kRowBlocks lists row_block<1> .. row_block<kScoreRows>");
+
 }  // namespace
 
 void fused_attention_task(const float* q, int64_t rows, int64_t tokens, int64_t first_query, int64_t window,
@@ -264,29 +271,10 @@ void fused_attention_task(const float* q, int64_t rows, int64_t tokens, int64_t 
     for (int64_t kb = key_begin; kb < key_end; kb += block) {
         const int64_t kn = std::min(block, key_end - kb);
         pack_keys(k + kb * hd, kn, hd, packed);
-        int64_t r0 = 0;
-        for (; r0 + kScoreRows <= rows; r0 += kScoreRows)
-            row_block<kScoreRows>(q, r0, tokens, first_query, window, kb, kn, packed, v, hd, s, lds, m, l,
-                                  out);
-        switch (rows - r0) {
-            case 5:
-                row_block<5>(q, r0, tokens, first_query, window, kb, kn, packed, v, hd, s, lds, m, l, out);
-                break;
-            case 4:
-                row_block<4>(q, r0, tokens, first_query, window, kb, kn, packed, v, hd, s, lds, m, l, out);
-                break;
-            case 3:
-                row_block<3>(q, r0, tokens, first_query, window, kb, kn, packed, v, hd, s, lds, m, l, out);
-                break;
-            case 2:
-                row_block<2>(q, r0, tokens, first_query, window, kb, kn, packed, v, hd, s, lds, m, l, out);
-                break;
-            case 1:
-                row_block<1>(q, r0, tokens, first_query, window, kb, kn, packed, v, hd, s, lds, m, l, out);
-                break;
-            default:
-                break;
-        }
+        // Blocks of six rows, then the remaining rows as one block of that many.
+        for (int64_t r0 = 0; r0 < rows; r0 += kScoreRows)
+            kRowBlocks[std::min<int64_t>(kScoreRows, rows - r0)](q, r0, tokens, first_query, window, kb, kn,
+                                                                 packed, v, hd, s, lds, m, l, out);
     }
     for (int64_t r = 0; r < rows; ++r) {
         const __m256 inv = _mm256_set1_ps(1.0f / l[r]);
