@@ -150,7 +150,7 @@ nlohmann::json to_json(const LayerDiagnostics& d, bool per_token) {
         {"max_rank", d.max_rank},
         {"mean_rank", d.mean_rank},
         {"floor_share", d.floor_share},
-        {"index_bytes", d.index_bytes},
+        {"index_bits", d.index_bits},
         {"basis_bytes", d.basis_bytes},
         {"stored_bytes", d.stored_bytes},
         {"full_bytes", d.full_bytes},
@@ -196,7 +196,9 @@ LayerDiagnostics layer_diagnostics_from_json(const nlohmann::json& j, const std:
     d.max_rank = json_field<int64_t>(j, "max_rank", where, 0);
     d.mean_rank = json_field<double>(j, "mean_rank", where, 0);
     d.floor_share = json_field<double>(j, "floor_share", where, 0);
-    d.index_bytes = json_field<int64_t>(j, "index_bytes", where, 0);
+    // Runs saved before the indices were packed name the bytes of an int16 / int32 index.
+    d.index_bits = j.contains("index_bits") ? json_field<int64_t>(j, "index_bits", where, 0)
+                                            : 8 * json_field<int64_t>(j, "index_bytes", where, 0);
     d.basis_bytes = json_field<int64_t>(j, "basis_bytes", where, 0);
     d.stored_bytes = json_field<int64_t>(j, "stored_bytes", where, 0);
     d.full_bytes = json_field<int64_t>(j, "full_bytes", where, 0);

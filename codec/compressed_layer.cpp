@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "codec/anchors.h"
+#include "codec/footprint.h"
 #include "codec/method.h"
 #include "codec/quantize.h"
 #include "core/base/error.h"
@@ -45,10 +46,25 @@ CompressedLayer::CompressedLayer(Parts parts) : p_(std::move(parts)) {
     };
     check(p_.exact_keys, {G, n_exact, hd}, "exact keys");
     check(p_.exact_values, {G, n_exact, hd}, "exact values");
-    check(p_.ranks, {n_coded}, "ranks");
-    if (!p_.nearest.defined() || p_.nearest.dim() != 2 || p_.nearest.size(0) != n_coded)
-        throw Error(fmt::format("{}: anchor indices must be [{}, c]", where, n_coded));
-    c_ = p_.nearest.size(1);
+    n_coded_ = n_coded;
+    c_ = p_.anchors;
+    if (c_ < 1 || c_ > n_anchors_)
+        throw Error(fmt::format("{}: {} anchors per coded token, the layer has {} anchors", where, c_, n_anchors_));
+    if (p_.index_bits < anchor_index_bits(n_anchors_) || p_.index_bits > 32)
+        throw Error(fmt::format("{}: {}-bit anchor indices cannot address {} anchors (needs {} to 32 bits)",
+                                where, p_.index_bits, n_anchors_, anchor_index_bits(n_anchors_)));
+    if (p_.rank_bits < 1 || p_.rank_bits > 32)
+        throw Error(fmt::format("{}: {}-bit ranks (expected 1 to 32)", where, p_.rank_bits));
+    check(p_.nearest, {packed_bytes(n_coded * c_, p_.index_bits)}, "packed anchor indices");
+    check(p_.ranks, {packed_bytes(n_coded, p_.rank_bits)}, "packed ranks");
+    if (p_.nearest.scalar_type() != at::kByte || p_.ranks.scalar_type() != at::kByte)
+        throw Error(fmt::format("{}: anchor indices and ranks must be packed uint8 streams", where));
+    if (n_coded > 0) {
+        const at::Tensor all = nearest(0, n_coded);
+        const int64_t hi = all.max().item<int64_t>();
+        if (hi >= n_anchors_)
+            throw Error(fmt::format("{}: an anchor index is {}, the layer has {} anchors", where, hi, n_anchors_));
+    }
     check(p_.inv_freq, {hd / 2}, "RoPE frequencies");
     if (quantized()) {
         if (!is_supported_bits(p_.coef_bits))
@@ -61,8 +77,8 @@ CompressedLayer::CompressedLayer(Parts parts) : p_(std::move(parts)) {
     if (!p_.basis.defined() || p_.basis.dim() != 2 || p_.basis.size(1) != dim_)
         throw Error(fmt::format("{}: basis must be [R, {}]", where, dim_));
     // The block plan, on the host once: where each block's coefficients start and its widest rank.
-    const at::Tensor ranks = p_.ranks.to(at::kCPU, at::kLong).contiguous();
-    const int64_t* r = ranks.data_ptr<int64_t>();
+    const at::Tensor host_ranks = ranks(0, n_coded).to(at::kCPU).contiguous();
+    const int64_t* r = host_ranks.data_ptr<int64_t>();
     int64_t offset = 0, groups = 0;
     for (int64_t begin = 0; begin < n_coded; begin += kBlock) {
         Block b{begin, std::min(kBlock, n_coded - begin), offset, groups, 0};
@@ -97,6 +113,23 @@ at::Tensor CompressedLayer::exact_order(int64_t n_tokens, int64_t stride, int64_
     const at::Tensor tail = at::arange(std::max<int64_t>(n_tokens - window, 0), n_tokens, cpu_long);
     return at::cat(
         {at::arange(0, n_tokens, stride, cpu_long), tail.masked_select(tail.remainder(stride) != 0)});
+}
+
+at::Tensor CompressedLayer::nearest(int64_t begin, int64_t count) const {
+    return unpack_bits(p_.nearest, p_.index_bits, begin * c_, count * c_).to(at::kLong).view({count, c_});
+}
+
+at::Tensor CompressedLayer::ranks(int64_t begin, int64_t count) const {
+    return unpack_bits(p_.ranks, p_.rank_bits, begin, count).to(at::kLong);
+}
+
+void CompressedLayer::pack_metadata(Parts& parts, const at::Tensor& nearest, const at::Tensor& ranks,
+                                    int64_t n_anchors, int64_t rank_cap) {
+    parts.anchors = nearest.dim() == 2 ? nearest.size(1) : 0;
+    parts.index_bits = anchor_index_bits(n_anchors);
+    parts.rank_bits = rank_bits_for(rank_cap);
+    parts.nearest = pack_bits(nearest.reshape({-1}), parts.index_bits);
+    parts.ranks = pack_bits(ranks.reshape({-1}), parts.rank_bits);
 }
 
 at::Tensor CompressedLayer::exact_positions() const {
@@ -151,7 +184,7 @@ at::Tensor CompressedLayer::anchor_vectors() const {
 }
 
 at::Tensor CompressedLayer::padded_coefficients(const Block& b) const {
-    const at::Tensor r = p_.ranks.narrow(0, b.begin, b.count).to(at::kLong);  // [n]
+    const at::Tensor r = ranks(b.begin, b.count);                            // [n]
     const at::Tensor start = r.cumsum(0) - r + b.coef_offset;                 // [n] exclusive
     const at::Tensor i = at::arange(b.width, r.options()).unsqueeze(0);       // [1, width]
     const at::Tensor keep = i < r.unsqueeze(1);                               // [n, width]
@@ -186,11 +219,10 @@ at::Tensor CompressedLayer::joint_rows(const Block& b, const at::Tensor& anchors
                                        bool with_values) const {
     // z-bar: the mean of each token's anchors (a mean-mode embedding bag), then + C V over the used rows.
     const int64_t cols = with_values ? dim_ : dim_ / 2;
-    const at::Tensor nearest = p_.nearest.narrow(0, b.begin, b.count).to(at::kLong);  // [n, c]
-    const at::Tensor offsets = at::arange(0, b.count * c_, c_, nearest.options());
+    const at::Tensor near = nearest(b.begin, b.count);  // [n, c]
+    const at::Tensor offsets = at::arange(0, b.count * c_, c_, near.options());
     const at::Tensor table = anchors_joint.narrow(1, 0, cols);
-    at::Tensor z =
-        std::get<0>(at::embedding_bag(table, nearest.reshape({-1}), offsets, false, 1));  // [n, cols]
+    at::Tensor z = std::get<0>(at::embedding_bag(table, near.reshape({-1}), offsets, false, 1));  // [n, cols]
     if (b.width > 0) {
         const at::Tensor V = p_.basis.narrow(0, 0, b.width).narrow(1, 0, cols).to(at::kFloat);  // [w, cols]
         z.addmm_(padded_coefficients(b), V);
@@ -241,9 +273,9 @@ at::Tensor CompressedLayer::attend(const at::Tensor& q, const at::Tensor& tail_k
     if (n_coded > 0) {
         const at::Tensor pc = p.narrow(2, n_exact, n_coded);  // [G, gq, n_coded]
         // sum_t p_t vbar_t: each token's weight, over c, onto its anchors, then the anchors' values.
-        const at::Tensor nearest = p_.nearest.to(at::kLong).reshape({-1});  // [n_coded * c]
+        const at::Tensor near = nearest(0, n_coded).reshape({-1});  // [n_coded * c]
         at::Tensor w = at::zeros({G, gq, n_anchors_}, p.options());
-        w.index_add_(2, nearest, pc.repeat_interleave(c_, 2), 1.0 / static_cast<double>(c_));
+        w.index_add_(2, near, pc.repeat_interleave(c_, 2), 1.0 / static_cast<double>(c_));
         out.baddbmm_(w, exact_v.narrow(1, 0, n_anchors_));
         // V_v^T sum_t p_t c_t, the coefficient sum formed block by block over each block's width.
         const int64_t R = p_.basis.size(0);

@@ -2,9 +2,10 @@
 // A VarRate / flat layer held compressed, at the size its budget accounts for, and attended without
 // rebuilding the L x D cache:
 //   exact tokens (anchors, then the rest of the window)  keys pre-RoPE and values at cache precision;
-//   coded tokens (every other position, ascending)       c anchor ordinals (int16), the token's rank (int16)
-//                                                         and its r_t coefficients, ragged in one flat array
-//                                                         (at cache precision, or b-bit codes packed with a
+//   coded tokens (every other position, ascending)       c anchor ordinals and the token's rank, each packed
+//                                                         at the bits it needs (codec/footprint.h), and its
+//                                                         r_t coefficients, ragged in one flat array (at
+//                                                         cache precision, or b-bit codes packed with a
 //                                                         scale and minimum per group of 32);
 //   the layer's basis rows (shared: model-level or self-calibrated) are held apart and not counted here.
 // Positions are not stored: they follow from the layout (L, stride, window).
@@ -30,8 +31,11 @@ class CompressedLayer : public LayerPrefix {
         int64_t stride = 0, window = 0;
         at::Tensor exact_keys;    // [n_kv_head, n_exact, head_dim] pre-RoPE, anchors first (cache dtype)
         at::Tensor exact_values;  // [n_kv_head, n_exact, head_dim]
-        at::Tensor nearest;       // [n_coded, c] anchor ordinals: int16 below 32768 anchors, else int32
-        at::Tensor ranks;         // [n_coded] int16
+        int64_t anchors = 0;      // c: anchor ordinals per coded token
+        int64_t index_bits = 0;   // bits of one packed ordinal (>= anchor_index_bits(n_anchors))
+        int64_t rank_bits = 0;    // bits of one packed rank
+        at::Tensor nearest;       // [packed_bytes(n_coded * c, index_bits)] uint8: ordinals, token after token
+        at::Tensor ranks;         // [packed_bytes(n_coded, rank_bits)] uint8
         at::Tensor
             coefficients;  // [sum ranks] cache dtype: token after token in position order (coef_bits 16)
         // Quantized coefficients (coef_bits 2, 3, 4 or 8; `coefficients` then undefined): the codes of the
@@ -52,7 +56,7 @@ class CompressedLayer : public LayerPrefix {
     int64_t length() const override { return p_.n_tokens; }
     int64_t n_tokens() const { return p_.n_tokens; }
     int64_t n_exact() const { return p_.exact_keys.size(1); }
-    int64_t n_coded() const { return p_.ranks.size(0); }
+    int64_t n_coded() const { return n_coded_; }
     int64_t n_anchors() const { return n_anchors_; }
     int64_t sum_ranks() const { return sum_ranks_; }
     bool quantized() const { return p_.coef_bits < 16; }
@@ -61,6 +65,14 @@ class CompressedLayer : public LayerPrefix {
     // coded tokens: [n_exact], [n_coded] int64 on the store's device.
     at::Tensor exact_positions() const;
     at::Tensor coded_positions(int64_t begin, int64_t count) const;
+    // Coded tokens [begin, begin + count): their anchor ordinals [count, c] and ranks [count], int64 on the
+    // store's device, unpacked from the streams.
+    at::Tensor nearest(int64_t begin, int64_t count) const;
+    at::Tensor ranks(int64_t begin, int64_t count) const;
+    // Packs ordinals [n_coded, c] and ranks [n_coded] (any integer type, on any device) into a store's
+    // streams at the widths the budget counts: anchor_index_bits(n_anchors) and rank_bits_for(rank_cap).
+    static void pack_metadata(Parts& parts, const at::Tensor& nearest, const at::Tensor& ranks, int64_t n_anchors,
+                              int64_t rank_cap);
 
     // Bytes of every tensor the store holds (basis and RoPE frequencies apart: shared by all contexts).
     int64_t resident_bytes() const override;
@@ -99,7 +111,7 @@ class CompressedLayer : public LayerPrefix {
     std::pair<at::Tensor, at::Tensor> rope_tables(const at::Tensor& positions) const;
 
     Parts p_;
-    int64_t n_anchors_ = 0, c_ = 0, dim_ = 0, sum_ranks_ = 0;
+    int64_t n_anchors_ = 0, n_coded_ = 0, c_ = 0, dim_ = 0, sum_ranks_ = 0;
     std::vector<Block> blocks_;
 };
 

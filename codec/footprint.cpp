@@ -1,6 +1,8 @@
 #include "codec/footprint.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -58,6 +60,34 @@ int64_t coefficients_in(const CodecBudget& b, int64_t scalars) {
 
 }  // namespace
 
+namespace {
+
+// VARRATE_METADATA_BITS=16: indices and ranks stored and charged as 16-bit integers (32-bit indices from 32768
+// anchors on), as before they were packed: the accounting the figures before the packing were made with.
+bool legacy_metadata() {
+    static const bool legacy = [] {
+        const char* v = std::getenv("VARRATE_METADATA_BITS");
+        return v && std::string(v) == "16";
+    }();
+    return legacy;
+}
+
+}  // namespace
+
+int64_t anchor_index_bits(int64_t n_anchors) {
+    if (legacy_metadata()) return n_anchors < 32768 ? 16 : 32;
+    return bit_width(std::max<int64_t>(n_anchors - 1, 0));
+}
+
+int64_t rank_bits_for(int64_t rank_cap) {
+    if (legacy_metadata()) return 16;
+    return bit_width(std::max<int64_t>(rank_cap, 0));
+}
+
+int64_t CodecBudget::index_total_bytes() const {
+    return packed_bytes(n_coded * anchors, index_bits) + packed_bytes(n_coded, rank_bits);
+}
+
 int64_t CodecBudget::coefficient_bytes(int64_t sum_ranks, int64_t n_groups) const {
     if (!quantized()) return sum_ranks * element_size;
     return packed_bytes(sum_ranks, coef_bits) + n_groups * kGroupParamBytes;
@@ -80,7 +110,8 @@ CodecBudget plan_codec_budget(const CodecSettings& s, int64_t n_tokens, int64_t 
     b.rank_cap = std::min(s.rank, dim);
     b.element_size = element_size;
     b.anchors = s.anchors;
-    b.index_bytes = b.n_anchors < 32768 ? 2 : 4;
+    b.index_bits = anchor_index_bits(b.n_anchors);
+    b.rank_bits = rank_bits_for(b.rank_cap);
     if (b.n_coded == 0 || b.n_anchors < s.anchors)
         throw InfeasibleBudget(
             fmt::format("{}: a context of L={} tokens is too short for stride {}, c={} anchors and a window "

@@ -20,7 +20,8 @@ struct CodecBudget {
     int64_t rank_cap = 0;               // R clamped to D
     int64_t element_size = 0;           // bytes per cache scalar
     int64_t anchors = 0;                // c indices stored per coded token
-    int64_t index_bytes = 0;            // bytes per anchor index
+    int64_t index_bits = 0;             // bits per anchor index: anchor_index_bits(n_anchors)
+    int64_t rank_bits = 0;              // bits per coded token's rank: rank_bits_for(rank_cap)
     int64_t index_scalars = 0;          // index bytes charged to B, in scalars (0 with paper accounting)
     int64_t basis_rows = 0;             // basis rows charged: R for a self-calibrated basis, else 0
     int64_t basis_scalars = 0;          // basis_rows * D
@@ -30,9 +31,9 @@ struct CodecBudget {
     double min_feasible_uncharged = 0;  // the same without the basis charge (with a calibrated basis file)
 
     int64_t full_bytes() const { return n_tokens * dim * element_size; }
-    int64_t rank_bytes = 2;  // each coded token's rank, stored as int16 (a decoder needs it)
-    // The per-token metadata a decoder reads: c anchor indices and the rank of every coded token.
-    int64_t index_total_bytes() const { return n_coded * (anchors * index_bytes + rank_bytes); }
+    // The per-token metadata a decoder reads, each packed at the bits it needs (codec/quantize.h's bit
+    // stream): the c anchor indices of every coded token, and its rank.
+    int64_t index_total_bytes() const;
     int64_t basis_bytes() const { return basis_scalars * element_size; }
     bool quantized() const { return coef_bits < 16; }
     // Bytes of the coefficients: at cache precision, or packed codes plus each group's scale and minimum.
@@ -43,6 +44,13 @@ struct CodecBudget {
                basis_bytes();
     }
 };
+
+// The store's per-token metadata widths. An anchor ordinal needs the bits of n_anchors - 1 (5 for 32 anchors):
+// int16 indices would cost a bf16 cache twice the scalars they cost an fp32 one, and at small D (the demo
+// model's 128) they took a third of the coded budget at kappa 0.1. A rank is in [0, R].
+// VARRATE_METADATA_BITS=16 restores the 16-bit indices and ranks (to measure what the packing changed).
+int64_t anchor_index_bits(int64_t n_anchors);
+int64_t rank_bits_for(int64_t rank_cap);
 
 // Plans one layer of VarRate/flat. Quantized coefficients (s.coef_bits < 16) are counted in bits: what the
 // exact tokens, indices and basis leave of kappa x L x D scalars becomes bits, and B is the most coefficients

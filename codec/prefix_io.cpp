@@ -86,7 +86,7 @@ std::shared_ptr<const LayerPrefix> make_store(typename Store::Parts parts, const
 PrefixTensors compressed_layer_tensors(const CompressedLayer& c, const std::string& prefix) {
     const CompressedLayer::Parts& p = c.parts();
     // Only the rows the ranks reach: the rest of the basis is never read for this layer's tokens.
-    const int64_t used_rows = c.n_coded() > 0 ? p.ranks.max().item<int64_t>() : 0;
+    const int64_t used_rows = c.n_coded() > 0 ? c.ranks(0, c.n_coded()).max().item<int64_t>() : 0;
     const at::Tensor basis = p.basis.narrow(0, 0, used_rows);
     PrefixTensors out;
     out.meta = {{"kind", kCompressedLayer},
@@ -98,7 +98,10 @@ PrefixTensors compressed_layer_tensors(const CompressedLayer& c, const std::stri
                 {"window", p.window},
                 {"rope_dtype", dtype_name(p.rope_dtype)},
                 {"basis_rows", p.basis.size(0)},
-                {"coef_bits", p.coef_bits}};
+                {"coef_bits", p.coef_bits},
+                {"anchors", p.anchors},
+                {"index_bits", p.index_bits},
+                {"rank_bits", p.rank_bits}};
     out.tensors = {{prefix + "exact_keys", p.exact_keys},
                    {prefix + "exact_values", p.exact_values},
                    {prefix + "nearest", p.nearest},
@@ -136,8 +139,14 @@ std::shared_ptr<const LayerPrefix> compressed_layer_from_tensors(const nlohmann:
 
     p.exact_keys = typed(tensors, prefix + "exact_keys", {expect.dtype}, where);
     p.exact_values = typed(tensors, prefix + "exact_values", {expect.dtype}, where);
-    p.nearest = typed(tensors, prefix + "nearest", {at::kShort, at::kInt}, where);
-    p.ranks = typed(tensors, prefix + "ranks", {at::kShort}, where);
+    const bool packed = meta.contains("index_bits");
+    if (packed) {
+        p.anchors = integer(meta, "anchors", where);
+        p.index_bits = integer(meta, "index_bits", where);
+        p.rank_bits = integer(meta, "rank_bits", where);
+        p.nearest = typed(tensors, prefix + "nearest", {at::kByte}, where);
+        p.ranks = typed(tensors, prefix + "ranks", {at::kByte}, where);
+    }
     // Files written before quantized coefficients existed hold them at cache precision.
     p.coef_bits = meta.contains("coef_bits") ? integer(meta, "coef_bits", where) : 16;
     if (p.coef_bits < 16) {
@@ -156,12 +165,25 @@ std::shared_ptr<const LayerPrefix> compressed_layer_from_tensors(const nlohmann:
     p.basis = basis.size(0) == basis_rows
                   ? basis
                   : at::cat({basis, at::zeros({basis_rows - basis.size(0), basis.size(1)}, basis.options())});
-    const int64_t n_anchors = (p.n_tokens + p.stride - 1) / p.stride;
-    if (p.nearest.numel() > 0) {
-        const int64_t lo = p.nearest.min().item<int64_t>(), hi = p.nearest.max().item<int64_t>();
-        if (lo < 0 || hi >= n_anchors)
-            throw Error(fmt::format("{}: anchor indices span [{}, {}], the layer has {} anchors", where, lo,
-                                    hi, n_anchors));
+    if (!packed) {
+        // Files written before the indices and ranks were packed (format version 1) hold them as [n_coded, c]
+        // int16 / int32 and [n_coded] int16: range-checked, then packed as this build stores them.
+        const at::Tensor nearest = typed(tensors, prefix + "nearest", {at::kShort, at::kInt}, where);
+        const at::Tensor ranks = typed(tensors, prefix + "ranks", {at::kShort}, where);
+        const int64_t n_anchors = (p.n_tokens + p.stride - 1) / p.stride;
+        if (nearest.dim() != 2 || ranks.dim() != 1 || nearest.size(0) != ranks.size(0))
+            throw Error(fmt::format("{}: anchor indices {} and ranks {} do not match", where, shape_str(nearest),
+                                    shape_str(ranks)));
+        if (nearest.numel() > 0) {
+            const int64_t lo = nearest.min().item<int64_t>(), hi = nearest.max().item<int64_t>();
+            if (lo < 0 || hi >= n_anchors)
+                throw Error(fmt::format("{}: anchor indices span [{}, {}], the layer has {} anchors", where, lo,
+                                        hi, n_anchors));
+        }
+        if (ranks.numel() > 0 && (ranks.min().item<int64_t>() < 0 || ranks.max().item<int64_t>() > basis_rows))
+            throw Error(fmt::format("{}: ranks span [{}, {}], the basis has {} rows", where,
+                                    ranks.min().item<int64_t>(), ranks.max().item<int64_t>(), basis_rows));
+        CompressedLayer::pack_metadata(p, nearest, ranks, n_anchors, basis_rows);
     }
     return make_store<CompressedLayer>(std::move(p), where);  // checks every shape and the layout
 }

@@ -13,9 +13,15 @@ namespace varrate {
 
 namespace {
 
-// 2^0 .. 2^(n-1) as int32 on `like`'s device.
+// 2^0 .. 2^(n-1) as int64 on `like`'s device.
 at::Tensor powers_of_two(int64_t n, const at::Tensor& like) {
-    return at::pow(2, at::arange(n, like.options().dtype(at::kInt))).to(at::kInt);
+    return at::pow(2, at::arange(n, like.options().dtype(at::kLong))).to(at::kLong);
+}
+
+// Widths a packed stream takes: 1 to 32 bits per code (quantized codes, anchor indices, ranks).
+void check_width(int64_t bits, const char* who) {
+    if (bits < 1 || bits > 32)
+        throw Error(fmt::format("{}: {} bits is not a packable width (1 to 32)", who, bits));
 }
 
 void check_bits(int64_t bits, const char* who) {
@@ -80,8 +86,8 @@ at::Tensor dequantize_groups(const at::Tensor& codes, const at::Tensor& scale, c
 }
 
 at::Tensor pack_bits(const at::Tensor& codes, int64_t bits) {
-    check_bits(bits, "pack");
-    const at::Tensor flat = codes.reshape({-1}).to(at::kInt);
+    check_width(bits, "pack");
+    const at::Tensor flat = codes.reshape({-1}).to(at::kLong);
     const int64_t m = flat.size(0);
     at::Tensor out = at::empty({packed_bytes(m, bits)}, flat.options().dtype(at::kByte));
     if (m == 0) return out;
@@ -103,20 +109,27 @@ at::Tensor pack_bits(const at::Tensor& codes, int64_t bits) {
 }
 
 at::Tensor unpack_bits(const at::Tensor& packed, int64_t bits, int64_t begin, int64_t count) {
-    check_bits(bits, "unpack");
+    check_width(bits, "unpack");
     const int64_t bit0 = begin * bits, bit1 = (begin + count) * bits;
     if (begin < 0 || count < 0 || (bit1 + 7) / 8 > packed.size(0))
         throw Error(fmt::format("unpack: codes [{}, {}) of {} bits lie past a stream of {} bytes", begin,
                                 begin + count, bits, packed.size(0)));
-    if (count == 0) return at::empty({0}, packed.options().dtype(at::kByte));
+    const at::ScalarType out_type = bits <= 8 ? at::kByte : at::kInt;
+    if (count == 0) return at::empty({0}, packed.options().dtype(out_type));
     const int64_t byte0 = bit0 / 8, n_bytes = (bit1 + 7) / 8 - byte0;
     const at::Tensor bytes = packed.narrow(0, byte0, n_bytes);
     if (bits == 8) return bytes;
     if (8 % bits == 0 && bit0 % 8 == 0) return unpack_aligned(bytes, bits, count);
-    const at::Tensor b = bytes.to(at::kInt).unsqueeze(1);  // [n_bytes, 1]
+    const at::Tensor b = bytes.to(at::kLong).unsqueeze(1);  // [n_bytes, 1]
     const at::Tensor stream = at::bitwise_and(b.div(powers_of_two(8, b), "floor"), 1).reshape({-1});
     const at::Tensor mine = stream.narrow(0, bit0 - byte0 * 8, count * bits).view({count, bits});
-    return (mine * powers_of_two(bits, b)).sum(1).to(at::kByte);
+    return (mine * powers_of_two(bits, b)).sum(1).to(out_type);
+}
+
+int64_t bit_width(int64_t max_value) {
+    int64_t bits = 1;
+    while (bits < 62 && (int64_t(1) << bits) <= max_value) ++bits;
+    return bits;
 }
 
 }  // namespace varrate

@@ -1,7 +1,8 @@
 #pragma once
 // Group-wise asymmetric b-bit integer quantization (KIVI's min/max scheme: scale = (max - min) / (2^b - 1),
 // code = round((x - min) / scale)), with each group's scale and minimum held in fp16, and the codes packed
-// into one little-endian bit stream (code i occupies bits [i b, (i + 1) b)). VarRate's coefficients and
+// into one little-endian bit stream (code i occupies bits [i b, (i + 1) b)), the layout every packed integer
+// stream of the project uses. VarRate's coefficients and
 // KIVI's keys and values are quantized, stored and dequantized by these same functions.
 #include <cstdint>
 
@@ -31,9 +32,13 @@ QuantizedGroups quantize_groups(const at::Tensor& x, int64_t bits, const at::Ten
 // codes [n, g] (any integer type) with scale/min [n] -> [n, g] fp32.
 at::Tensor dequantize_groups(const at::Tensor& codes, const at::Tensor& scale, const at::Tensor& min);
 
-// codes [m] (integers in [0, 2^bits)) -> [packed_bytes(m, bits)] uint8, on the codes' device.
+// codes [m] (integers in [0, 2^bits), 1 <= bits <= 32) -> [packed_bytes(m, bits)] uint8, on the codes'
+// device. The same stream holds quantized codes and the compressed store's anchor indices and ranks.
 at::Tensor pack_bits(const at::Tensor& codes, int64_t bits);
-// Codes [begin, begin + count) of a packed stream -> [count] uint8 on the stream's device.
+// Codes [begin, begin + count) of a packed stream -> [count] on the stream's device: uint8 for widths up to
+// 8 bits, int32 above.
 at::Tensor unpack_bits(const at::Tensor& packed, int64_t bits, int64_t begin, int64_t count);
+// Bits that hold every integer in [0, max_value] (at least 1): the width of a packed index or rank.
+int64_t bit_width(int64_t max_value);
 
 }  // namespace varrate

@@ -486,7 +486,7 @@ LayerAllocation VarRateMethod::allocate(const LayerAnalysis& analysis, const Cod
     d.mean_rel_error = st[5];
     d.mean_quant_error = st[6];
     d.coef_bits = plan.quantized() ? plan.coef_bits : 8 * element_size(a.dtype);
-    d.index_bytes = plan.index_bytes;
+    d.index_bits = plan.index_bits;
     d.basis_bytes = plan.basis_bytes();
     d.stored_bytes = plan.stored_bytes(d.sum_ranks, static_cast<int64_t>(st[7]));
     d.full_bytes = plan.full_bytes();
@@ -575,8 +575,7 @@ std::shared_ptr<const LayerPrefix> VarRateMethod::store(const LayerCapture& capt
     p.window = a.settings.window;
     p.exact_keys = capture.keys_pre_rope.index_select(1, exact);
     p.exact_values = capture.values.index_select(1, exact);
-    p.nearest = a.res.nearest.to(a.layout.n_anchors() < 32768 ? at::kShort : at::kInt);
-    p.ranks = ranks.to(at::kShort);
+    CompressedLayer::pack_metadata(p, a.res.nearest, ranks, a.layout.n_anchors(), a.rank);
     if (quantized) {
         p.coef_bits = allocation.coef_bits;
         p.codes = pack_bits(flat, p.coef_bits);

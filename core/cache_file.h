@@ -34,7 +34,9 @@
 namespace varrate {
 
 // The newest format this build writes and reads; a file of a newer one is refused with a message saying so.
-inline constexpr int64_t kCacheFormatVersion = 1;
+// 2: VarRate/flat layers hold their anchor indices and ranks bit-packed (version 1 files, int16, are read and
+// packed on load).
+inline constexpr int64_t kCacheFormatVersion = 2;
 inline constexpr const char* kCacheMetadataKey = "varrate_kv_cache";
 inline constexpr const char* kCacheChecksumKey = "varrate_kv_cache_checksum";
 

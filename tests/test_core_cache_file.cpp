@@ -302,7 +302,7 @@ class TestCoreCacheFile : public QObject {
         fresh();
         flip_byte(bad, 50);
         EXPECT_ERROR(read(s), where + " is corrupt: its checksum is fnv1a64:", "altered");
-        rewrite(good, bad, [](nlohmann::json& m) { m["format_version"] = 2; });
+        rewrite(good, bad, [](nlohmann::json& m) { m["format_version"] = kCacheFormatVersion + 1; });
         EXPECT_ERROR(read(s), where + " was written by format version 2; this build reads up to 1");
         rewrite(good, bad, [](nlohmann::json& m) { m.erase("next_position"); });
         EXPECT_ERROR(read(s), where + ": the metadata has no 'next_position'");
