@@ -4,7 +4,7 @@
 # bf16 branch GPU users get: native bf16 matmuls): `varrate niah` in fp32 and in bf16 over the same held-out
 # documents, every compressing method that runs on the GPU, kappa 0.1 and 0.2, query-agnostic, three distractors.
 # Each sweep folder is packed into OUT as one tarball (records and log included, for paired differences):
-# OUT holds session.log, build.log, niah-bf16.tgz, niah-fp32.tgz and cuda-checks.tgz.
+# OUT holds session.log, build.log, four niah-*.tgz and cuda-checks.tgz.
 # Dependencies the machine lacks come from .devkit/ (../shared/scripts/gpu-devkit.sh); the fixtures from
 # .devkit/shared. Every step has a time limit, so the script ends within BUDGET_S (default 480) seconds.
 # Usage: OUT=dir [SEED=2026] [SAMPLES=40] [BUDGET_S=480] scripts/gpu-bf16-checks.sh
@@ -39,24 +39,33 @@ timeout $(($(left) - 60)) cmake --build build-gpu -j"$(nproc)" --target varrate 
 el "built"
 bin=build-gpu/bin/varrate
 
-# The needle sweeps: fp32 then bf16, same documents (seed), one folder each.
+# The needle sweeps, same documents (seed) in each: bf16 and fp32 with this build's accounting, then both with
+# the 16-bit indices and ranks of earlier builds (VARRATE_METADATA_BITS=16; only the methods it changes).
+# Each gets an equal share of the time left (before the CUDA checks' reserve); a sweep cut short keeps its
+# records (`varrate summarize DIR` summarises them).
 seed=${SEED:-2026}
 samples=${SAMPLES:-40}
 methods=${METHODS:-full,varrate,flat,snapkv,pyramidkv,adakv,streamingllm,expected-attention,kvzip,varrate-kvzip,kivi2}
-for dt in bf16 fp32; do
-  t=$(($(left) - 90))
-  [ "$t" -lt 30 ] && { el "no time left for niah $dt"; continue; }
-  el "niah $dt (limit ${t}s)"
-  timeout "$t" "$bin" niah --model resources/models/varrate-demo --lengths 1024 --depths 0,25,50,75,100 \
-    --samples "$samples" --seed "$seed" --distractors 3 --budget 0.1,0.2 --mode query-agnostic \
-    --methods "$methods" --device cuda --dtype "$dt" --out "$OUT/niah-$dt" >"$OUT/niah-$dt.out" 2>&1
-  el "niah $dt rc=$?"
-  tail -25 "$OUT/niah-$dt.out"
-  mv "$OUT/niah-$dt.out" "$OUT/niah-$dt/" 2>/dev/null
-  tar -C "$OUT" -czf "$OUT/niah-$dt.tgz" "niah-$dt" && rm -rf "${OUT:?}/niah-$dt"
+legacy_methods=full,varrate,flat,varrate-kvzip
+runs=("bf16 $methods" "fp32 $methods" "bf16 $legacy_methods 16" "fp32 $legacy_methods 16")
+reserve=${CHECKS_S:-90}
+for i in "${!runs[@]}"; do
+  read -r dt ms bits <<<"${runs[$i]}"
+  name=niah-$dt${bits:+-meta$bits}
+  t=$(( ($(left) - reserve) / (${#runs[@]} - i) ))
+  [ "$t" -lt 20 ] && { el "no time left for $name"; continue; }
+  el "$name (limit ${t}s)"
+  VARRATE_METADATA_BITS=${bits:-} timeout "$t" "$bin" niah --model resources/models/varrate-demo --lengths 1024 \
+    --depths 0,25,50,75,100 --samples "$samples" --seed "$seed" --distractors 3 --budget 0.1,0.2 \
+    --mode query-agnostic --methods "$ms" --max-new-tokens 10 --device cuda --dtype "$dt" --out "$OUT/$name" \
+    >"$OUT/$name.out" 2>&1
+  el "$name rc=$? records $(find "$OUT/$name" -name '*.json' | wc -l)"
+  grep -E "correct \(" "$OUT/$name.out" | head -30
+  mv "$OUT/$name.out" "$OUT/$name/" 2>/dev/null
+  tar -C "$OUT" -czf "$OUT/$name.tgz" "$name" && rm -rf "${OUT:?}/$name"
 done
 
-t=$(($(left) - 10))
+t=$(($(left) - 5))
 if [ "$t" -gt 30 ]; then
   el "cuda-checks (limit ${t}s)"
   SKIP_BENCH=${SKIP_BENCH:-} timeout "$t" bash scripts/cuda-checks.sh build-gpu "$shared" "$OUT/cuda-checks" 4 \
