@@ -49,7 +49,8 @@ CompressedLayer::CompressedLayer(Parts parts) : p_(std::move(parts)) {
     n_coded_ = n_coded;
     c_ = p_.anchors;
     if (c_ < 1 || c_ > n_anchors_)
-        throw Error(fmt::format("{}: {} anchors per coded token, the layer has {} anchors", where, c_, n_anchors_));
+        throw Error(
+            fmt::format("{}: {} anchors per coded token, the layer has {} anchors", where, c_, n_anchors_));
     if (p_.index_bits < anchor_index_bits(n_anchors_) || p_.index_bits > 32)
         throw Error(fmt::format("{}: {}-bit anchor indices cannot address {} anchors (needs {} to 32 bits)",
                                 where, p_.index_bits, n_anchors_, anchor_index_bits(n_anchors_)));
@@ -63,7 +64,8 @@ CompressedLayer::CompressedLayer(Parts parts) : p_(std::move(parts)) {
         const at::Tensor all = nearest(0, n_coded);
         const int64_t hi = all.max().item<int64_t>();
         if (hi >= n_anchors_)
-            throw Error(fmt::format("{}: an anchor index is {}, the layer has {} anchors", where, hi, n_anchors_));
+            throw Error(
+                fmt::format("{}: an anchor index is {}, the layer has {} anchors", where, hi, n_anchors_));
     }
     check(p_.inv_freq, {hd / 2}, "RoPE frequencies");
     if (quantized()) {
@@ -184,10 +186,10 @@ at::Tensor CompressedLayer::anchor_vectors() const {
 }
 
 at::Tensor CompressedLayer::padded_coefficients(const Block& b) const {
-    const at::Tensor r = ranks(b.begin, b.count);                            // [n]
-    const at::Tensor start = r.cumsum(0) - r + b.coef_offset;                 // [n] exclusive
-    const at::Tensor i = at::arange(b.width, r.options()).unsqueeze(0);       // [1, width]
-    const at::Tensor keep = i < r.unsqueeze(1);                               // [n, width]
+    const at::Tensor r = ranks(b.begin, b.count);                        // [n]
+    const at::Tensor start = r.cumsum(0) - r + b.coef_offset;            // [n] exclusive
+    const at::Tensor i = at::arange(b.width, r.options()).unsqueeze(0);  // [1, width]
+    const at::Tensor keep = i < r.unsqueeze(1);                          // [n, width]
     if (quantized()) {
         // The block's codes, then each kept slot's group: token-local index / 32 past the token's first
         // group.

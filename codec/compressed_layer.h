@@ -34,8 +34,8 @@ class CompressedLayer : public LayerPrefix {
         int64_t anchors = 0;      // c: anchor ordinals per coded token
         int64_t index_bits = 0;   // bits of one packed ordinal (>= anchor_index_bits(n_anchors))
         int64_t rank_bits = 0;    // bits of one packed rank
-        at::Tensor nearest;       // [packed_bytes(n_coded * c, index_bits)] uint8: ordinals, token after token
-        at::Tensor ranks;         // [packed_bytes(n_coded, rank_bits)] uint8
+        at::Tensor nearest;  // [packed_bytes(n_coded * c, index_bits)] uint8: ordinals, token after token
+        at::Tensor ranks;    // [packed_bytes(n_coded, rank_bits)] uint8
         at::Tensor
             coefficients;  // [sum ranks] cache dtype: token after token in position order (coef_bits 16)
         // Quantized coefficients (coef_bits 2, 3, 4 or 8; `coefficients` then undefined): the codes of the
@@ -71,8 +71,8 @@ class CompressedLayer : public LayerPrefix {
     at::Tensor ranks(int64_t begin, int64_t count) const;
     // Packs ordinals [n_coded, c] and ranks [n_coded] (any integer type, on any device) into a store's
     // streams at the widths the budget counts: anchor_index_bits(n_anchors) and rank_bits_for(rank_cap).
-    static void pack_metadata(Parts& parts, const at::Tensor& nearest, const at::Tensor& ranks, int64_t n_anchors,
-                              int64_t rank_cap);
+    static void pack_metadata(Parts& parts, const at::Tensor& nearest, const at::Tensor& ranks,
+                              int64_t n_anchors, int64_t rank_cap);
 
     // Bytes of every tensor the store holds (basis and RoPE frequencies apart: shared by all contexts).
     int64_t resident_bytes() const override;

@@ -62,8 +62,9 @@ int64_t coefficients_in(const CodecBudget& b, int64_t scalars) {
 
 namespace {
 
-// VARRATE_METADATA_BITS=16: indices and ranks stored and charged as 16-bit integers (32-bit indices from 32768
-// anchors on), as before they were packed: the accounting the figures before the packing were made with.
+// VARRATE_METADATA_BITS=16: indices and ranks stored and charged as 16-bit integers (32-bit indices from
+// 32768 anchors on), as before they were packed: the accounting the figures before the packing were made
+// with.
 bool legacy_metadata() {
     static const bool legacy = [] {
         const char* v = std::getenv("VARRATE_METADATA_BITS");

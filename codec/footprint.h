@@ -45,9 +45,9 @@ struct CodecBudget {
     }
 };
 
-// The store's per-token metadata widths. An anchor ordinal needs the bits of n_anchors - 1 (5 for 32 anchors):
-// int16 indices would cost a bf16 cache twice the scalars they cost an fp32 one, and at small D (the demo
-// model's 128) they took a third of the coded budget at kappa 0.1. A rank is in [0, R].
+// The store's per-token metadata widths. An anchor ordinal needs the bits of n_anchors - 1 (5 for 32
+// anchors): int16 indices would cost a bf16 cache twice the scalars they cost an fp32 one, and at small D
+// (the demo model's 128) they took a third of the coded budget at kappa 0.1. A rank is in [0, R].
 // VARRATE_METADATA_BITS=16 restores the 16-bit indices and ranks (to measure what the packing changed).
 int64_t anchor_index_bits(int64_t n_anchors);
 int64_t rank_bits_for(int64_t rank_cap);

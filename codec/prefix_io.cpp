@@ -172,15 +172,16 @@ std::shared_ptr<const LayerPrefix> compressed_layer_from_tensors(const nlohmann:
         const at::Tensor ranks = typed(tensors, prefix + "ranks", {at::kShort}, where);
         const int64_t n_anchors = (p.n_tokens + p.stride - 1) / p.stride;
         if (nearest.dim() != 2 || ranks.dim() != 1 || nearest.size(0) != ranks.size(0))
-            throw Error(fmt::format("{}: anchor indices {} and ranks {} do not match", where, shape_str(nearest),
-                                    shape_str(ranks)));
+            throw Error(fmt::format("{}: anchor indices {} and ranks {} do not match", where,
+                                    shape_str(nearest), shape_str(ranks)));
         if (nearest.numel() > 0) {
             const int64_t lo = nearest.min().item<int64_t>(), hi = nearest.max().item<int64_t>();
             if (lo < 0 || hi >= n_anchors)
-                throw Error(fmt::format("{}: anchor indices span [{}, {}], the layer has {} anchors", where, lo,
-                                        hi, n_anchors));
+                throw Error(fmt::format("{}: anchor indices span [{}, {}], the layer has {} anchors", where,
+                                        lo, hi, n_anchors));
         }
-        if (ranks.numel() > 0 && (ranks.min().item<int64_t>() < 0 || ranks.max().item<int64_t>() > basis_rows))
+        if (ranks.numel() > 0 &&
+            (ranks.min().item<int64_t>() < 0 || ranks.max().item<int64_t>() > basis_rows))
             throw Error(fmt::format("{}: ranks span [{}, {}], the basis has {} rows", where,
                                     ranks.min().item<int64_t>(), ranks.max().item<int64_t>(), basis_rows));
         CompressedLayer::pack_metadata(p, nearest, ranks, n_anchors, basis_rows);

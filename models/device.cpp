@@ -14,6 +14,8 @@
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 
+#include <spdlog/spdlog.h>
+
 #include "core/base/error.h"
 
 namespace varrate {
@@ -146,18 +148,46 @@ c10::Device parse_device(const std::string& name) {
     return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
 }
 
-c10::ScalarType parse_dtype(const std::string& name, const c10::Device& device) {
+DtypeChoice choose_dtype(const std::string& name, const c10::Device& device) {
     const std::string n = normalized(name);
-    if (n == "fp32" || n == "float32" || n == "float") return c10::kFloat;
-    if (n == "bf16" || n == "bfloat16") return c10::kBFloat16;
-    if (n == "auto") return device.is_cpu() && cpu_has_bf16_matmul() ? c10::kBFloat16 : c10::kFloat;
+    if (n == "fp32" || n == "float32" || n == "float") return {c10::kFloat, "fp32 (--dtype " + name + ")"};
+    if (n == "bf16" || n == "bfloat16") {
+        const bool emulated = device.is_cpu() && !cpu_has_bf16_matmul();
+        return {c10::kBFloat16,
+                std::string("bf16 (--dtype ") + name + ")" +
+                    (emulated ? "; this CPU has no bf16 matmul: emulated, slower than fp32" : "")};
+    }
+    if (n == "auto") {
+        const bool forced = std::getenv("VARRATE_CPU_BF16") && *std::getenv("VARRATE_CPU_BF16");
+        if (!device.is_cpu()) return {c10::kBFloat16, "bf16 (auto: " + device.str() + ")"};
+        if (cpu_has_bf16_matmul())
+            return {c10::kBFloat16,
+                    forced ? "bf16 (auto: VARRATE_CPU_BF16=1)"
+                           : "bf16 (auto: this CPU multiplies bf16 natively, AVX-512 BF16 or AMX)"};
+        return {c10::kFloat, forced ? "fp32 (auto: VARRATE_CPU_BF16=0)"
+                                    : "fp32 (auto: this CPU has no bf16 matmul, bf16 would be emulated)"};
+    }
     if (n == "fp16" || n == "float16" || n == "half") {
         if (device.is_cpu())
             throw Error("dtype '" + name +
                         "' is not supported on CPU (LibTorch has no CPU fp16 matmul); use bf16 or fp32");
-        return c10::kHalf;
+        return {c10::kHalf, "fp16 (--dtype " + name + ")"};
     }
-    throw Error("unknown dtype '" + name + "' (expected fp32, bf16, fp16 or auto)");
+    throw Error("unknown dtype '" + name + "' (expected auto, fp32, bf16 or fp16)");
+}
+
+c10::ScalarType parse_dtype(const std::string& name, const c10::Device& device) {
+    return choose_dtype(name, device).dtype;
+}
+
+RuntimeOptions resolve_runtime(const std::string& device, const std::string& dtype) {
+    RuntimeOptions o;
+    o.device = parse_device(device);
+    const DtypeChoice d = choose_dtype(dtype, o.device);
+    o.dtype = d.dtype;
+    o.dtype_reason = d.reason;
+    spdlog::info("{}: {}", o.device.str(), d.reason);
+    return o;
 }
 
 bool cpu_has_bf16_matmul() {
@@ -177,10 +207,6 @@ bool cpu_has_bf16_matmul() {
         return false;
     }();
     return has;
-}
-
-std::string preferred_cpu_dtype() {
-    return cpu_has_bf16_matmul() ? "bf16" : "fp32";
 }
 
 std::string dtype_name(c10::ScalarType t) {

@@ -1,6 +1,8 @@
 // End-to-end tests of the `varrate` executable: reference greedy ids through the CLI, and one-line errors.
 #include "tests/test_support.h"
 
+#include <map>
+
 #include "codec/registry.h"
 
 #include <QProcess>
@@ -288,6 +290,42 @@ class TestCli : public QObject {
             run_varrate({"demo", "--threads", "2", "--budget", "0.3", "--distractors", "1"});
         QVERIFY2(given.out.contains("budget    kappa 0.3,") && given.out.contains("1 distractor needle(s)"),
                  qPrintable(given.out));
+    }
+
+    // The first impression in both dtypes: on the default document full and VarRate answer right and flat
+    // wrong, in both modes, in fp32 and in bf16 — bf16 both as CPUs with bf16 matmul and GPUs run it
+    // (VARRATE_CPU_BF16=1: native bf16 products, emulated here when the CPU has none) and as other CPUs do
+    // (fp32 products rounded once). With the anchor indices and ranks charged as 16-bit integers, as
+    // before they were packed, bf16 left every coded token at the rank floor and VarRate answered
+    // 795112434343... for 795165.
+    void demo_parts_ways_in_fp32_and_bf16_data() {
+        QTest::addColumn<QString>("dtype");
+        QTest::addColumn<QString>("cpu_bf16");
+        QTest::newRow("fp32") << "fp32"
+                              << "0";
+        QTest::newRow("bf16, bf16-matmul branch") << "bf16"
+                                                  << "1";
+        QTest::newRow("bf16, fp32-product branch") << "bf16"
+                                                   << "0";
+    }
+    void demo_parts_ways_in_fp32_and_bf16() {
+        QFETCH(QString, dtype);
+        QFETCH(QString, cpu_bf16);
+        const QByteArray saved = qgetenv("VARRATE_CPU_BF16");
+        qputenv("VARRATE_CPU_BF16", cpu_bf16.toUtf8());
+        const CliResult r =
+            run_varrate({"demo", "--threads", "2", "--dtype", dtype, "--methods", "full,varrate,flat"});
+        qputenv("VARRATE_CPU_BF16", saved);
+        QVERIFY2(r.exit_code == 0, qPrintable(r.err));
+        std::map<QString, int> right, rows;
+        for (const QString& line : r.out.split('\n')) {
+            const QStringList f = line.simplified().split(' ');
+            if (f.size() < 6 || (f[0] != "query-aware" && f[0] != "query-agnostic")) continue;
+            ++rows[f[1]];
+            if (f[4] == "yes") ++right[f[1]];
+        }
+        QVERIFY2(rows["full"] == 2 && rows["varrate"] == 2 && rows["flat"] == 2, qPrintable(r.out));
+        QVERIFY2(right["full"] == 2 && right["varrate"] == 2 && right["flat"] == 0, qPrintable(r.out));
     }
 
     // Codec settings recorded beside a model are the defaults of compare; a flag given on the command line

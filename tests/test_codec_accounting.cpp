@@ -119,7 +119,12 @@ class TestCodecAccounting : public QObject {
         QCOMPARE(self.budget_B, file.budget_B - kD * kD);
         QCOMPARE(self.sum_ranks, self.budget_B);
         QVERIFY(self.mean_rank < file.mean_rank);
-        const int64_t index = self.n_coded * (s.anchors * self.index_bytes + 2);  // indices and int16 rank
+        // Packed indices (index_bits each) and ranks in [0, R] (bits of R + 1 values), whole bytes per
+        // stream.
+        int64_t rank_bits = 1;
+        while ((int64_t(1) << rank_bits) < std::min<int64_t>(s.rank, kD) + 1) ++rank_bits;
+        const int64_t index =
+            (self.n_coded * s.anchors * self.index_bits + 7) / 8 + (self.n_coded * rank_bits + 7) / 8;
         QCOMPARE(self.stored_bytes, (self.n_exact * kD + self.sum_ranks) * es + index + self.basis_bytes);
         const int64_t total = static_cast<int64_t>(std::floor(s.budget * kL * kD + 1e-6));
         QVERIFY2(
@@ -132,6 +137,34 @@ class TestCodecAccounting : public QObject {
 
     // Where the charged basis leaves no room, the error says so, names the smallest feasible kappa (which
     // is feasible, and one step below it is not) and gives the `varrate calibrate` command.
+    // The per-token metadata (c anchor indices and a rank) costs the same bytes in every cache dtype, so it
+    // takes twice the scalars of a bf16 cache that it takes of an fp32 one. Packed at the bits they need, the
+    // demo model's layer (L 1024, D 128, stride 32, c 4, window 16, r_min 2, R 128) at kappa 0.1 keeps most
+    // of fp32's coefficients per coded token in bf16 and stays well above the floor; charged as int16 (two
+    // bytes per index and rank, as before the store packed them), bf16 had 2.1 per token, everything at the
+    // floor r_min = 2: VarRate became flat and lost the needle.
+    void bf16MetadataLeavesRoomAboveTheFloor() {
+        CodecSettings s;
+        s.budget = 0.1;
+        s.r_min = 2;
+        s.rank = 128;
+        s.stride = 32;
+        s.anchors = 4;
+        s.window = 16;
+        const CodecBudget fp32 = plan_codec_budget(s, 1024, 128, 4),
+                          bf16 = plan_codec_budget(s, 1024, 128, 2);
+        QCOMPARE(fp32.n_coded, int64_t{976});  // 1024 - 32 anchors - 16 window tokens
+        QCOMPARE(fp32.n_anchors, int64_t{32});
+        // 4 x 5-bit indices (32 anchors) and an 8-bit rank (0..128) per coded token: 28 bits, 3416 bytes.
+        QCOMPARE(fp32.index_total_bytes(), int64_t{976 * 20 / 8 + 976});
+        QCOMPARE(bf16.index_total_bytes(), fp32.index_total_bytes());
+        const double per_fp32 = static_cast<double>(fp32.budget_B) / 976,
+                     per_bf16 = static_cast<double>(bf16.budget_B) / 976;
+        qInfo("coefficients per coded token at kappa 0.1: fp32 %.2f, bf16 %.2f", per_fp32, per_bf16);
+        QVERIFY2(per_bf16 > 0.8 * per_fp32, qPrintable(QString::number(per_bf16)));
+        QVERIFY2(per_bf16 > s.r_min + 3.0, qPrintable(QString::number(per_bf16)));
+    }
+
     void infeasibleBasisNamesCalibrate() {
         const LayerCapture cap = capture(at::kFloat);
         CodecSettings s = test::small_codec_settings(0.2);

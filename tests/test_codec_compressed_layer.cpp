@@ -5,12 +5,14 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <fmt/format.h>
 
 #include <cmath>
 #include <limits>
 
 #include "codec/compressed_layer.h"
 #include "codec/footprint.h"
+#include "codec/quantize.h"
 #include "codec/synthetic.h"
 #include "codec/varrate_method.h"
 #include "core/base/error.h"
@@ -188,9 +190,23 @@ class TestCodecCompressedLayer : public QObject {
         p.exact_values = p.exact_values.narrow(1, 0, 3);
         EXPECT_ERROR(CompressedLayer{p}, "exact values has shape");
         p = s.store->parts();
-        p.ranks = p.ranks.clone();
-        p.ranks[0] = 1000;
-        EXPECT_ERROR(CompressedLayer{p}, "coded token 0 has rank 1000");
+        at::Tensor r = s.store->ranks(0, s.store->n_coded()).clone();
+        const int64_t too_high = p.basis.size(0) + 1;  // still fits the packed width of ranks in [0, R]
+        QVERIFY(too_high < (int64_t(1) << p.rank_bits));
+        r[0] = too_high;
+        p.ranks = pack_bits(r, p.rank_bits);
+        EXPECT_ERROR(CompressedLayer{p}, fmt::format("coded token 0 has rank {}", too_high));
+        p = s.store->parts();
+        p.ranks = p.ranks.narrow(0, 0, p.ranks.size(0) - 1);
+        EXPECT_ERROR(CompressedLayer{p}, "packed ranks has shape");
+        p = s.store->parts();
+        at::Tensor near = s.store->nearest(0, s.store->n_coded()).clone();
+        near[3][1] = s.store->n_anchors();  // one past the last anchor
+        p.nearest = pack_bits(near, p.index_bits);
+        EXPECT_ERROR(CompressedLayer{p}, fmt::format("an anchor index is {}", s.store->n_anchors()));
+        p = s.store->parts();
+        p.index_bits -= 1;
+        EXPECT_ERROR(CompressedLayer{p}, "anchor indices cannot address");
         EXPECT_ERROR(
             s.store->attend(at::zeros({3, 1, 16}), at::zeros({2, 1, 16}), at::zeros({2, 1, 16}), 1.0),
             "queries must be");

@@ -59,10 +59,13 @@ class TestCodecQuantize : public QObject {
     void initTestCase() { at::set_num_threads(2); }
 
     // Codes of every width survive packing, read back whole and from unaligned ranges; the stream has
-    // exactly ceil(m b / 8) bytes.
+    // exactly ceil(m b / 8) bytes, laid out little-endian (code i at bits [i b, (i + 1) b), bit k of the
+    // stream being bit k % 8 of byte k / 8), read here bit by bit. The widths: the quantized codes' (2, 3,
+    // 4, 8) and the store's anchor indices and ranks (1 to 17 here, up to 32).
     void pack_unpack_round_trip_data() {
         QTest::addColumn<int>("bits");
-        for (int b : {2, 3, 4, 8}) QTest::newRow(qPrintable(QString("%1-bit").arg(b))) << b;
+        for (int b : {1, 2, 3, 4, 5, 7, 8, 11, 16, 17, 32})
+            QTest::newRow(qPrintable(QString("%1-bit").arg(b))) << b;
     }
     void pack_unpack_round_trip() {
         QFETCH(int, bits);
@@ -72,12 +75,28 @@ class TestCodecQuantize : public QObject {
         const at::Tensor packed = pack_bits(codes, bits);
         QCOMPARE(packed.scalar_type(), at::kByte);
         QCOMPARE(packed.size(0), (m * bits + 7) / 8);
+        const at::Tensor bytes = packed.to(at::kLong);
+        const int64_t* pb = bytes.data_ptr<int64_t>();
+        const int64_t* pc = codes.data_ptr<int64_t>();
+        for (int64_t i = 0; i < m; ++i) {
+            int64_t v = 0;
+            for (int64_t k = 0; k < bits; ++k) {
+                const int64_t bit = i * bits + k;
+                v |= ((pb[bit / 8] >> (bit % 8)) & 1) << k;
+            }
+            QCOMPARE(v, pc[i]);
+        }
         QVERIFY(at::equal(unpack_bits(packed, bits, 0, m).to(at::kLong), codes));
         for (auto [begin, count] : {std::pair<int64_t, int64_t>{1, 7}, {5, 300}, {1000, 237}, {13, 0}})
             QVERIFY(at::equal(unpack_bits(packed, bits, begin, count).to(at::kLong),
                               codes.narrow(0, begin, count)));
         EXPECT_ERROR(unpack_bits(packed, bits, m - 3, 10), "lie past a stream");
-        EXPECT_ERROR(pack_bits(codes, 5), "5 bits is not a supported width");
+        EXPECT_ERROR(pack_bits(codes, 0), "0 bits is not a packable width (1 to 32)");
+        EXPECT_ERROR(unpack_bits(packed, 33, 0, 1), "33 bits is not a packable width (1 to 32)");
+        QCOMPARE(bit_width(0), int64_t{1});
+        QCOMPARE(bit_width(1), int64_t{1});
+        QCOMPARE(bit_width(31), int64_t{5});
+        QCOMPARE(bit_width(32), int64_t{6});
     }
 
     // Each value is within half a step of its group's grid (plus the fp16 rounding of the minimum); masked

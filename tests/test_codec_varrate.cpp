@@ -38,15 +38,27 @@ CodecSettings synthetic_settings(double kappa = 0.3) {
     return s;
 }
 
+// Bits of the smallest unsigned field that holds `n` distinct values 0 .. n - 1 (at least 1).
+int64_t bits_for_values(int64_t n) {
+    int64_t bits = 1;
+    while ((int64_t(1) << bits) < n) ++bits;
+    return bits;
+}
+
+// Bytes of the store's per-token metadata, computed independently of the codec: c anchor indices of
+// log2(n_anchors) bits and a rank in [0, R] per coded token, each stream packed to whole bytes.
+int64_t expected_metadata_bytes(int64_t n_coded, int64_t n_anchors, int64_t c, int64_t R) {
+    return (n_coded * c * bits_for_values(n_anchors) + 7) / 8 + (n_coded * bits_for_values(R + 1) + 7) / 8;
+}
+
 // The smallest feasible kappa, computed independently of the codec: exact tokens at D scalars, coded
-// tokens at r_min, plus c int16 indices and an int16 rank per coded token (charged), over L*D scalars,
-// rounded up to 1e-4.
+// tokens at r_min, plus the packed indices and ranks (charged), over L*D scalars, rounded up to 1e-4.
 double expected_min_kappa(int64_t L, int64_t D, int64_t stride, int64_t window, int64_t c, int64_t r_min,
-                          int64_t elem) {
+                          int64_t elem, int64_t R) {
     int64_t n_exact = 0;
     for (int64_t t = 0; t < L; ++t) n_exact += (t % stride == 0 || t >= L - window) ? 1 : 0;
-    const int64_t n_coded = L - n_exact;
-    const int64_t index_scalars = (n_coded * (c * 2 + 2) + elem - 1) / elem;  // int16 indices and rank
+    const int64_t n_coded = L - n_exact, n_anchors = (L + stride - 1) / stride;
+    const int64_t index_scalars = (expected_metadata_bytes(n_coded, n_anchors, c, R) + elem - 1) / elem;
     const int64_t need = n_exact * D + r_min * n_coded + index_scalars;
     return std::ceil(static_cast<double>(need) / static_cast<double>(L * D) * 1e4) / 1e4;
 }
@@ -257,7 +269,7 @@ class TestCodecVarRate : public QObject {
     void infeasibleSettingsNameTheSmallestKappa() {
         auto basis = random_basis(1, 64, 64, 16, 4, 6);
         const LayerCapture cap = synthetic_capture(small_shape(512), 51);
-        const std::string want = fmt::format("{:.4f}", expected_min_kappa(512, 64, 16, 64, 4, 4, 4));
+        const std::string want = fmt::format("{:.4f}", expected_min_kappa(512, 64, 16, 64, 4, 4, 4, 64));
         for (double kappa : {0.05, 0.0, 1.5}) {
             const std::string msg = test::error_message(
                 [&] { make_method("varrate", synthetic_settings(kappa), basis)->compress(cap); });
@@ -311,14 +323,15 @@ class TestCodecVarRate : public QObject {
                                                 .arg(kappa)
                                                 .arg(d.footprint)));
                         QCOMPARE(d.full_bytes, c.L * D * (dtype == at::kFloat ? 4 : 2));
-                        QCOMPARE(d.index_bytes, int64_t{2});
+                        const int64_t n_anchors = (c.L + s.stride - 1) / s.stride;
+                        const int64_t meta =
+                            expected_metadata_bytes(d.n_coded, n_anchors, 4, std::min<int64_t>(512, D));
+                        QCOMPARE(d.index_bits, bits_for_values(n_anchors));
                         QCOMPARE(d.stored_bytes,
-                                 (d.n_exact * D + d.sum_ranks) * (dtype == at::kFloat ? 4 : 2) +
-                                     d.n_coded * (4 * 2 + 2));
+                                 (d.n_exact * D + d.sum_ranks) * (dtype == at::kFloat ? 4 : 2) + meta);
                         s.paper_accounting = true;  // indices outside B: slightly above kappa
                         const LayerDiagnostics p = make_method(name, s, basis)->compress(cap).diagnostics;
-                        const double index_share =
-                            static_cast<double>(p.n_coded * (4 * 2 + 2)) / p.full_bytes;
+                        const double index_share = static_cast<double>(meta) / p.full_bytes;
                         QVERIFY(p.footprint > kappa);
                         QVERIFY(std::abs(p.footprint - (kappa + index_share)) < 1e-3);
                     }
@@ -329,7 +342,11 @@ class TestCodecVarRate : public QObject {
         s.stride = 2;
         s.budget = 0.8;
         s.window = 0;
-        QCOMPARE(plan_codec_budget(s, 70000, 64, 2).index_bytes, int64_t{4});  // >= 32768 anchors: int32
+        // 35000 anchors need 16-bit indices, 70000 need 17; the widths follow the anchor count, not a type.
+        QCOMPARE(plan_codec_budget(s, 70000, 64, 2).index_bits, int64_t{16});
+        QCOMPARE(plan_codec_budget(s, 140000, 64, 2).index_bits, int64_t{17});
+        QCOMPARE(plan_codec_budget(s, 140000, 64, 2).rank_bits,
+                 bits_for_values(std::min<int64_t>(s.rank, 64) + 1));
     }
 
     void registryAndJson() {

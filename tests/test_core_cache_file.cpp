@@ -10,11 +10,13 @@
 #include <map>
 
 #include <ATen/ATen.h>
+#include <fmt/format.h>
 
 #include "codec/codec_json.h"
 #include "codec/compressed_layer.h"
 #include "codec/headwise_eviction.h"
 #include "codec/prefix_io.h"
+#include "codec/quantize.h"
 #include "core/base/error.h"
 #include "core/base/file_io.h"
 #include "core/cache_file.h"
@@ -255,7 +257,27 @@ class TestCoreCacheFile : public QObject {
         QVERIFY(at::equal(back->reconstruct().keys, store.reconstruct().keys));
         // The basis rows past the largest rank are not saved.
         const auto& parts = dynamic_cast<const CompressedLayer&>(store).parts();
-        QCOMPARE(by_name.at("x.basis").size(0), parts.ranks.max().item<int64_t>());
+        const auto& layer = dynamic_cast<const CompressedLayer&>(store);
+        QCOMPARE(by_name.at("x.basis").size(0), layer.ranks(0, layer.n_coded()).max().item<int64_t>());
+
+        // Version 1 files held the indices as [n_coded, c] int16 and the ranks as int16, without the widths:
+        // read, range-checked and packed, they give the same cache.
+        {
+            nlohmann::json v1 = saved.meta;
+            v1.erase("anchors");
+            v1.erase("index_bits");
+            v1.erase("rank_bits");
+            std::map<std::string, at::Tensor> old = by_name;
+            old["x.nearest"] = layer.nearest(0, layer.n_coded()).to(at::kShort);
+            old["x.ranks"] = layer.ranks(0, layer.n_coded()).to(at::kShort);
+            const TensorSource v1_source = [&](const std::string& name) { return old.at(name); };
+            const auto v1_back = prefix_from_tensors(v1, "x.", v1_source, expect, "here");
+            QVERIFY(at::equal(v1_back->reconstruct().keys, store.reconstruct().keys));
+            QCOMPARE(v1_back->resident_bytes(), store.resident_bytes());
+            old["x.nearest"].fill_(1000);
+            EXPECT_ERROR(prefix_from_tensors(v1, "x.", v1_source, expect, "here"),
+                         "anchor indices span [1000");
+        }
 
         nlohmann::json other = saved.meta;
         other["kind"] = "kivi";
@@ -269,9 +291,11 @@ class TestCoreCacheFile : public QObject {
         bf16.dtype = at::kBFloat16;
         EXPECT_ERROR(prefix_from_tensors(saved.meta, "x.", source, bf16, "here"), "'x.exact_keys' is Float",
                      "expected BFloat16");
-        by_name["x.nearest"] = by_name["x.nearest"].clone().fill_(1000);
+        at::Tensor near = layer.nearest(0, layer.n_coded()).clone();
+        near[0][0] = layer.n_anchors();
+        by_name["x.nearest"] = pack_bits(near, parts.index_bits);
         EXPECT_ERROR(prefix_from_tensors(saved.meta, "x.", source, expect, "here"),
-                     "anchor indices span [1000");
+                     fmt::format("an anchor index is {}", layer.n_anchors()));
         by_name.erase("x.ranks");
         EXPECT_ERROR(prefix_from_tensors(saved.meta, "x.", source, expect, "here"), "no tensor x.ranks");
     }

@@ -400,14 +400,28 @@ class TestModelConfig : public QObject {
         QCOMPARE(varrate::parse_dtype("fp16", c10::Device(c10::kCUDA, 0)), c10::kHalf);
         EXPECT_ERROR(varrate::parse_dtype("fp16", c10::Device(c10::kCPU)), "fp16", "not supported on CPU");
         EXPECT_ERROR(varrate::parse_dtype("int8", c10::Device(c10::kCPU)), "unknown dtype 'int8'", "fp32");
-        // "auto": bf16 only on a CPU with bf16 matmul (the detection overridden both ways), fp32 on CUDA.
+        // "auto": bf16 on CUDA and on a CPU with bf16 matmul (the detection overridden both ways), fp32 on
+        // other CPUs; each choice says why.
         qputenv("VARRATE_CPU_BF16", "1");
         QCOMPARE(varrate::parse_dtype("auto", c10::Device(c10::kCPU)), c10::kBFloat16);
-        QCOMPARE(varrate::preferred_cpu_dtype(), std::string("bf16"));
-        QCOMPARE(varrate::parse_dtype("auto", c10::Device(c10::kCUDA, 0)), c10::kFloat);
+        QCOMPARE(varrate::choose_dtype("auto", c10::Device(c10::kCPU)).reason,
+                 std::string("bf16 (auto: VARRATE_CPU_BF16=1)"));
+        QCOMPARE(varrate::parse_dtype("auto", c10::Device(c10::kCUDA, 0)), c10::kBFloat16);
+        QCOMPARE(varrate::choose_dtype("auto", c10::Device(c10::kCUDA, 0)).reason,
+                 std::string("bf16 (auto: cuda:0)"));
+        QCOMPARE(varrate::choose_dtype("bf16", c10::Device(c10::kCPU)).reason,
+                 std::string("bf16 (--dtype bf16)"));
         qputenv("VARRATE_CPU_BF16", "0");
         QCOMPARE(varrate::parse_dtype("AUTO", c10::Device(c10::kCPU)), c10::kFloat);
-        QCOMPARE(varrate::preferred_cpu_dtype(), std::string("fp32"));
+        QCOMPARE(varrate::choose_dtype("auto", c10::Device(c10::kCPU)).reason,
+                 std::string("fp32 (auto: VARRATE_CPU_BF16=0)"));
+        QVERIFY(varrate::choose_dtype("bf16", c10::Device(c10::kCPU)).reason.find("emulated") !=
+                std::string::npos);
+        qunsetenv("VARRATE_CPU_BF16");
+        const varrate::DtypeChoice detected = varrate::choose_dtype("auto", c10::Device(c10::kCPU));
+        QCOMPARE(detected.dtype, varrate::cpu_has_bf16_matmul() ? c10::kBFloat16 : c10::kFloat);
+        QVERIFY2(detected.reason.find("this CPU") != std::string::npos, detected.reason.c_str());
+        qputenv("VARRATE_CPU_BF16", "0");
         EXPECT_ERROR(varrate::parse_device("tpu"), "unknown device 'tpu'", "cuda:N");
         EXPECT_ERROR(varrate::parse_device("cuda:x"), "unknown device 'cuda:x'", "cuda:N");
         if (!varrate::cuda_available()) {

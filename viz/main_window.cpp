@@ -727,6 +727,7 @@ void MainWindow::update_status_labels() {
                                   .arg(loaded_.joint_dim)
                                   .arg(loaded_.n_layer)
                                   .arg(loaded_.device, loaded_.dtype));
+    model_label_->setToolTip(loaded_.dtype_reason.isEmpty() ? QString() : "dtype " + loaded_.dtype_reason);
     QString doc =
         document_source_.isEmpty() ? QString("no document") : QFileInfo(document_source_).fileName();
     if (document_source_ == "generated") doc = "NIAH document";

@@ -340,7 +340,7 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
 void RunPanel::update_dtypes() {
     const QString keep = dtype_->currentText();
     dtype_->clear();
-    dtype_->addItems({"fp32", "bf16"});
+    dtype_->addItems({"auto", "fp32", "bf16"});
     if (device_->currentText().startsWith("cuda")) dtype_->addItem("fp16");
     const int i = dtype_->findText(keep);
     dtype_->setCurrentIndex(i >= 0 ? i : 0);

@@ -34,7 +34,7 @@ struct RunSettings {
     CompressionMode mode = CompressionMode::QueryAgnostic;
     int64_t max_new_tokens = 32;
     bool chat = false;
-    std::string device = "cpu", dtype = preferred_cpu_dtype();  // bf16 on CPUs with bf16 matmul
+    std::string device = "cpu", dtype = "auto";  // models/device.h's policy, as the CLI's default
     BasisChoice basis = BasisChoice::Shipped;
     std::string basis_file;
 

@@ -85,9 +85,7 @@ struct RunWorker::State {
         live_base.reset();
         session.reset();  // free the previous model before loading the next
         dir.clear();
-        RuntimeOptions ro;
-        ro.device = parse_device(rs.device);
-        ro.dtype = parse_dtype(rs.dtype, ro.device);
+        const RuntimeOptions ro = resolve_runtime(rs.device, rs.dtype);
         const auto t0 = Clock::now();
         session = Session::open(clean.toStdString(), ro, {}, job);
         ++loads;
@@ -119,7 +117,8 @@ struct RunWorker::State {
         m.defaults_text =
             QString::fromStdString(describe_codec_defaults(session->joint_dim(), session->codec_defaults()));
         m.device = QString::fromStdString(rs.device);
-        m.dtype = QString::fromStdString(rs.dtype);
+        m.dtype = QString::fromStdString(dtype_name(session->model().options().dtype));
+        m.dtype_reason = QString::fromStdString(session->model().options().dtype_reason);
         m.tokenizer = gui_tokenizer;
         return m;
     }

@@ -41,6 +41,7 @@ struct ModelInfo {
     CodecSettings defaults;                       // what runs start from (core default_codec_settings)
     QString defaults_text;                        // which defaults those are, and why
     QString device, dtype;
+    QString dtype_reason;  // why that dtype (models/device.h), the status bar's tooltip
     double load_s = 0;
     bool reused = false;
     // A copy of the model's tokenizer for the GUI thread (rank-log export); the session's stays on the

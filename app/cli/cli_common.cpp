@@ -19,8 +19,9 @@ namespace varrate::cli {
 
 void add_runtime_options(CLI::App& sub, RuntimeArgs& args) {
     sub.add_option("--device", args.device, "cpu, cuda or cuda:N")->capture_default_str();
-    sub.add_option("--dtype", args.dtype,
-                   "fp32, bf16 (fp16 on CUDA only), or auto: bf16 on a CPU with bf16 matmul, else fp32")
+    sub.add_option(
+           "--dtype", args.dtype,
+           "auto (bf16 on CUDA and on CPUs with bf16 matmul, else fp32), fp32, bf16, or fp16 (CUDA only)")
         ->capture_default_str();
     sub.add_option("--threads", args.threads, "CPU threads (0 = all cores)")
         ->capture_default_str()
@@ -28,9 +29,7 @@ void add_runtime_options(CLI::App& sub, RuntimeArgs& args) {
 }
 
 RuntimeOptions runtime_options(const RuntimeArgs& args) {
-    RuntimeOptions o;
-    o.device = parse_device(args.device);
-    o.dtype = parse_dtype(args.dtype, o.device);
+    RuntimeOptions o = resolve_runtime(args.device, args.dtype);
     o.threads = configure_threads(args.threads);
     return o;
 }

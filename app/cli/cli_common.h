@@ -19,7 +19,7 @@ namespace varrate::cli {
 
 struct RuntimeArgs {
     std::string device = "cpu";
-    std::string dtype = "fp32";
+    std::string dtype = "auto";  // models/device.h's policy
     int threads = 0;
 };
 

@@ -32,7 +32,7 @@ struct BenchPrefillArgs {
     int64_t tokens = 2048;
     int repeats = 3;
     int64_t chunk_size = 512;
-    RuntimeArgs runtime{"cpu", "bf16", 0};
+    RuntimeArgs runtime;
     bool json = false;
     bool profile = false;
 };
@@ -48,7 +48,7 @@ struct BenchCodecArgs {
     std::string basis;  // basis file; empty = random orthonormal rows
     int repeats = 3;
     int64_t chunk_size = 512;
-    RuntimeArgs runtime{"cpu", "bf16", 0};
+    RuntimeArgs runtime;
     bool json = false;
 };
 

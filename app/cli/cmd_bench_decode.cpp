@@ -40,7 +40,7 @@ struct BenchDecodeArgs {
     CodecFlags flags;
     int repeats = 3;
     bool reconstruct = false;
-    RuntimeArgs runtime{"cpu", "bf16", 0};
+    RuntimeArgs runtime;
     bool json = false;
 };
 
@@ -162,7 +162,7 @@ int run_bench_decode(BenchDecodeArgs a) {
         j["model"] = a.model;
         j["tokens"] = a.tokens;
         j["new_tokens"] = a.new_tokens;
-        j["dtype"] = a.runtime.dtype;
+        j["dtype"] = dtype_name(model->options().dtype);
         j["threads"] = at::get_num_threads();
         j["budget"] = settings.budget;
         j["prefixes"] = a.reconstruct ? "reconstructed once" : "compressed store";
@@ -187,7 +187,7 @@ int run_bench_decode(BenchDecodeArgs a) {
     }
     std::cout << fmt::format(
         "{} tokens, {} new, {}, {} threads, kappa {}, decoding from the {}; prefill {:.0f} ms\n", a.tokens,
-        a.new_tokens, a.runtime.dtype, at::get_num_threads(), settings.budget,
+        a.new_tokens, dtype_name(model->options().dtype), at::get_num_threads(), settings.budget,
         a.reconstruct ? "caches rebuilt dense once" : "compressed stores", prefill_ms);
     std::cout << fmt::format("{:<8} {:>12} {:>12} {:>9} {:>10} {:>10} {:>10} {:>9} {:>8} {:>13}\n", "method",
                              "accounted", "resident", "res/full", "scratch", "RSS delta", "codec ms", "tok/s",

@@ -68,6 +68,8 @@ int run_demo(DemoArgs a) {
     const NiahDocument doc = generator.generate(a.length, a.depth, 0);
 
     std::cout << fmt::format("model     {}\n", a.model);
+    const RuntimeOptions& ro = session->model().options();
+    std::cout << fmt::format("runtime   {}, {}\n", ro.device.str(), ro.dtype_reason);
     std::cout << fmt::format("document  {} tokens, needle at {:g}% depth, {} distractor needle(s)\n",
                              doc.context_tokens, a.depth, doc.distractor_needles.size());
     std::cout << fmt::format("needle    {}\n", doc.needle);
