@@ -129,7 +129,9 @@ void validate(const EvalSweepOptions& o) {
     }
     if (o.out_dir.empty()) throw Error("--out: no output directory given");
     if (o.max_new_tokens < 0) throw Error("--max-new-tokens must not be negative");
-    if (o.bootstrap_resamples < 1) throw Error("--bootstrap must be at least 1");
+    if (o.bootstrap_resamples < kMinBootstrapResamples)
+        throw Error(fmt::format("--bootstrap {} is below {} resamples: the interval's ends would be noise",
+                                o.bootstrap_resamples, kMinBootstrapResamples));
 }
 
 std::string config_path(const EvalSweepOptions& o) {

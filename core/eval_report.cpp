@@ -55,7 +55,8 @@ nlohmann::json cell_json(const EvalCell& c) {
                              {"wins", c.vs_reference.wins},
                              {"losses", c.vs_reference.losses},
                              {"sign_test_p", c.vs_reference.sign_test_p},
-                             {"significant", c.vs_reference.significant()}};
+                             {"significant", c.vs_reference.significant()},
+                             {"verdict", to_string(c.vs_reference.significance())}};
     return j;
 }
 
@@ -222,30 +223,33 @@ nlohmann::json to_json(const EvalSummary& s) {
     for (const EvalCell& c : s.cells) cells.push_back(cell_json(c));
     for (const EvalCell& c : s.overall) overall.push_back(cell_json(c));
     for (const EvalCell& c : s.by_length) by_length.push_back(cell_json(c));
-    return {{"model", s.model},
-            {"suite", s.suite},
-            {"mode", s.mode},
-            {"reference", s.reference},
-            {"tasks", s.tasks},
-            {"lengths", s.lengths},
-            {"methods", s.methods},
-            {"budgets", s.budgets},
-            {"samples", s.samples},
-            {"statistics",
-             fmt::format(
-                 "mean score (0-100); difference to {} paired by sample: percentile bootstrap 95 % interval "
-                 "({} resamples, seeded) and exact two-sided sign test",
-                 s.reference, s.bootstrap_resamples)},
-            {"identity", s.identity},
-            {"cells", cells},
-            {"overall", overall},
-            {"by_length", by_length}};
+    return {
+        {"model", s.model},
+        {"suite", s.suite},
+        {"mode", s.mode},
+        {"reference", s.reference},
+        {"tasks", s.tasks},
+        {"lengths", s.lengths},
+        {"methods", s.methods},
+        {"budgets", s.budgets},
+        {"samples", s.samples},
+        {"statistics",
+         fmt::format(
+             "mean score (0-100); difference to {} paired by sample: percentile bootstrap 95 % interval "
+             "({} resamples, seeded) and exact two-sided sign test; significant where the interval excludes "
+             "0 and p < 0.05, 'n too small' below {} pairs; each cell is tested alone, not corrected for "
+             "multiple comparisons",
+             s.reference, s.bootstrap_resamples, kMinPairsForSignificance)},
+        {"identity", s.identity},
+        {"cells", cells},
+        {"overall", overall},
+        {"by_length", by_length}};
 }
 
 std::string eval_summary_csv(const EvalSummary& s) {
     std::string out =
         "task,context_length,method,budget,n,mean,diff_vs_reference,ci_low,ci_high,wins,losses,sign_test_p,"
-        "infeasible\n";
+        "infeasible,pairs,verdict\n";
     auto row = [&](const EvalCell& c) {
         const PairedComparison& p = c.vs_reference;
         out += fmt::format("{},{},{},{:g},{},{}", c.task.empty() ? "all" : c.task, c.length, c.method,
@@ -253,7 +257,8 @@ std::string eval_summary_csv(const EvalSummary& s) {
         out += p.n > 0 ? fmt::format(",{:.4f},{:.4f},{:.4f},{},{},{:.6g}", p.mean_difference, p.interval.low,
                                      p.interval.high, p.wins, p.losses, p.sign_test_p)
                        : std::string(",,,,,,");
-        out += fmt::format(",{}\n", c.infeasible);
+        out += fmt::format(",{}", c.infeasible);
+        out += p.n > 0 ? fmt::format(",{},{}\n", p.n, to_string(p.significance())) : std::string(",,\n");
     };
     for (const EvalCell& c : s.cells) row(c);
     for (const EvalCell& c : s.overall) row(c);

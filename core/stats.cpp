@@ -93,4 +93,22 @@ double median(std::vector<double> v) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+const char* to_string(Significance s) {
+    switch (s) {
+        case Significance::Significant:
+            return "significant";
+        case Significance::NotSignificant:
+            return "not significant";
+        case Significance::TooFewPairs:
+            break;
+    }
+    return "n too small";
+}
+
+Significance PairedComparison::significance() const {
+    if (n < kMinPairsForSignificance) return Significance::TooFewPairs;
+    const bool excludes_zero = interval.low > 0 || interval.high < 0;
+    return excludes_zero && sign_test_p < 0.05 ? Significance::Significant : Significance::NotSignificant;
+}
+
 }  // namespace varrate

@@ -20,6 +20,13 @@ struct Interval {
 // (high = 1). Throws Error when successes is outside [0, n] or z is not positive.
 Interval wilson_interval(int64_t successes, int64_t n, double z = kZ95);
 
+// The fewest paired samples for which the exact two-sided sign test can give p < 0.05: all of them one way
+// gives p = 2 / 2^n, below 0.05 from n = 6 on.
+inline constexpr int64_t kMinPairsForSignificance = 6;
+// The verdict on a paired difference (PairedComparison::significance).
+enum class Significance { Significant, NotSignificant, TooFewPairs };
+const char* to_string(Significance s);  // "significant", "not significant", "n too small"
+
 // Paired comparison of two methods scored on the same samples (the paper's statistics): the mean of the
 // per-sample differences a - b, a percentile bootstrap 95 % interval of that mean (`resamples` resamples of
 // the n samples with replacement, seeded: the same inputs give the same interval), and an exact two-sided
@@ -30,9 +37,15 @@ struct PairedComparison {
     Interval interval{0, 0};       // of the mean difference; {0, 0} when n = 0
     int64_t wins = 0, losses = 0;  // samples where a > b, a < b
     double sign_test_p = 1;        // 1 when they never differ
-    // The interval excludes zero: the difference counts (the paper's rule).
-    bool significant() const { return interval.low > 0 || interval.high < 0; }
+    // A difference counts only when the bootstrap interval excludes zero (the paper's rule) and the exact
+    // sign test gives p < 0.05; with fewer than kMinPairsForSignificance pairs the test cannot, whatever the
+    // scores: "n too small" (one sample, or identical differences, make the interval a point that may
+    // exclude zero). No correction for multiple comparisons: each cell is its own test.
+    Significance significance() const;
+    bool significant() const { return significance() == Significance::Significant; }
 };
+// Fewer resamples than this make the percentile interval's ends noisy; commands refuse them.
+inline constexpr int64_t kMinBootstrapResamples = 1000;
 inline constexpr int64_t kBootstrapResamples = 10000;
 inline constexpr uint64_t kBootstrapSeed = 20260512;
 // Throws Error when a and b differ in length or resamples < 1.

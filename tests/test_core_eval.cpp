@@ -67,6 +67,15 @@ std::map<std::string, nlohmann::json> read_records(const fs::path& out) {
 class TestEval : public QObject {
     Q_OBJECT
   private Q_SLOTS:
+    // Fewer than 1000 bootstrap resamples are refused before any work (the interval's ends would be noise).
+    void few_bootstrap_resamples_are_refused() {
+        const auto session = demo_session();
+        EvalSweepOptions o = tiny_eval(varrate::test::temp_dir("eval-bootstrap"));
+        o.bootstrap_resamples = 999;
+        EXPECT_ERROR(run_eval_sweep(*session, o, {}), "--bootstrap 999 is below 1000 resamples");
+        QVERIFY(!fs::exists(o.out_dir / "records"));
+    }
+
     void sweep_records_statistics_and_kvpress_layout() {
         const auto session = demo_session();
         const fs::path out = varrate::test::temp_dir("eval-sweep");
@@ -117,6 +126,22 @@ class TestEval : public QObject {
         QCOMPARE(overall.vs_reference.interval.high, want.interval.high);
         QCOMPARE(overall.vs_reference.sign_test_p, want.sign_test_p);
         QCOMPARE(sum.overall[0].vs_reference.n, int64_t{0});  // the reference itself
+        // Three samples per cell cannot make a difference significant, whatever the scores: each compared
+        // cell says so, with its pairs, in summary.json and summary.csv.
+        const nlohmann::json sj = to_json(sum);
+        int compared = 0;
+        for (const auto& cell : sj["cells"]) {
+            QCOMPARE(cell["n"].get<int64_t>(), int64_t{3});
+            if (!cell.contains("vs_reference")) continue;
+            ++compared;
+            QCOMPARE(cell["vs_reference"]["n"].get<int64_t>(), int64_t{3});
+            QCOMPARE(cell["vs_reference"]["significant"].get<bool>(), false);
+            QCOMPARE(cell["vs_reference"]["verdict"].get<std::string>(), std::string("n too small"));
+        }
+        QCOMPARE(compared, 2);
+        QVERIFY(sj["statistics"].get<std::string>().find("not corrected for multiple comparisons") !=
+                std::string::npos);
+        QVERIFY(eval_summary_csv(sum).find(",3,n too small\n") != std::string::npos);
         double second_full = 0;
         for (int64_t s = 0; s < 3; ++s) second_full += full.at({"niah_single_2", s});
         const EvalCell& second = sum.cells[2];

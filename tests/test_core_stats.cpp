@@ -41,6 +41,26 @@ class TestStats : public QObject {
         // 2 P(W <= 40), W ~ Bin(100, 1/2) = 0.056887934 (exact, from the binomial coefficients).
         QVERIFY(std::abs(sign_test_p(60, 40) - 0.05688793364) < 1e-9);
     }
+    // Significance takes both the interval and the sign test, and enough pairs for the test to be able to
+    // reject: 20 wins and no loss is significant; six all one way is the fewest that can be (p = 2/64);
+    // eight large wins and two tiny losses give an interval far from 0 but p = 0.11: not significant.
+    void significance_needs_the_interval_and_the_sign_test() {
+        const PairedComparison twenty =
+            paired_comparison(std::vector<double>(20, 1.0), std::vector<double>(20, 0.0));
+        QVERIFY(twenty.significant());
+        QCOMPARE(twenty.sign_test_p, 2.0 / double(1 << 20));
+        QVERIFY(paired_comparison(std::vector<double>(6, 1.0), std::vector<double>(6, 0.0)).significant());
+        QVERIFY(paired_comparison(std::vector<double>(5, 1.0), std::vector<double>(5, 0.0)).significance() ==
+                Significance::TooFewPairs);
+        std::vector<double> a = {1, 1, 1, 1, 1, 1, 1, 1, 0, 0}, b = {0, 0, 0, 0, 0, 0, 0, 0, 0.01, 0.01};
+        const PairedComparison mixed = paired_comparison(a, b);
+        QVERIFY2(mixed.interval.low > 0, qPrintable(QString::number(mixed.interval.low)));
+        QCOMPARE(mixed.sign_test_p, sign_test_p(8, 2));
+        QVERIFY(mixed.sign_test_p > 0.05);
+        QVERIFY(mixed.significance() == Significance::NotSignificant);
+        QCOMPARE(std::string(to_string(mixed.significance())), std::string("not significant"));
+    }
+
     void paired_bootstrap_interval() {
         // No difference: a point interval at 0, never significant.
         const std::vector<double> same = {1, 0, 1, 1, 0};
@@ -50,12 +70,17 @@ class TestStats : public QObject {
         QCOMPARE(p.interval.high, 0.0);
         QVERIFY(!p.significant());
         QCOMPARE(p.sign_test_p, 1.0);
-        // A constant difference: the interval is that difference.
+        // A constant difference: the interval is that difference, a point that excludes 0; four pairs cannot
+        // make the sign test reject (p = 2/16), so it is "n too small", not significant.
         p = paired_comparison({1, 1, 1, 1}, {0, 0, 0, 0});
         QCOMPARE(p.interval.low, 1.0);
         QCOMPARE(p.interval.high, 1.0);
-        QVERIFY(p.significant());
         QCOMPARE(p.wins, int64_t(4));
+        QVERIFY(!p.significant());
+        QVERIFY(p.significance() == Significance::TooFewPairs);
+        QCOMPARE(std::string(to_string(p.significance())), std::string("n too small"));
+        // One sample (`varrate eval --samples 1`): never significant.
+        QVERIFY(paired_comparison({1}, {0}).significance() == Significance::TooFewPairs);
         // Two samples with differences 0 and 1: resampled means 0, 0.5, 1 with probabilities 1/4, 1/2, 1/4,
         // so the 2.5 and 97.5 percentiles are 0 and 1.
         p = paired_comparison({0, 1}, {0, 0});
@@ -73,6 +98,7 @@ class TestStats : public QObject {
         QVERIFY2(std::abs(p.interval.high - (0.2 + 1.96 * 0.06)) < 0.02,
                  qPrintable(QString::number(p.interval.high)));
         QVERIFY(p.significant());
+        QCOMPARE(std::string(to_string(p.significance())), std::string("significant"));
         QCOMPARE(p.sign_test_p, sign_test_p(30, 10));
         const PairedComparison again = paired_comparison(a, b);
         QCOMPARE(again.interval.low, p.interval.low);

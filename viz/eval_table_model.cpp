@@ -81,7 +81,12 @@ QVariant EvalTableModel::headerData(int section, Qt::Orientation orientation, in
                 return QStringLiteral("mean difference to %1 over the samples both have (paired)").arg(ref);
             case Interval:
                 return QStringLiteral(
-                    "percentile bootstrap 95 % interval of the mean difference; bold where it excludes 0");
+                           "percentile bootstrap 95 % interval of the mean difference; bold where it "
+                           "excludes 0 and the "
+                           "sign test gives p < 0.05 (never below %1 pairs: n too small); not corrected for "
+                           "multiple "
+                           "comparisons")
+                    .arg(kMinPairsForSignificance);
             case WinsLosses:
                 return QStringLiteral("samples better / worse than %1").arg(ref);
             case SignP:
@@ -173,8 +178,12 @@ QVariant EvalTableModel::data(const QModelIndex& index, int role) const {
     if (role == Qt::BackgroundRole && col == Mean && has) return QBrush(niah_colour(c->mean / 100.0));
     if (role == Qt::ForegroundRole && col == Mean && has) return QBrush(QColor(0x20, 0x20, 0x20));
     if (role == Qt::ToolTipRole) {
-        if (c->task.empty()) return QStringLiteral("every task pooled");
-        return QStringLiteral("double-click: read this cell's samples");
+        const QString verdict = paired ? QStringLiteral("%1 pairs: %2\n")
+                                             .arg(d.n)
+                                             .arg(QString::fromUtf8(to_string(d.significance())))
+                                       : QString();
+        if (c->task.empty()) return verdict + QStringLiteral("every task pooled");
+        return verdict + QStringLiteral("double-click: read this cell's samples");
     }
     return {};
 }

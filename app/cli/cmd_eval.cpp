@@ -35,17 +35,25 @@ std::string cell_text(const EvalCell& c) {
     if (c.n == 0) return c.infeasible > 0 ? "n/a" : "-";
     std::string t = fmt::format("{:.1f}", c.mean);
     const PairedComparison& p = c.vs_reference;
-    if (p.n > 0)
-        t += fmt::format(" {:+.1f} [{:+.1f}, {:+.1f}]{}", p.mean_difference, p.interval.low, p.interval.high,
-                         p.significant() ? "*" : "");
+    if (p.n > 0) {
+        const Significance v = p.significance();
+        t += fmt::format(" {:+.1f} [{:+.1f}, {:+.1f}] pairs={}{}", p.mean_difference, p.interval.low,
+                         p.interval.high, p.n,
+                         v == Significance::Significant   ? " *"
+                         : v == Significance::TooFewPairs ? " (n too small)"
+                                                          : "");
+    }
     return t;
 }
 
 void print_summary(const EvalSummary& s) {
     std::cout << fmt::format(
-        "mean score (0-100) per task and length; then the difference to {} paired by sample, bootstrap 95% "
-        "interval ({} resamples), * where it excludes 0\n",
-        s.reference, s.bootstrap_resamples);
+        "mean score (0-100) per task and length over n samples; then the difference to {} paired by sample "
+        "over "
+        "the pairs both scored, bootstrap 95% interval ({} resamples); * where it excludes 0 and the sign "
+        "test "
+        "gives p < 0.05, '(n too small)' below {} pairs; cells are not corrected for multiple comparisons\n",
+        s.reference, s.bootstrap_resamples, kMinPairsForSignificance);
     for (const EvalCell& c : s.cells)
         std::cout << fmt::format("  {:<18} L={:<6} {:<24} n={:<4} {}\n", c.task, c.length, series_label(c),
                                  c.n, cell_text(c));
@@ -217,7 +225,7 @@ Command add_eval(CLI::App& root) {
         ->capture_default_str();
     sub->add_option("--bootstrap", a->bootstrap, "bootstrap resamples of the paired intervals")
         ->capture_default_str()
-        ->check(CLI::Range(int64_t{1}, int64_t{10000000}));
+        ->check(CLI::Range(kMinBootstrapResamples, int64_t{10000000}));
     sub->add_option("--essay-file", a->essay_file,
                     "text of the essay haystacks (default: the procedural filler)")
         ->check(CLI::ExistingFile);
