@@ -158,6 +158,7 @@ nlohmann::json to_json(const LayerDiagnostics& d, bool per_token) {
         {"mean_rel_error", d.mean_rel_error},
         {"mean_quant_error", d.mean_quant_error},
         {"coef_bits", d.coef_bits},
+        {"schedule_fallback", d.schedule_fallback},
         {"weighted_rel_error", d.weighted_rel_error},
         {"attn_output_error", d.attn_output_error},
         {"timing_ms",
@@ -197,6 +198,7 @@ LayerDiagnostics layer_diagnostics_from_json(const nlohmann::json& j, const std:
     d.mean_rank = json_field<double>(j, "mean_rank", where, 0);
     d.floor_share = json_field<double>(j, "floor_share", where, 0);
     // Runs saved before the indices were packed name the bytes of an int16 / int32 index.
+    d.schedule_fallback = json_field<bool>(j, "schedule_fallback", where, false);
     d.index_bits = j.contains("index_bits") ? json_field<int64_t>(j, "index_bits", where, 0)
                                             : 8 * json_field<int64_t>(j, "index_bytes", where, 0);
     d.basis_bytes = json_field<int64_t>(j, "basis_bytes", where, 0);

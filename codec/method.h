@@ -69,6 +69,9 @@ struct LayerDiagnostics {
     // keys' and values'), mean over L of that over ||z||; 0 unquantized. The rest is truncation.
     double mean_quant_error = 0;
     int64_t coef_bits = 0;  // bits per stored coefficient or quantized scalar (0: not applicable)
+    // PyramidKV: its depth schedule was invalid at this L and kappa, so every layer kept SnapKV's uniform
+    // count (kvpress's fallback): the run is SnapKV's, and says so.
+    bool schedule_fallback = false;
     // Distortion that says what matters (core/capture.h's add_distortion; -1 when not measured):
     double weighted_rel_error =
         -1;  // ||z - z^|| / ||z|| weighted by VarRate's salience (where attention looks)

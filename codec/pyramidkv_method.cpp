@@ -9,6 +9,35 @@
 
 namespace varrate {
 
+namespace {
+
+struct Schedule {
+    double max_num = 0, min_num = 0;
+    bool fallback = false;
+};
+
+// kvpress's arithmetic, operation for operation in double (its compression_ratio is 1 - kappa).
+Schedule schedule(const CodecSettings& s, int64_t n_tokens) {
+    const double L = static_cast<double>(n_tokens), w = static_cast<double>(s.obs_window);
+    const double beta = static_cast<double>(PyramidKVMethod::kBeta);
+    const double max_capacity = w + L * s.budget;
+    Schedule sc;
+    sc.min_num = (max_capacity - w) / beta;
+    sc.max_num = (max_capacity - w) * 2 - sc.min_num;
+    if (sc.max_num >= L - w) {
+        sc.max_num = L - w;
+        sc.min_num = (max_capacity - w) * 2 - sc.max_num;
+    }
+    sc.fallback = !(L >= sc.max_num && sc.max_num >= sc.min_num && sc.min_num >= w);
+    return sc;
+}
+
+}  // namespace
+
+bool PyramidKVMethod::schedule_falls_back(const CodecSettings& s, int64_t n_tokens) {
+    return schedule(s, n_tokens).fallback;
+}
+
 int64_t PyramidKVMethod::layer_kept_tokens(const CodecSettings& s, int64_t n_tokens, int64_t n_layers,
                                            int64_t layer) {
     if (n_layers <= 0 || layer < 0 || layer >= n_layers)
@@ -20,18 +49,11 @@ int64_t PyramidKVMethod::layer_kept_tokens(const CodecSettings& s, int64_t n_tok
                         n_tokens, s.obs_window));
     if (!(s.budget > 0.0 && s.budget <= 1.0))
         throw Error(fmt::format("pyramidkv: budget kappa={} is outside (0, 1]", s.budget));
-    // kvpress's arithmetic, operation for operation in double (its compression_ratio is 1 - kappa).
+    const Schedule sc = schedule(s, n_tokens);
     const double L = static_cast<double>(n_tokens), w = static_cast<double>(s.obs_window);
-    const double beta = static_cast<double>(kBeta);
-    const double max_capacity = w + L * s.budget;
-    double min_num = (max_capacity - w) / beta;
-    double max_num = (max_capacity - w) * 2 - min_num;
-    if (max_num >= L - w) {
-        max_num = L - w;
-        min_num = (max_capacity - w) * 2 - max_num;
-    }
+    const double max_num = sc.max_num, min_num = sc.min_num;
     int64_t kept = 0;
-    if (!(L >= max_num && max_num >= min_num && min_num >= w)) {
+    if (sc.fallback) {
         kept = std::max<int64_t>(1, static_cast<int64_t>(std::nearbyint(L * s.budget)));
     } else {
         const double steps = n_layers > 1 ? (max_num - min_num) / static_cast<double>(n_layers - 1) : 0.0;
@@ -64,7 +86,9 @@ std::shared_ptr<const LayerAnalysis> PyramidKVMethod::analyse(const LayerCapture
 LayerAllocation PyramidKVMethod::allocate(const LayerAnalysis& analysis, const CodecSettings& budget) {
     const auto& a = dynamic_cast<const SnapKVAnalysis&>(analysis);
     check_budget_settings(a, budget);
-    return allocate_kept(a, layer_kept_tokens(budget, a.n_tokens, a.n_layers, a.layer));
+    LayerAllocation out = allocate_kept(a, layer_kept_tokens(budget, a.n_tokens, a.n_layers, a.layer));
+    out.diagnostics.schedule_fallback = schedule_falls_back(budget, a.n_tokens);
+    return out;
 }
 
 }  // namespace varrate

@@ -27,6 +27,9 @@ class PyramidKVMethod : public SnapKVMethod {
     // when the count is below the always-kept window (as SnapKV) and Error for kappa outside (0, 1].
     static int64_t layer_kept_tokens(const CodecSettings& s, int64_t n_tokens, int64_t n_layers,
                                      int64_t layer);
+    // Whether the schedule is invalid at this L and kappa (L >= max >= min >= w fails: min = L kappa / beta
+    // below the window w, i.e. L kappa < beta w), so that every layer keeps SnapKV's count.
+    static bool schedule_falls_back(const CodecSettings& s, int64_t n_tokens);
 };
 
 }  // namespace varrate

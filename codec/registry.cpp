@@ -29,14 +29,16 @@ struct Entry {
     const char* description;
     Factory make;
     MethodProbe probe = MethodProbe::None;
+    // What sets the footprint: kappa (one run per budget), its own settings (KIVI's bits: one run, labelled
+    // by the footprint it measures), or nothing (the uncompressed reference).
+    BudgetRule budget = BudgetRule::Kappa;
 };
 
 const std::vector<Entry>& registry() {
     static const std::vector<Entry> entries = {
         {"full", false, true, "no compression (the ceiling)",
-         [](const CodecSettings& s, std::shared_ptr<const Basis>) {
-             return std::make_unique<FullMethod>(s);
-         }},
+         [](const CodecSettings& s, std::shared_ptr<const Basis>) { return std::make_unique<FullMethod>(s); },
+         MethodProbe::None, BudgetRule::Uncompressed},
         {"varrate", true, true, "variable-rate low-rank codec, ranks water-filled by SnapKV salience",
          [](const CodecSettings& s, std::shared_ptr<const Basis> b) {
              return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Salience);
@@ -142,12 +144,14 @@ const std::vector<Entry>& registry() {
          "KIVI 2-bit quantization (keys per channel, values per token, 128 recent exact)",
          [](const CodecSettings& s, std::shared_ptr<const Basis>) {
              return std::make_unique<KiviMethod>(s, 2);
-         }},
+         },
+         MethodProbe::None, BudgetRule::OwnSettings},
         {"kivi4", false, false,
          "KIVI 4-bit quantization (keys per channel, values per token, 128 recent exact)",
          [](const CodecSettings& s, std::shared_ptr<const Basis>) {
              return std::make_unique<KiviMethod>(s, 4);
-         }},
+         },
+         MethodProbe::None, BudgetRule::OwnSettings},
     };
     return entries;
 }
@@ -192,6 +196,18 @@ std::string method_description(const std::string& name) {
 
 MethodProbe method_probe(const std::string& name) {
     return find(name).probe;
+}
+
+BudgetRule method_budget_rule(const std::string& name) {
+    return find(name).budget;
+}
+
+bool method_takes_budget(const std::string& name) {
+    return method_budget_rule(name) == BudgetRule::Kappa;
+}
+
+bool method_compresses(const std::string& name) {
+    return method_budget_rule(name) != BudgetRule::Uncompressed;
 }
 
 }  // namespace varrate

@@ -27,4 +27,16 @@ enum class MethodProbe {
 };
 MethodProbe method_probe(const std::string& name);
 
+// What sets a method's footprint. Sweeps (niah, eval), compare, rd and the app run a Kappa method once per
+// budget and every other one once, labelled by its measured footprint.
+enum class BudgetRule {
+    Kappa,         // the budget kappa (varrate, flat, snapkv, ...)
+    OwnSettings,   // its own settings, whatever kappa says (kivi2, kivi4: the bits)
+    Uncompressed,  // nothing is compressed (full, the reference)
+};
+BudgetRule method_budget_rule(const std::string& name);
+bool method_takes_budget(const std::string& name);  // BudgetRule::Kappa
+bool method_compresses(const std::string& name);    // not BudgetRule::Uncompressed
+// Unknown names throw Error (listing the known ones), as make_method does.
+
 }  // namespace varrate

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "codec/codec_json.h"
+#include "codec/pyramidkv_method.h"
 #include "codec/registry.h"
 #include "core/base/error.h"
 #include "core/base/json_field.h"
@@ -134,7 +135,7 @@ void answer_pending(const Session& s, std::vector<PendingAnswers>& pending,
         if (req.mode == CompressionMode::QueryAgnostic && parts[qi].question_ids.empty())
             throw Error("question " + std::to_string(qi + 1) + " is empty");
         std::vector<std::vector<int64_t>> answers =
-            decode_answers(s, caches, logits, parts[qi], req.mode, req.max_new_tokens, job);
+            decode_answers(s, caches, logits, parts[qi], req.mode, req.max_new_tokens, job, req.stop_ids);
         for (size_t k = 0; k < pending.size(); ++k)
             pending[k].slot->run.answer_ids.push_back(std::move(answers[k]));
     }
@@ -168,7 +169,8 @@ void mark_infeasible(RunSlot& slot, const std::string& why) {
 std::vector<std::vector<int64_t>> decode_answers(const Session& s, const std::vector<const KVCache*>& caches,
                                                  const std::vector<at::Tensor>& last_logits,
                                                  const PromptParts& parts, CompressionMode mode,
-                                                 int64_t max_new_tokens, const JobControl& job) {
+                                                 int64_t max_new_tokens, const JobControl& job,
+                                                 const std::vector<int64_t>& extra_stop_ids) {
     if (caches.size() != last_logits.size())
         throw Error(fmt::format("decode_answers: {} caches, {} logits", caches.size(), last_logits.size()));
     if (caches.empty()) return {};
@@ -176,6 +178,7 @@ std::vector<std::vector<int64_t>> decode_answers(const Session& s, const std::ve
     GenerateOptions opt;
     opt.max_new_tokens = max_new_tokens;
     opt.stop_ids = stop_ids(s);
+    opt.stop_ids.insert(opt.stop_ids.end(), extra_stop_ids.begin(), extra_stop_ids.end());
     opt.cancel = job.cancel;
     auto logits_of = [&](size_t first, size_t last) {
         if (!ids.empty()) return at::Tensor();  // the prompt's forward gives them
@@ -284,7 +287,7 @@ std::vector<RunSlot> make_slots(const CompareRequest& req, const ComparePlan& pl
         for (double b : plan.budgets) {
             RunSlot slot;
             slot.method = mi;
-            slot.budget = name == "full" ? 1.0 : b;
+            slot.budget = method_takes_budget(name) ? b : 1.0;
             slot.settings = req.settings;
             slot.settings.budget = b;
             slot.run.method = name;
@@ -292,7 +295,7 @@ std::vector<RunSlot> make_slots(const CompareRequest& req, const ComparePlan& pl
             slot.run.self_calibrated = method_needs_basis(name) && plan.basis->info().self_calibrated;
             slot.run.basis_accounting = basis_accounting(name, slot.run.self_calibrated, slot.settings);
             slots.push_back(std::move(slot));
-            if (name == "full") break;
+            if (!method_takes_budget(name)) break;  // one run whatever the budget list
         }
     }
     return slots;
@@ -310,10 +313,22 @@ CompareResult finish_result(const Session& s, const CompareRequest& req, const C
                     run.correct.push_back(answer_matches(run.answers.back(), req.answers[qi]) ? 1 : 0);
             }
             add_footprint(run);
+            if (run.schedule_fallback())
+                result.warnings.push_back(fmt::format(
+                    "{}, budget {:g}: the depth schedule is invalid at L={} (L x kappa below {} x the window "
+                    "of "
+                    "{}), so every layer keeps SnapKV's count, as kvpress does: this run is SnapKV's",
+                    run.method, run.budget, run.layers.empty() ? 0 : run.layers.front().n_tokens,
+                    PyramidKVMethod::kBeta, req.settings.obs_window));
         }
         result.runs.push_back(std::move(run));
     }
     return result;
+}
+
+bool MethodRun::schedule_fallback() const {
+    return std::any_of(layers.begin(), layers.end(),
+                       [](const LayerDiagnostics& d) { return d.schedule_fallback; });
 }
 
 ProbeRequest probe_request(const CompareRequest& req, const ComparePlan& plan, size_t ci) {
@@ -587,7 +602,7 @@ std::vector<PplRun> run_perplexity(const Session& s, const PplRequest& req, cons
             const double nll = -logp.gather(1, targets.unsqueeze(1)).mean().item<double>();
             PplRun run;
             run.method = name;
-            run.budget = name == "full" ? 1.0 : b;
+            run.budget = method_takes_budget(name) ? b : 1.0;
             run.nll = nll;
             run.ppl = std::exp(nll);
             run.scored_tokens = targets.size(0);
@@ -599,7 +614,7 @@ std::vector<PplRun> run_perplexity(const Session& s, const PplRequest& req, cons
             run.footprint_fraction = tmp.footprint_fraction;
             run.basis_bytes = tmp.basis_bytes;
             runs.push_back(run);
-            if (name == "full") break;
+            if (!method_takes_budget(name)) break;
         }
     }
     return runs;

@@ -45,6 +45,9 @@ struct CompareRequest {
     // cache, which sweeps that do not report it (NIAH) skip.
     bool attention_output_error = true;
     int64_t max_new_tokens = 32;
+    // Tokens that end an answer besides the model's EOS (the token is kept): LongBench's samsum stops at a
+    // newline, as its pred.py does.
+    std::vector<int64_t> stop_ids;
     bool chat = false;
     // A method whose budget this context cannot meet (InfeasibleBudget) gets a run with `infeasible` set
     // instead of stopping the comparison.
@@ -78,6 +81,8 @@ struct MethodRun {
     std::vector<int64_t> context_ids;      // what the (first) compression saw
     std::vector<LayerDiagnostics> layers;  // of the (first) compression
     std::string infeasible;                // why the budget could not be met (skip_infeasible); "" when run
+    // Any layer's LayerDiagnostics::schedule_fallback: PyramidKV kept SnapKV's uniform counts.
+    bool schedule_fallback() const;
 };
 
 struct CompareResult {
@@ -108,7 +113,8 @@ std::vector<std::vector<int64_t>> decode_answers(const Session& session,
                                                  const std::vector<const KVCache*>& caches,
                                                  const std::vector<at::Tensor>& last_logits,
                                                  const PromptParts& parts, CompressionMode mode,
-                                                 int64_t max_new_tokens, const JobControl& job = {});
+                                                 int64_t max_new_tokens, const JobControl& job = {},
+                                                 const std::vector<int64_t>& extra_stop_ids = {});
 // decode_answers of one cache.
 std::vector<int64_t> decode_answer(const Session& session, const KVCache& cache,
                                    const at::Tensor& last_logits, const PromptParts& parts,

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "codec/codec_json.h"
+#include "codec/registry.h"
 #include "core/base/error.h"
 #include "core/base/file_io.h"
 #include "core/base/hash.h"
@@ -46,6 +47,7 @@ nlohmann::json to_json(const EvalRecord& r) {
     j["context_tokens"] = r.context_tokens;
     j["compressed_tokens"] = r.compressed_tokens;
     j["footprint_fraction"] = r.footprint_fraction;
+    if (r.schedule_fallback) j["schedule_fallback"] = true;
     j["durations"] = {
         {"prefill_ms", r.prefill_ms}, {"compress_ms", r.compress_ms}, {"document_ms", r.document_ms}};
     j["timestamp"] = r.timestamp;
@@ -78,6 +80,7 @@ EvalRecord eval_record_from_json(const nlohmann::json& j, const std::string& whe
     r.context_tokens = json_field<int64_t>(j, "context_tokens", where, 0);
     r.compressed_tokens = json_field<int64_t>(j, "compressed_tokens", where, 0);
     r.footprint_fraction = json_field<double>(j, "footprint_fraction", where, 0);
+    r.schedule_fallback = json_field<bool>(j, "schedule_fallback", where, false);
     const nlohmann::json d = json_field<nlohmann::json>(j, "durations", where, nlohmann::json::object());
     r.prefill_ms = json_field<double>(d, "prefill_ms", where, 0);
     r.compress_ms = json_field<double>(d, "compress_ms", where, 0);
@@ -175,7 +178,7 @@ struct Series {
 std::vector<Series> eval_series(const EvalSweepOptions& o) {
     std::vector<Series> out;
     for (const std::string& m : o.methods) {
-        if (!niah_method_has_budget(m)) {
+        if (!method_takes_budget(m)) {
             out.push_back({m, 1.0});
             continue;
         }
@@ -361,6 +364,11 @@ EvalSweepStats run_eval_sweep(const Session& session, const EvalSweepOptions& op
             sample.metric = to_string(ds.metric);
             sample.id = ls.id;
             sample.max_new_tokens = ds.max_new_tokens;
+            if (ds.stop_at_newline) {
+                // pred.py's eos_token_id=[eos, tokenizer.encode("\n", add_special_tokens=False)[-1]].
+                const std::vector<int64_t> nl = session.tokenizer().encode("\n", false);
+                if (!nl.empty()) req.stop_ids = {nl.back()};
+            }
             sample.context_tokens = static_cast<int64_t>(prompt.parts.context_ids.size());
             sample.prompt_tokens =
                 sample.context_tokens + static_cast<int64_t>(prompt.parts.question_ids.size());
@@ -391,7 +399,7 @@ EvalSweepStats run_eval_sweep(const Session& session, const EvalSweepOptions& op
         for (const Series& s : doc.missing) {
             if (std::find(req.methods.begin(), req.methods.end(), s.method) == req.methods.end())
                 req.methods.push_back(s.method);
-            if (niah_method_has_budget(s.method) &&
+            if (method_takes_budget(s.method) &&
                 std::none_of(req.budgets.begin(), req.budgets.end(),
                              [&](double b) { return same_budget(b, s.budget); }))
                 req.budgets.push_back(s.budget);
@@ -447,6 +455,7 @@ EvalSweepStats run_eval_sweep(const Session& session, const EvalSweepOptions& op
             r.context_tokens = sample.context_tokens;
             r.compressed_tokens = static_cast<int64_t>(run.context_ids.size());  // + the question if aware
             r.footprint_fraction = run.footprint_fraction;
+            r.schedule_fallback = run.schedule_fallback();
             r.prefill_ms = run.prefill_ms;
             r.compress_ms = run.compress_ms;
             r.document_ms = document_ms;

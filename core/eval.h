@@ -72,6 +72,7 @@ struct EvalRecord {
     std::string infeasible;            // why the budget could not be met; "" when run
     int64_t max_new_tokens = 0, prompt_tokens = 0, context_tokens = 0, compressed_tokens = 0;
     double footprint_fraction = 0;
+    bool schedule_fallback = false;  // PyramidKV ran SnapKV's uniform counts (written only when true)
     double prefill_ms = 0, compress_ms = 0, document_ms = 0;
     std::string timestamp;
     nlohmann::json sweep;  // the sweep's identity
@@ -133,10 +134,12 @@ void write_eval_summary(const EvalSummary& s, const EvalSweepOptions& options);
 // kvpress's folder name of one run: RULER ruler__<length>__<model>__<press>__<1 - budget, 2 decimals>
 // [__query_aware] (kvpress's data_dir is the length); LongBench
 // longbench__<dataset>__<model>__<press>__<ratio>
-// __max_context<length>[__query_aware] (its data_dir is the dataset). `full` is kvpress's no_press at 0.00.
+// __max_context<length>[__query_aware] (its data_dir is the dataset). `full` is kvpress's no_press at 0.00;
+// the ratio is 1 - kept: kept is kappa, or for a method set by its own settings (KIVI) its measured
+// footprint.
 std::string kvpress_folder_name(const std::string& suite, const std::string& data_dir,
                                 const std::string& model, int64_t max_context, const std::string& method,
-                                double budget, CompressionMode mode);
+                                double kept, CompressionMode mode);
 
 // sweep.json of an eval folder (grid of kind "eval" + identity) and its reading back, as core/niah.h's.
 nlohmann::json eval_grid_json(const EvalSweepOptions& options);

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "codec/registry.h"
 #include "core/base/error.h"
 #include "core/base/file_io.h"
 #include "core/eval.h"
@@ -95,19 +96,21 @@ std::string yaml_string(const std::string& s) {
     return out + "'";
 }
 
-double kvpress_ratio(const std::string& method, double budget) {
-    return niah_method_has_budget(method) ? 1.0 - budget : 0.0;
+// kvpress's compression_ratio: 1 - kappa for a method set by its budget, 1 - the footprint it measured for
+// one set by its own settings (KIVI's bits), 0 for the uncompressed reference (no_press).
+double kvpress_ratio(const std::string& method, double budget_or_footprint) {
+    return method_compresses(method) ? 1.0 - budget_or_footprint : 0.0;
 }
 
 }  // namespace
 
 std::string kvpress_folder_name(const std::string& suite, const std::string& data_dir,
                                 const std::string& model, int64_t max_context, const std::string& method,
-                                double budget, CompressionMode mode) {
+                                double kept, CompressionMode mode) {
     // kvpress writes the model id with "/" as "--"; ours is a folder name, never with "/".
-    const std::string press = niah_method_has_budget(method) ? method : "no_press";
+    const std::string press = method_compresses(method) ? method : "no_press";
     std::string name =
-        fmt::format("{}__{}__{}__{}__{:.2f}", suite, data_dir, model, press, kvpress_ratio(method, budget));
+        fmt::format("{}__{}__{}__{}__{:.2f}", suite, data_dir, model, press, kvpress_ratio(method, kept));
     if (max_context > 0) name += fmt::format("__max_context{}", max_context);
     if (mode == CompressionMode::QueryAware) name += "__query_aware";
     return name;
@@ -131,7 +134,7 @@ EvalSummary summarize_eval(const EvalSweepOptions& o) {
     };
     std::vector<Key> series;
     for (const std::string& m : o.methods) {
-        if (!niah_method_has_budget(m)) {
+        if (!method_takes_budget(m)) {
             series.push_back({m, 1.0});
             continue;
         }
@@ -285,20 +288,38 @@ void write_eval_summary(const EvalSummary& s, const EvalSweepOptions& o) {
             for (size_t ti = 0; ti < (lb ? o.tasks.size() : 1); ++ti) {
                 const std::vector<std::string> tasks = lb ? std::vector<std::string>{o.tasks[ti]} : o.tasks;
                 const std::string data_dir = lb ? o.tasks[ti] : std::to_string(length);
+                // A method set by its own settings is named by the footprint its records measured here.
+                double kept = ser.budget;
+                if (!method_takes_budget(ser.method) && method_compresses(ser.method)) {
+                    double sum = 0;
+                    int64_t n = 0;
+                    for (const std::string& task : tasks)
+                        for (int64_t sample = 0; sample < o.samples; ++sample) {
+                            const auto path =
+                                eval_record_path(o.out_dir, ser.method, ser.budget, task, length, sample);
+                            if (!std::filesystem::exists(path)) continue;
+                            const EvalRecord r = eval_record_from_json(read_json_file(path), path.string());
+                            if (!r.score) continue;
+                            sum += r.footprint_fraction;
+                            ++n;
+                        }
+                    if (n > 0) kept = sum / static_cast<double>(n);
+                }
                 const std::filesystem::path dir =
                     o.out_dir / "kvpress" /
-                    kvpress_folder_name(s.suite, data_dir, s.model, lb ? length : 0, ser.method, ser.budget,
+                    kvpress_folder_name(s.suite, data_dir, s.model, lb ? length : 0, ser.method, kept,
                                         o.mode);
                 std::error_code ec;
                 std::filesystem::create_directories(dir, ec);
                 if (ec) throw Error(dir.string() + ": cannot create the folder: " + ec.message());
-                const double ratio = kvpress_ratio(ser.method, ser.budget);
+                const double ratio = kvpress_ratio(ser.method, kept);
                 std::string yaml;
                 yaml += "dataset: " + s.suite + "\n";
                 yaml += "data_dir: " + yaml_string(data_dir) + "\n";
                 yaml += "model: " + yaml_string(s.model) + "\n";
-                yaml += "press_name: " +
-                        yaml_string(niah_method_has_budget(ser.method) ? ser.method : "no_press") + "\n";
+                yaml +=
+                    "press_name: " + yaml_string(method_compresses(ser.method) ? ser.method : "no_press") +
+                    "\n";
                 yaml += fmt::format("compression_ratio: {:g}\n", ratio);
                 yaml += "fraction: 1.0\n";
                 yaml += o.max_new_tokens > 0 ? fmt::format("max_new_tokens: {}\n", o.max_new_tokens)

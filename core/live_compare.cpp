@@ -267,7 +267,7 @@ std::vector<RatePoint> LiveCompare::rate_distortion(const std::vector<double>& k
             check_cancel(job);
             job.report("rate-distortion " + method, step++, n_steps);
             CodecSettings settings = st.req.settings;
-            settings.budget = method == "full" ? 1.0 : kappa;
+            settings.budget = method_takes_budget(method) ? kappa : 1.0;
             ExploredRun r = explored.allocate(method, settings, /*skip_infeasible=*/true, job);
             if (attention_output) explored.materialise(r);
             RatePoint p;
@@ -284,7 +284,7 @@ std::vector<RatePoint> LiveCompare::rate_distortion(const std::vector<double>& k
                 p.attn_output_error = mean_over_layers(run.layers, &LayerDiagnostics::attn_output_error);
             }
             out.push_back(std::move(p));
-            if (method == "full") break;
+            if (!method_takes_budget(method)) break;
         }
     }
     return out;

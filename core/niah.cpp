@@ -230,7 +230,7 @@ NiahSweepStats run_niah_sweep(const Session& session, const NiahSweepOptions& o,
         for (const NiahSeries& ser : cell.missing) {
             if (std::find(req.methods.begin(), req.methods.end(), ser.method) == req.methods.end())
                 req.methods.push_back(ser.method);
-            if (niah_method_has_budget(ser.method) &&
+            if (method_takes_budget(ser.method) &&
                 std::none_of(req.budgets.begin(), req.budgets.end(),
                              [&](double b) { return same_budget(b, ser.budget); }))
                 req.budgets.push_back(ser.budget);
@@ -283,6 +283,7 @@ NiahSweepStats run_niah_sweep(const Session& session, const NiahSweepOptions& o,
             r.haystack_tokens = doc.haystack_tokens;
             r.needle_token_offset = doc.needle_token_offset;
             r.footprint_fraction = run.footprint_fraction;
+            r.schedule_fallback = run.schedule_fallback();
             if (run.infeasible.empty()) r.needle_retention = retention_json(session.tokenizer(), run, doc);
             r.self_calibrated = run.self_calibrated;
             r.prefill_ms = run.prefill_ms;
@@ -318,14 +319,14 @@ std::vector<double> niah_budgets(const NiahSweepOptions& o) {
 }
 
 std::string NiahSeries::label() const {
-    return niah_method_has_budget(method) ? fmt::format("{}, budget {:g}", method, budget) : method;
+    return method_takes_budget(method) ? fmt::format("{}, budget {:g}", method, budget) : method;
 }
 
 std::vector<NiahSeries> niah_series(const std::vector<std::string>& methods,
                                     const std::vector<double>& budgets) {
     std::vector<NiahSeries> out;
     for (const std::string& m : methods) {
-        if (!niah_method_has_budget(m)) {
+        if (!method_takes_budget(m)) {
             out.push_back({m, 1.0});
             continue;
         }
@@ -364,7 +365,11 @@ NiahSummary summarize_niah(const NiahSweepOptions& o) {
     s.lengths = o.lengths;
     s.depths = o.depths;
     s.samples = o.samples;
-    for (const NiahSeries& ser : s.series)
+    s.footprint.assign(s.series.size(), 0.0);
+    s.schedule_fallback.assign(s.series.size(), 0);
+    for (size_t si = 0; si < s.series.size(); ++si) {
+        const NiahSeries& ser = s.series[si];
+        int64_t measured = 0;
         for (double depth : o.depths)
             for (int64_t length : o.lengths) {
                 NiahCell c;
@@ -382,6 +387,9 @@ NiahSummary summarize_niah(const NiahSweepOptions& o) {
                         continue;
                     }
                     if (s.model.empty()) s.model = r.model;
+                    s.footprint[si] += r.footprint_fraction;
+                    s.schedule_fallback[si] += r.schedule_fallback ? 1 : 0;
+                    ++measured;
                     ++c.n;
                     const bool correct = *r.correct;
                     c.correct += correct ? 1 : 0;
@@ -395,6 +403,8 @@ NiahSummary summarize_niah(const NiahSweepOptions& o) {
                 }
                 s.cells.push_back(c);
             }
+        if (measured > 0) s.footprint[si] /= static_cast<double>(measured);
+    }
     return s;
 }
 
@@ -429,7 +439,13 @@ nlohmann::json to_json(const NiahSummary& s) {
     // subdirectory).
     nlohmann::json series = nlohmann::json::array();
     for (const NiahSeries& ser : s.series)
-        series.push_back({{"key", ser.key()}, {"method", ser.method}, {"budget", ser.budget}});
+        series.push_back({{"key", ser.key()},
+                          {"method", ser.method},
+                          {"budget", ser.budget},
+                          {"takes_budget", method_takes_budget(ser.method)},
+                          {"footprint", s.footprint.empty() ? 0.0 : s.footprint[&ser - s.series.data()]},
+                          {"schedule_fallback",
+                           s.schedule_fallback.empty() ? 0 : s.schedule_fallback[&ser - s.series.data()]}});
     j["series"] = std::move(series);
     // accuracy[series][length][depth], null where no record exists yet.
     nlohmann::json acc = nlohmann::json::object();

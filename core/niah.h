@@ -98,12 +98,17 @@ struct NiahSummary {
     std::string needles;  // the needle protocol: "fresh" | "fixed"
     std::vector<std::string> methods;
     std::vector<double> budgets;     // the compressed methods' budget list
-    std::vector<NiahSeries> series;  // methods x budgets in that order, `full` once (budget 1)
+    std::vector<NiahSeries> series;  // methods x budgets in that order; full and KIVI once (budget 1)
     std::vector<int64_t> lengths;
     std::vector<double> depths;
     int64_t samples = 0;
     std::vector<NiahCell> cells;                     // series x depths x lengths, row-major in that order
     std::map<std::string, NiahRetention> retention;  // by series key ("full", "varrate/k0.1")
+    // Per series, the mean footprint its feasible records measured (0 when none): what labels a method set by
+    // its own settings (KIVI), which runs once whatever the budget list.
+    std::vector<double> footprint;
+    // Per series, its records whose PyramidKV depth schedule fell back to SnapKV's uniform counts.
+    std::vector<int64_t> schedule_fallback;
     const NiahCell& cell(size_t series, size_t depth, size_t length) const;
     // A series' cells pooled (every length and depth): n, correct and infeasible summed; its interval is
     // the Wilson interval of the pooled counts.

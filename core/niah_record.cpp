@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "codec/registry.h"
 #include "core/base/error.h"
 #include "core/base/file_io.h"
 #include "core/base/json_field.h"
@@ -33,6 +34,7 @@ nlohmann::json to_json(const NiahRecord& r) {
     j["haystack_tokens"] = r.haystack_tokens;
     j["needle_token_offset"] = r.needle_token_offset;
     j["footprint_fraction"] = r.footprint_fraction;
+    if (r.schedule_fallback) j["schedule_fallback"] = true;
     if (!r.needle_retention.is_null()) j["needle_retention"] = r.needle_retention;
     j["self_calibrated"] = r.self_calibrated;
     j["durations"] = {{"prefill_ms", r.prefill_ms},
@@ -72,6 +74,7 @@ NiahRecord niah_record_from_json(const nlohmann::json& j, const std::string& whe
     r.haystack_tokens = json_field<int64_t>(j, "haystack_tokens", where, 0);
     r.needle_token_offset = json_field<int64_t>(j, "needle_token_offset", where, 0);
     r.footprint_fraction = json_field<double>(j, "footprint_fraction", where, 0);
+    r.schedule_fallback = json_field<bool>(j, "schedule_fallback", where, false);
     if (j.contains("needle_retention") && j["needle_retention"].is_object())
         r.needle_retention = j["needle_retention"];
     r.self_calibrated = json_field<bool>(j, "self_calibrated", where, false);
@@ -96,12 +99,8 @@ std::string niah_depth_label(double depth_percent) {
     return fmt::format("{:g}", depth_percent);
 }
 
-bool niah_method_has_budget(const std::string& method) {
-    return method != "full";
-}
-
 std::string niah_series_key(const std::string& method, double budget) {
-    return niah_method_has_budget(method) ? fmt::format("{}/k{:g}", method, budget) : method;
+    return method_takes_budget(method) ? fmt::format("{}/k{:g}", method, budget) : method;
 }
 
 namespace {
@@ -128,7 +127,7 @@ std::optional<std::filesystem::path> find_niah_record(const std::filesystem::pat
                                                       int64_t length, double depth_percent, int64_t sample) {
     std::filesystem::path path = niah_record_path(out_dir, method, budget, length, depth_percent, sample);
     if (std::filesystem::exists(path)) return path;
-    if (!niah_method_has_budget(method)) return std::nullopt;  // full: both layouts are the same path
+    if (!method_takes_budget(method)) return std::nullopt;  // full, KIVI: both layouts are the same path
     path = niah_legacy_record_path(out_dir, method, length, depth_percent, sample);
     if (!std::filesystem::exists(path)) return std::nullopt;
     // A single-budget sweep's record: it answers for its own budget only.

@@ -29,6 +29,7 @@ struct NiahRecord {
     int64_t haystack_tokens = 0;
     int64_t needle_token_offset = 0;
     double footprint_fraction = 0;
+    bool schedule_fallback = false;  // PyramidKV ran SnapKV's uniform counts (written only when true)
     // {"needle": NeedleRetention json | null, "distractors": ...} (core/needle_probe.h); null when infeasible
     nlohmann::json needle_retention;
     bool self_calibrated = false;
@@ -44,9 +45,6 @@ nlohmann::json to_json(const NiahRecord& r);
 NiahRecord niah_record_from_json(const nlohmann::json& j, const std::string& where);
 NiahRecord read_niah_record(const std::filesystem::path& path);
 
-// Whether a method's records are per budget: every method but `full`, which keeps the whole cache and runs
-// once per document whatever the budget list (its records say budget 1).
-bool niah_method_has_budget(const std::string& method);
 // The records subdirectory of a method at a budget, relative to out_dir/records: "<method>" for `full`,
 // "<method>/k<budget as %g>" for the others ("varrate/k0.1"). Summaries use it as the series' key.
 std::string niah_series_key(const std::string& method, double budget);

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "codec/codec_json.h"
+#include "codec/registry.h"
 #include "core/base/error.h"
 #include "core/base/stopwatch.h"
 #include "core/capture.h"
@@ -200,12 +201,13 @@ RdResult run_rate_distortion(const Session& s, const RdRequest& req, const JobCo
         for (double k : kappas) {
             RdPoint p;
             p.method = name;
-            p.kappa = name == "full" ? 1.0 : k;
-            p.answer_point = name == "full" ? !req.answer_at.empty()
-                                            : std::any_of(req.answer_at.begin(), req.answer_at.end(),
-                                                          [&](double a) { return same_kappa(a, k); });
+            p.kappa = method_takes_budget(name) ? k : 1.0;
+            p.answer_point = !method_takes_budget(name)
+                                 ? !req.answer_at.empty()
+                                 : std::any_of(req.answer_at.begin(), req.answer_at.end(),
+                                               [&](double a) { return same_kappa(a, k); });
             result.points.push_back(std::move(p));
-            if (name == "full") break;
+            if (!method_takes_budget(name)) break;
         }
     }
     first.push_back(result.points.size());

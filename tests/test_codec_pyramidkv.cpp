@@ -94,6 +94,16 @@ class TestCodecPyramidKV : public QObject {
         QCOMPARE(PyramidKVMethod::layer_kept_tokens(settings(0.25, 64), 306, 3, 0), int64_t(76));
         // One layer: the top of the schedule.
         QCOMPARE(PyramidKVMethod::layer_kept_tokens(settings(0.5, 64), 4000, 1, 0), int64_t(3900));
+        // Which of these fell back (min = L kappa / 20 below w): the valid ones above do not; L 1000 at 0.2
+        // and L 302 at 0.25 do; a 4k context at kappa 0.3 with window 64 (1228.8 < 20 x 64) does, at 0.35
+        // not.
+        QVERIFY(!PyramidKVMethod::schedule_falls_back(settings(0.5, 64), 4000));
+        QVERIFY(!PyramidKVMethod::schedule_falls_back(settings(0.75, 64), 1300));
+        QVERIFY(!PyramidKVMethod::schedule_falls_back(settings(0.5, 64), 1000));
+        QVERIFY(PyramidKVMethod::schedule_falls_back(settings(0.2, 64), 1000));
+        QVERIFY(PyramidKVMethod::schedule_falls_back(settings(0.25, 64), 302));
+        QVERIFY(PyramidKVMethod::schedule_falls_back(settings(0.3, 64), 4096));
+        QVERIFY(!PyramidKVMethod::schedule_falls_back(settings(0.35, 64), 4096));
     }
 
     // Per layer the kept set is SnapKV's cut at the layer's count: each KV head keeps the window and its top

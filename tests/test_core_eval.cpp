@@ -2,6 +2,7 @@
 // sample, paired statistics recomputed from the records, kvpress's layout, resume, shards, and the CLI.
 #include "tests/test_support.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -10,6 +11,7 @@
 
 #include "core/base/error.h"
 #include "core/base/file_io.h"
+#include "core/compare.h"
 #include "core/eval.h"
 #include "core/longbench.h"
 #include "core/longbench_metrics.h"
@@ -74,6 +76,31 @@ class TestEval : public QObject {
         o.bootstrap_resamples = 999;
         EXPECT_ERROR(run_eval_sweep(*session, o, {}), "--bootstrap 999 is below 1000 resamples");
         QVERIFY(!fs::exists(o.out_dir / "records"));
+    }
+
+    // LongBench's samsum stops at a newline (stop_at_newline, as pred.py's second eos_token_id): an answer
+    // with stop ids ends at the first of them, kept, and is the start of the free answer.
+    void stop_ids_end_answers() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        const auto session = test::open_fixture_session();
+        CompareRequest req;
+        for (int i = 0; i < 6; ++i)
+            req.context +=
+                "Once upon a time, there was a little girl named Lily. She loved to play outside in the "
+                "park. One day, she saw a big red ball near the tree. The ball belonged to a boy named "
+                "Tom. ";
+        req.questions = {"Who had the red ball?"};
+        req.methods = {"full"};
+        req.mode = CompressionMode::QueryAgnostic;
+        req.max_new_tokens = 40;
+        const std::vector<int64_t> free_answer = run_compare(*session, req).runs.at(0).answer_ids.at(0);
+        const int64_t newline = session->tokenizer().encode("\n", false).back();
+        const auto first = std::find(free_answer.begin(), free_answer.end(), newline);
+        QVERIFY2(first != free_answer.end() && first + 1 != free_answer.end(),
+                 "no newline inside the answer");
+        req.stop_ids = {newline};
+        const std::vector<int64_t> stopped = run_compare(*session, req).runs.at(0).answer_ids.at(0);
+        QCOMPARE(stopped, std::vector<int64_t>(free_answer.begin(), first + 1));
     }
 
     void sweep_records_statistics_and_kvpress_layout() {

@@ -339,6 +339,54 @@ class TestNiah : public QObject {
 
     // The needle protocol is part of a sweep's identity: records written under one are not resumed under the
     // other, and records written before the protocols existed (no "needles" in their sweep) count as fixed.
+    // KIVI's footprint is set by its bits: a grid with two budgets runs it once per document, writes one
+    // series (records/kivi2/, no k<budget> folder, budget 1 in its records) and the summary labels it by the
+    // mean footprint its records measured.
+    void budget_less_method_runs_once() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        const auto session = test::open_fixture_session();
+        const fs::path out = varrate::test::temp_dir("niah-kivi");
+        NiahSweepOptions o = tiny_sweep(out);
+        o.depths = {50};
+        o.samples = 2;
+        o.budgets = {0.2, 0.5};
+        o.methods = {"full", "snapkv", "kivi2", "pyramidkv"};
+        const NiahSweepStats st = run_niah_sweep(*session, o, {});
+        QCOMPARE(st.total, int64_t{12});  // 2 samples x (full + snapkv, pyramidkv at 2 budgets + kivi2 once)
+        const auto records = read_records(out);
+        QCOMPARE(records.size(), size_t{12});
+        // PyramidKV at L 200 with a 16-token window: 200 x 0.2 and 200 x 0.5 are below 20 x 16, so its
+        // schedule falls back to SnapKV's counts; its records say so, SnapKV's do not.
+        for (const auto& [name, text] : records) {
+            const nlohmann::json r = nlohmann::json::parse(text);
+            QCOMPARE(r.value("schedule_fallback", false), name.find("pyramidkv") != std::string::npos);
+        }
+        double footprints = 0;
+        for (int64_t sample : {0, 1}) {
+            const std::string name = fmt::format("records/kivi2/L200_D50_S{}.json", sample);
+            QVERIFY2(records.count(name), qPrintable(qs(name)));
+            const nlohmann::json r = nlohmann::json::parse(records.at(name));
+            QCOMPARE(r["budget"].get<double>(), 1.0);
+            footprints += r["footprint_fraction"].get<double>();
+        }
+        for (const auto& [name, text] : records)
+            QVERIFY2(name.find("kivi2/k") == std::string::npos, name.c_str());
+        const NiahSummary summary = summarize_niah(o);
+        std::vector<std::string> keys;
+        for (const NiahSeries& ser : summary.series) keys.push_back(ser.key());
+        QCOMPARE(keys, (std::vector<std::string>{"full", "snapkv/k0.2", "snapkv/k0.5", "kivi2",
+                                                 "pyramidkv/k0.2", "pyramidkv/k0.5"}));
+        QCOMPARE(summary.schedule_fallback, (std::vector<int64_t>{0, 0, 0, 0, 2, 2}));
+        QVERIFY(std::abs(summary.footprint[3] - footprints / 2) < 1e-12);
+        QVERIFY2(summary.footprint[3] > 0.05 && summary.footprint[3] < 1.0,
+                 qPrintable(QString::number(summary.footprint[3])));
+        QCOMPARE(summary.footprint[0], 1.0);  // full keeps everything
+        const nlohmann::json sj = to_json(summary);
+        QCOMPARE(sj["series"][3]["takes_budget"].get<bool>(), false);
+        QCOMPARE(sj["series"][1]["takes_budget"].get<bool>(), true);
+        QVERIFY(std::abs(sj["series"][3]["footprint"].get<double>() - footprints / 2) < 1e-12);
+    }
+
     void needle_protocol_mismatch_is_refused() {
         VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
         const auto session = test::open_fixture_session();

@@ -65,7 +65,7 @@ QString percent(double fraction) {
 }  // namespace
 
 QString cache_settings_text(const std::string& method, const CodecSettings& s) {
-    if (method == "full") return "uncompressed";
+    if (!method_compresses(method)) return "uncompressed";
     QStringList parts;
     // Only what the method reads: KIVI's footprint is set by its bits, SnapKV has no basis or ranks.
     if (method.rfind("kivi", 0) == 0) return "KIVI's own bits (κ not read)";

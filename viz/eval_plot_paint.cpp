@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "codec/registry.h"
 #include "core/niah_record.h"
 #include "viz/niah_heatmap_paint.h"
 
@@ -101,7 +102,7 @@ std::vector<EvalScorePanel> eval_score_panels(const EvalSummary& s, int64_t leng
                 continue;
             }
             if (c->n == 0) continue;
-            if (!niah_method_has_budget(c->method)) {
+            if (!method_takes_budget(c->method)) {
                 panel.levels.push_back(*c);
                 continue;
             }
@@ -213,7 +214,7 @@ void EvalScorePainter::paint(QPainter& p) const {
     const double ly = kHeader + kLegend / 2.0;
     for (const std::string& m : s_.methods) {
         const QColor c = st.colour_of(m);
-        const bool level = m == s_.reference || !niah_method_has_budget(m);
+        const bool level = m == s_.reference || !method_takes_budget(m);
         p.setRenderHint(QPainter::Antialiasing, true);
         p.setPen(QPen(c, 2, level ? Qt::DashLine : Qt::SolidLine));
         p.drawLine(QPointF(lx, ly), QPointF(lx + 18, ly));
@@ -369,8 +370,7 @@ EvalHeatmapPainter::EvalHeatmapPainter(const EvalSummary& s, const std::string& 
 
 const EvalCell* EvalHeatmapPainter::find(int64_t length, const std::string& method, double budget) const {
     for (const EvalCell* c : cells_of(s_, task_, length))
-        if (c->method == method && (!niah_method_has_budget(method) || same_budget(c->budget, budget)))
-            return c;
+        if (c->method == method && (!method_takes_budget(method) || same_budget(c->budget, budget))) return c;
     return nullptr;
 }
 
@@ -381,7 +381,7 @@ QRect EvalHeatmapPainter::cell_rect(int l, const std::string& method, double bud
     const int x0 = kMargin + (l % per_row_) * panel_w_ + label_w_;
     const int y0 = kHeader + (l / per_row_) * panel_h_ + kHmTop + row * ch_;
     const int cols = static_cast<int>(budgets_.size());
-    if (!niah_method_has_budget(method)) return QRect(x0, y0, cw_ * std::max(1, cols), ch_);
+    if (!method_takes_budget(method)) return QRect(x0, y0, cw_ * std::max(1, cols), ch_);
     for (int b = 0; b < cols; ++b)
         if (same_budget(budgets_[static_cast<size_t>(b)], budget)) return QRect(x0 + b * cw_, y0, cw_, ch_);
     return {};
@@ -405,7 +405,7 @@ void EvalHeatmapPainter::paint(QPainter& p) const {
         p.setFont(st.font);
         for (size_t m = 0; m < s_.methods.size(); ++m) {
             const std::string& method = s_.methods[m];
-            const bool spans = !niah_method_has_budget(method);
+            const bool spans = !method_takes_budget(method);
             p.setPen(st.ink);
             p.drawText(QRect(x0, y0 + kHmTop + static_cast<int>(m) * ch_, label_w_ - 8, ch_),
                        Qt::AlignRight | Qt::AlignVCenter, qs(method));

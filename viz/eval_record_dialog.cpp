@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "codec/registry.h"
 #include "core/base/error.h"
 #include "core/base/file_io.h"
 #include "core/niah_record.h"
@@ -30,7 +31,7 @@ QPlainTextEdit* text_box(const char* name, int lines) {
 }
 
 QString series_text(const EvalCell& c) {
-    return niah_method_has_budget(c.method)
+    return method_takes_budget(c.method)
                ? QString::fromStdString(fmt::format("{} at κ {:g}", c.method, c.budget))
                : QString::fromStdString(c.method);
 }

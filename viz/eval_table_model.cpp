@@ -3,6 +3,7 @@
 #include <QBrush>
 #include <QFont>
 
+#include "codec/registry.h"
 #include "core/niah_record.h"
 #include "viz/niah_heatmap_paint.h"
 
@@ -115,8 +116,8 @@ QVariant EvalTableModel::data(const QModelIndex& index, int role) const {
             case Method:
                 return QString::fromStdString(c->method);
             case Budget:
-                return niah_method_has_budget(c->method) ? QString::number(c->budget, 'g', 4)
-                                                         : QStringLiteral("-");
+                return method_takes_budget(c->method) ? QString::number(c->budget, 'g', 4)
+                                                      : QStringLiteral("-");
             case N:
                 return QString::number(c->n);
             case Mean:

@@ -10,6 +10,7 @@
 #include <QMessageBox>
 #include <QStatusBar>
 
+#include "codec/registry.h"
 #include "viz/answers_table.h"
 #include "viz/app_settings.h"
 #include "viz/cache_dialog.h"
@@ -99,16 +100,16 @@ void MainWindow::dialog_save_cache() {
     QString method = selected_answers_method();
     if (!methods.contains(method)) {
         // The compressing methods first: `full` is a cache too, but rarely the one wanted.
-        QStringList choices;
-        for (const QString& m : methods)
-            if (m != "full") choices << m;
-        if (methods.contains("full")) choices << "full";
+        QStringList choices, uncompressed;
+        for (const QString& m : methods) (method_compresses(m.toStdString()) ? choices : uncompressed) << m;
+        const qsizetype compressing = choices.size();
+        choices << uncompressed;
         if (choices.isEmpty()) {
             show_error("No method of the current run has a cache to save (all were infeasible)");
             return;
         }
         method = choices.front();
-        if (choices.size() > 2 || (choices.size() == 2 && choices.back() != "full")) {
+        if (choices.size() > 2 || (choices.size() == 2 && compressing == 2)) {
             bool ok = false;
             method =
                 QInputDialog::getItem(this, "Save compressed cache",

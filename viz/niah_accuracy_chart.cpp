@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "codec/registry.h"
 #include "core/base/file_io.h"
 #include "viz/view_style.h"
 
@@ -81,7 +82,7 @@ void NiahAccuracyChart::rebuild() {
     for (size_t i = 0; i < summary_.series.size(); ++i) {
         const NiahCell all = summary_.overall(i);
         const Point p{all.budget, all.n, all.correct, all.infeasible};
-        if (!niah_method_has_budget(all.method)) {
+        if (!method_takes_budget(all.method)) {
             if (all.n > 0) reference_ = p;
             continue;
         }
@@ -128,7 +129,7 @@ double NiahAccuracyChart::dodge(size_t i) const {
 
 double NiahAccuracyChart::value_at(const QString& method, double kappa) const {
     const std::string m = method.toStdString();
-    if (!niah_method_has_budget(m)) return reference_ ? accuracy_of(reference_->correct, reference_->n) : -1;
+    if (!method_takes_budget(m)) return reference_ ? accuracy_of(reference_->correct, reference_->n) : -1;
     for (const Line& l : lines_)
         if (l.method == m)
             for (const Point& p : l.points)
@@ -139,7 +140,7 @@ double NiahAccuracyChart::value_at(const QString& method, double kappa) const {
 QPointF NiahAccuracyChart::point_position(const QString& method, double kappa) const {
     const QRectF area = plot_rect();
     const std::string m = method.toStdString();
-    if (!niah_method_has_budget(m))
+    if (!method_takes_budget(m))
         return reference_
                    ? QPointF(area.center().x(), y_of(accuracy_of(reference_->correct, reference_->n), area))
                    : QPointF();
@@ -153,7 +154,7 @@ QPointF NiahAccuracyChart::point_position(const QString& method, double kappa) c
 
 QString NiahAccuracyChart::point_text(const std::string& method, const Point& p) const {
     const Interval ci = wilson_interval(p.correct, p.n);
-    QString text = niah_method_has_budget(method)
+    QString text = method_takes_budget(method)
                        ? QStringLiteral("%1, κ %2").arg(QString::fromStdString(method)).arg(p.budget)
                        : QStringLiteral("%1 (reference, no compression)").arg(QString::fromStdString(method));
     text += QStringLiteral(": %1 % (95 % interval %2-%3 %), %4 of n = %5 correct")

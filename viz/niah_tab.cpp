@@ -20,6 +20,7 @@
 
 #include <algorithm>
 
+#include "codec/registry.h"
 #include "core/base/error.h"
 #include "viz/chart_export.h"
 #include "viz/niah_accuracy_chart.h"
@@ -350,7 +351,7 @@ QString niah_retention_text(const NiahSummary& s) {
     QStringList lines;
     for (const NiahSeries& ser : s.series) {
         const auto it = s.retention.find(ser.key());
-        if (!niah_method_has_budget(ser.method) || it == s.retention.end()) continue;
+        if (!method_takes_budget(ser.method) || it == s.retention.end()) continue;
         QString line = QStringLiteral("%1: right %2 · wrong %3")
                            .arg(QString::fromStdString(ser.label()), last(it->second.needle_correct),
                                 last(it->second.needle_wrong));

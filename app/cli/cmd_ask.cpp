@@ -11,6 +11,7 @@
 #include "app/cli/cli_common.h"
 #include "app/cli/commands.h"
 #include "codec/codec_json.h"
+#include "codec/registry.h"
 #include "core/cache_file.h"
 #include "models/tokenizer.h"
 
@@ -49,7 +50,7 @@ int run_ask(AskArgs a) {
         answer_from_cache(*session, ctx, a.questions, a.answer_prefixes, a.max_new_tokens, terminal_job());
     std::vector<std::string> answers;
     for (const auto& answer : ids) answers.push_back(session->tokenizer().decode(answer, true));
-    const double budget = info.method == "full" ? 1.0 : info.settings.budget;
+    const double budget = method_takes_budget(info.method) ? info.settings.budget : 1.0;
     if (a.json) {
         const nlohmann::json j = {{"cache", a.cache},
                                   {"method", info.method},

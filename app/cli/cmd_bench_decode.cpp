@@ -156,7 +156,7 @@ int run_bench_decode(BenchDecodeArgs a) {
     }
     double full_rate = 0;
     for (const DecodeRow& r : rows)
-        if (r.method == "full") full_rate = r.tokens_per_s;
+        if (!method_compresses(r.method)) full_rate = r.tokens_per_s;
     if (a.json) {
         nlohmann::json j;
         j["model"] = a.model;

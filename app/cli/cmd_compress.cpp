@@ -46,7 +46,7 @@ int run_compress(const CompressArgs& a) {
         const nlohmann::json j = {{"file", a.out},
                                   {"file_bytes", file_bytes},
                                   {"method", info.method},
-                                  {"budget", info.method == "full" ? 1.0 : info.settings.budget},
+                                  {"budget", method_takes_budget(info.method) ? info.settings.budget : 1.0},
                                   {"settings", to_json(info.settings)},
                                   {"chat", info.chat},
                                   {"context_tokens", info.next_position},
@@ -66,7 +66,8 @@ int run_compress(const CompressArgs& a) {
                                   ? ""
                                   : fmt::format(", basis: {} ({})", info.basis_source, info.basis_accounting);
     std::cout << fmt::format("{} tokens of context compressed by {} at kappa {:g}{}\n", info.next_position,
-                             info.method, info.method == "full" ? 1.0 : info.settings.budget, basis);
+                             info.method, method_takes_budget(info.method) ? info.settings.budget : 1.0,
+                             basis);
     std::cout << fmt::format(
         "accounted {} bytes ({:.2f}% of the full cache's {}), resident {} bytes ({:.2f}%){}\n",
         info.stored_bytes, 100.0 * info.footprint_fraction(), info.full_bytes, info.resident_bytes,

@@ -27,7 +27,7 @@ namespace varrate::cli {
 namespace {
 
 std::string series_label(const EvalCell& c) {
-    return niah_method_has_budget(c.method) ? fmt::format("{} k{:g}", c.method, c.budget) : c.method;
+    return method_takes_budget(c.method) ? fmt::format("{} k{:g}", c.method, c.budget) : c.method;
 }
 
 // "81.2  -5.0 [-9.8, -1.2] p=0.02": a mean and its paired difference to the reference.

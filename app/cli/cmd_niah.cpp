@@ -17,6 +17,7 @@
 #include "app/cli/cli_common.h"
 #include "app/cli/commands.h"
 #include "app/cli/niah_heatmap.h"
+#include "codec/pyramidkv_method.h"
 #include "codec/registry.h"
 #include "core/base/error.h"
 #include "core/base/file_io.h"
@@ -75,7 +76,7 @@ NiahSummary write_outputs(const NiahSweepOptions& o) {
 // method dropped the needle" and "the model misread a kept needle" can be told apart.
 void print_retention(const NiahSummary& s, const NiahSeries& series) {
     const auto it = s.retention.find(series.key());
-    if (!niah_method_has_budget(series.method) || it == s.retention.end()) return;
+    if (!method_takes_budget(series.method) || it == s.retention.end()) return;
     auto line = [](const char* what, const RetentionTally& t) {
         if (t.n == 0) return;
         std::string layers;
@@ -106,8 +107,18 @@ void print_summary(const NiahSummary& s) {
     int64_t infeasible = 0;
     for (size_t m = 0; m < s.series.size(); ++m) {
         const NiahCell all = s.overall(m);
+        // A method set by its own settings (KIVI) ran once: named with the footprint it measured.
+        const std::string title =
+            !method_takes_budget(s.series[m].method) && method_compresses(s.series[m].method) && all.n > 0
+                ? fmt::format("{} (measured footprint {:.3f})", s.series[m].label(), s.footprint.at(m))
+                : s.series[m].label();
+        if (!s.schedule_fallback.empty() && s.schedule_fallback[m] > 0)
+            spdlog::warn(
+                "{}: in {} of {} records the depth schedule was invalid (L x kappa below {} x the window) "
+                "and every layer kept SnapKV's count, as kvpress does: those runs are SnapKV's",
+                s.series[m].label(), s.schedule_fallback[m], all.n, PyramidKVMethod::kBeta);
         std::cout << fmt::format(
-            "{}: {} of {} correct{}\n", s.series[m].label(), all.correct, all.n,
+            "{}: {} of {} correct{}\n", title, all.correct, all.n,
             all.n > 0 ? fmt::format(" ({:.1f}%, 95% CI {:.1f}-{:.1f}%)", 100.0 * all.accuracy(),
                                     100.0 * all.interval().low, 100.0 * all.interval().high)
                       : "");

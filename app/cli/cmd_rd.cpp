@@ -93,7 +93,7 @@ void print_table(const RdResult& r) {
     // Where the attention output goes wrong, layer by layer, at the points answers were decoded.
     std::cout << "attention-output error per layer at the answer points:\n";
     for (const RdPoint& p : r.points) {
-        if (!p.answer_point || p.method == "full" || p.layers.empty()) continue;
+        if (!p.answer_point || !method_compresses(p.method) || p.layers.empty()) continue;
         std::string row = fmt::format("  {:<8} {:>6g}", p.method, p.kappa);
         for (const RdLayer& l : p.layers) row += fmt::format(" {:.4f}", l.attn_output_error);
         std::cout << row << "\n";
