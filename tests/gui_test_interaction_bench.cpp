@@ -156,7 +156,7 @@ class GuiTestInteractionBench : public QObject {
     void command_line() {
         VARRATE_REQUIRE_FIXTURE(model, "stories260k");
         const auto exe = test::bin_dir() / "varrate-studio";
-        if (!std::filesystem::exists(exe)) QSKIP("varrate-studio is not built");
+        QVERIFY2(std::filesystem::exists(exe), "varrate-studio is not built (the suites depend on it)");
         const QString out = tmp_.filePath("cli.json");
         QProcess p;
         p.start(QString::fromStdString(exe.string()),

@@ -6,8 +6,10 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "codec/kivi_method.h"
 #include "codec/quantize.h"
@@ -117,6 +119,72 @@ class TestCodecKivi : public QObject {
             previous = d.mean_rel_error;
             QCOMPARE(d.n_exact, L - nq);
         }
+    }
+
+    // The store against a loop over KIVI's grouping written out here: keys per channel, each channel's groups
+    // of 32 consecutive tokens sharing an fp16 scale (max - min) / (2^b - 1) and minimum; values per token,
+    // each head's groups of 32 channels; the recent tokens exact. The reconstruction equals the loop's
+    // dequantization, every entry within half a step of its group (plus the fp16 rounding of the minimum),
+    // and the loop with the two axes swapped (keys per token, values per channel) does not match it.
+    void grouping_matches_a_loop_reference() {
+        const int64_t G = 2, hd = 64, L = 300, bits = 2;
+        const Kivi k = run_kivi(bits, 4, G, hd, L, at::kFloat);
+        const int64_t nq = k.store->parts().n_quant;
+        QCOMPARE(nq, int64_t{160});  // (300 - 128) rounded down to whole groups of 32
+        const LayerKV r = k.store->reconstruct();
+        const float levels = static_cast<float>((1 << bits) - 1);
+        // Dequantizes x[i] for the group of indices `idx` of a flat [G, L, hd] fp32 array.
+        auto dequant_group = [&](const float* x, const std::vector<int64_t>& idx, float* out, float* step) {
+            float lo = std::numeric_limits<float>::infinity(), hi = -lo;
+            for (int64_t i : idx) lo = std::min(lo, x[i]), hi = std::max(hi, x[i]);
+            const float scale = static_cast<float>(c10::Half((hi - lo) / levels));
+            const float mn = static_cast<float>(c10::Half(lo));
+            const float safe = scale > 0 ? scale : 1.0f;
+            for (int64_t i : idx) {
+                const float code = std::clamp(std::nearbyint((x[i] - mn) / safe), 0.0f, levels);
+                out[i] = code * scale + mn;
+                step[i] = scale / 2 + std::abs(mn - lo);
+            }
+        };
+        auto reference = [&](const at::Tensor& t, bool per_channel) {  // [G, L, hd] fp32 -> same, dequantized
+            const at::Tensor x = t.to(at::kFloat).contiguous();
+            at::Tensor out = x.clone(), bound = at::zeros_like(x);
+            const float* px = x.data_ptr<float>();
+            float* po = out.data_ptr<float>();
+            float* pb = bound.data_ptr<float>();
+            for (int64_t g = 0; g < G; ++g) {
+                if (per_channel) {
+                    for (int64_t c = 0; c < hd; ++c)
+                        for (int64_t t0 = 0; t0 < nq; t0 += 32) {
+                            std::vector<int64_t> idx;
+                            for (int64_t t = t0; t < t0 + 32; ++t) idx.push_back((g * L + t) * hd + c);
+                            dequant_group(px, idx, po, pb);
+                        }
+                } else {
+                    for (int64_t t = 0; t < nq; ++t)
+                        for (int64_t c0 = 0; c0 < hd; c0 += 32) {
+                            std::vector<int64_t> idx;
+                            for (int64_t c = c0; c < c0 + 32; ++c) idx.push_back((g * L + t) * hd + c);
+                            dequant_group(px, idx, po, pb);
+                        }
+                }
+            }
+            return std::make_pair(out, bound);
+        };
+        const auto [keys_ref, keys_bound] = reference(k.capture.keys, /*per_channel=*/true);
+        const auto [values_ref, values_bound] = reference(k.capture.values, /*per_channel=*/false);
+        const double kd = (r.keys - keys_ref).abs().max().item<double>();
+        const double vd = (r.values - values_ref).abs().max().item<double>();
+        QVERIFY2(kd < 1e-5 && vd < 1e-5,
+                 qPrintable(QString("keys %1, values %2 from the loop").arg(kd).arg(vd)));
+        QVERIFY(((r.keys - k.capture.keys).abs() <= keys_bound + 1e-6).all().item<bool>());
+        QVERIFY(((r.values - k.capture.values).abs() <= values_bound + 1e-6).all().item<bool>());
+        QVERIFY(at::equal(r.keys.narrow(1, nq, L - nq), k.capture.keys.narrow(1, nq, L - nq)));
+        // The axes swapped: a different quantization, far from the store's.
+        const auto swapped_keys = reference(k.capture.keys, /*per_channel=*/false).first;
+        const auto swapped_values = reference(k.capture.values, /*per_channel=*/true).first;
+        QVERIFY((r.keys - swapped_keys).abs().max().item<double>() > 100 * kd + 1e-3);
+        QVERIFY((r.values - swapped_values).abs().max().item<double>() > 100 * vd + 1e-3);
     }
 
     // A head narrower than 32 channels is one value group; a context shorter than the residual is kept whole.

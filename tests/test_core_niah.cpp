@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cmath>
 #include <csignal>
 #include <fstream>
@@ -109,7 +110,13 @@ class TestNiah : public QObject {
                 QCOMPARE(r["depth_percent"].get<double>(), depth);
                 const std::string response = r["response"].get<std::string>();
                 const std::string expected = r["expected"].get<std::string>();
-                QCOMPARE(r["correct"].get<bool>(), answer_matches(response, expected));
+                // Correct: the expected digits occur in the reply, case and surrounding space aside (spelled
+                // out here rather than through the function under test).
+                std::string low = response;
+                std::transform(low.begin(), low.end(), low.begin(),
+                               [](unsigned char c) { return std::tolower(c); });
+                QVERIFY(!expected.empty() && expected.find_first_not_of("0123456789") == std::string::npos);
+                QCOMPARE(r["correct"].get<bool>(), low.find(expected) != std::string::npos);
                 QVERIFY(r["needle"].get<std::string>().find(expected) != std::string::npos);
                 QVERIFY(r["durations"]["prefill_ms"].get<double>() > 0);
                 QVERIFY(std::regex_match(r["timestamp"].get<std::string>(), iso));
@@ -117,7 +124,13 @@ class TestNiah : public QObject {
                 if (needle_at_depth.count(depth))
                     QCOMPARE(r["needle"].get<std::string>(), needle_at_depth[depth]);
                 needle_at_depth[depth] = r["needle"].get<std::string>();
-                if (m == "snapkv") QVERIFY(r["footprint_fraction"].get<double>() < 0.9);
+                // SnapKV keeps kappa x L tokens, rounded down by at most one token: its footprint is kappa
+                // within 1 / L, never above.
+                if (m == "snapkv") {
+                    const double fp = r["footprint_fraction"].get<double>(), kappa = o.settings.budget;
+                    QVERIFY2(fp <= kappa + 1e-9 && fp >= kappa - 1.0 / 200 - 1e-9,
+                             qPrintable(QString::number(fp)));
+                }
                 // What the method kept of the needle's value: everything for full, a share for SnapKV that
                 // matches its per-layer numbers.
                 const nlohmann::json& kept = r["needle_retention"]["needle"];
@@ -557,7 +570,8 @@ class TestNiah : public QObject {
 
     void cli_haystack_file_summary_heatmap_resume() {
         VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
-        if (!fs::exists(varrate::test::bin_dir() / "varrate")) QSKIP("the varrate executable is not built");
+        QVERIFY2(fs::exists(varrate::test::bin_dir() / "varrate"),
+                 "the varrate executable is not built (the suites depend on it)");
         const fs::path out = varrate::test::temp_dir("niah-cli");
         const fs::path hay = out / "haystack.txt";
         std::ofstream(hay) << kHaystackText;
@@ -618,7 +632,8 @@ class TestNiah : public QObject {
     // heatmap per method and budget; another protocol on the same directory is refused, a bad list too.
     void cli_budget_list_needles_and_intervals() {
         VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
-        if (!fs::exists(varrate::test::bin_dir() / "varrate")) QSKIP("the varrate executable is not built");
+        QVERIFY2(fs::exists(varrate::test::bin_dir() / "varrate"),
+                 "the varrate executable is not built (the suites depend on it)");
         const fs::path out = varrate::test::temp_dir("niah-cli-budgets");
         QStringList args = {"niah",
                             "--model",
@@ -700,7 +715,8 @@ class TestNiah : public QObject {
 
     void cli_sigint_keeps_finished_records() {
         VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
-        if (!fs::exists(varrate::test::bin_dir() / "varrate")) QSKIP("the varrate executable is not built");
+        QVERIFY2(fs::exists(varrate::test::bin_dir() / "varrate"),
+                 "the varrate executable is not built (the suites depend on it)");
         const fs::path out = varrate::test::temp_dir("niah-sigint");
         QProcess p;
         p.start(QString::fromStdString((varrate::test::bin_dir() / "varrate").string()),
