@@ -22,6 +22,9 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader ||
 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
 # shellcheck disable=SC1091
 [ -f .devkit/env.sh ] && source .devkit/env.sh
+torch_prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null) ||
+  { echo "gpu-bf16-checks: python3 has no torch: no LibTorch to build against"; exit 1; }
+export CMAKE_PREFIX_PATH="$torch_prefix${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
 shared=${VARRATE_SHARED:-../shared}
 kit_args=()
 [ -d .devkit/root ] && kit_args=(-Dspdlog_DIR="$PWD/.devkit/root/usr/lib/x86_64-linux-gnu/cmake/spdlog"

@@ -18,6 +18,10 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cxx11abi", torch._C._GLIBCXX_USE_CXX11_ABI)'
 which cmake ninja g++ nvcc; cmake --version | head -1; g++ --version | head -1; nproc
 [ -f .devkit/env.sh ] && source .devkit/env.sh
+# The wheel's LibTorch, found as scripts/check-libtorch2.sh finds it (a fresh machine has no CMAKE_PREFIX_PATH).
+torch_prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null) ||
+  { echo "gpu-train-and-check: python3 has no torch: no LibTorch to build against"; exit 1; }
+export CMAKE_PREFIX_PATH="$torch_prefix${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
 VARRATE_SHARED=${VARRATE_SHARED:-../shared}
 [ -d .devkit/root ] && DEVKIT_CMAKE_ARGS="-Dspdlog_DIR=$PWD/.devkit/root/usr/lib/x86_64-linux-gnu/cmake/spdlog -Dfmt_DIR=$PWD/.devkit/root/usr/lib/x86_64-linux-gnu/cmake/fmt"
 gen=Ninja; command -v ninja >/dev/null || gen="Unix Makefiles"
