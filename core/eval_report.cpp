@@ -288,22 +288,28 @@ void write_eval_summary(const EvalSummary& s, const EvalSweepOptions& o) {
             for (size_t ti = 0; ti < (lb ? o.tasks.size() : 1); ++ti) {
                 const std::vector<std::string> tasks = lb ? std::vector<std::string>{o.tasks[ti]} : o.tasks;
                 const std::string data_dir = lb ? o.tasks[ti] : std::to_string(length);
+                // The series' scored records at this length, task by task, sample by sample: read once for
+                // the footprint and the predictions.
+                struct Scored {
+                    std::string task;
+                    int64_t sample = 0;
+                    EvalRecord record;
+                };
+                std::vector<Scored> scored;
+                for (const std::string& task : tasks)
+                    for (int64_t sample = 0; sample < o.samples; ++sample) {
+                        const auto path =
+                            eval_record_path(o.out_dir, ser.method, ser.budget, task, length, sample);
+                        if (!std::filesystem::exists(path)) continue;
+                        EvalRecord r = eval_record_from_json(read_json_file(path), path.string());
+                        if (r.score) scored.push_back({task, sample, std::move(r)});
+                    }
                 // A method set by its own settings is named by the footprint its records measured here.
                 double kept = ser.budget;
-                if (!method_takes_budget(ser.method) && method_compresses(ser.method)) {
+                if (!method_takes_budget(ser.method) && method_compresses(ser.method) && !scored.empty()) {
                     double sum = 0;
-                    int64_t n = 0;
-                    for (const std::string& task : tasks)
-                        for (int64_t sample = 0; sample < o.samples; ++sample) {
-                            const auto path =
-                                eval_record_path(o.out_dir, ser.method, ser.budget, task, length, sample);
-                            if (!std::filesystem::exists(path)) continue;
-                            const EvalRecord r = eval_record_from_json(read_json_file(path), path.string());
-                            if (!r.score) continue;
-                            sum += r.footprint_fraction;
-                            ++n;
-                        }
-                    if (n > 0) kept = sum / static_cast<double>(n);
+                    for (const Scored& x : scored) sum += x.record.footprint_fraction;
+                    kept = sum / static_cast<double>(scored.size());
                 }
                 const std::filesystem::path dir =
                     o.out_dir / "kvpress" /
@@ -349,12 +355,10 @@ void write_eval_summary(const EvalSummary& s, const EvalSweepOptions& o) {
                             else
                                 metrics[task] = {{"string_match", rounded}};
                         }
-                    for (int64_t sample = 0; sample < o.samples; ++sample) {
-                        const auto path =
-                            eval_record_path(o.out_dir, ser.method, ser.budget, task, length, sample);
-                        if (!std::filesystem::exists(path)) continue;
-                        const EvalRecord r = eval_record_from_json(read_json_file(path), path.string());
-                        if (!r.score) continue;
+                    for (const Scored& x : scored) {
+                        if (x.task != task) continue;
+                        const EvalRecord& r = x.record;
+                        const int64_t sample = x.sample;
                         csv += fmt::format("{},{},{},{},{},{},{:g},", csv_field(r.question),
                                            csv_field(r.answer_prefix), csv_field(python_list(r.answers)),
                                            task, r.max_new_tokens, csv_field(r.prediction), ratio);
