@@ -92,6 +92,11 @@ std::string basis_accounting(const std::string& method, bool self_calibrated, co
     return s.paper_accounting ? "basis not charged" : "basis charged";
 }
 
+bool MethodRun::schedule_fallback() const {
+    return std::any_of(layers.begin(), layers.end(),
+                       [](const LayerDiagnostics& d) { return d.schedule_fallback; });
+}
+
 bool answer_matches(const std::string& response, const std::string& expected) {
     const std::string want = lower_trim(expected);
     return !want.empty() && lower_trim(response).find(want) != std::string::npos;
@@ -324,11 +329,6 @@ CompareResult finish_result(const Session& s, const CompareRequest& req, const C
         result.runs.push_back(std::move(run));
     }
     return result;
-}
-
-bool MethodRun::schedule_fallback() const {
-    return std::any_of(layers.begin(), layers.end(),
-                       [](const LayerDiagnostics& d) { return d.schedule_fallback; });
 }
 
 ProbeRequest probe_request(const CompareRequest& req, const ComparePlan& plan, size_t ci) {
