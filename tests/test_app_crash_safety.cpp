@@ -203,7 +203,8 @@ class TestCrashSafety : public QObject {
 
   private Q_SLOTS:
     void initTestCase() {
-        QVERIFY2(fs::exists(test::bin_dir() / "varrate"), "the varrate executable is not built (the suites depend on it)");
+        QVERIFY2(fs::exists(test::bin_dir() / "varrate"),
+                 "the varrate executable is not built (the suites depend on it)");
     }
 
     // A child process writes 4 MiB files in a loop (two contents alternating) and is SIGKILLed at random
