@@ -114,7 +114,7 @@ at::Tensor unpack_bits(const at::Tensor& packed, int64_t bits, int64_t begin, in
     if (begin < 0 || count < 0 || (bit1 + 7) / 8 > packed.size(0))
         throw Error(fmt::format("unpack: codes [{}, {}) of {} bits lie past a stream of {} bytes", begin,
                                 begin + count, bits, packed.size(0)));
-    const at::ScalarType out_type = bits <= 8 ? at::kByte : at::kInt;
+    const at::ScalarType out_type = bits <= 8 ? at::kByte : at::kLong;
     if (count == 0) return at::empty({0}, packed.options().dtype(out_type));
     const int64_t byte0 = bit0 / 8, n_bytes = (bit1 + 7) / 8 - byte0;
     const at::Tensor bytes = packed.narrow(0, byte0, n_bytes);

@@ -36,7 +36,7 @@ at::Tensor dequantize_groups(const at::Tensor& codes, const at::Tensor& scale, c
 // device. The same stream holds quantized codes and the compressed store's anchor indices and ranks.
 at::Tensor pack_bits(const at::Tensor& codes, int64_t bits);
 // Codes [begin, begin + count) of a packed stream -> [count] on the stream's device: uint8 for widths up to
-// 8 bits, int32 above.
+// 8 bits, int64 above.
 at::Tensor unpack_bits(const at::Tensor& packed, int64_t bits, int64_t begin, int64_t count);
 // Bits that hold every integer in [0, max_value] (at least 1): the width of a packed index or rank.
 int64_t bit_width(int64_t max_value);

@@ -202,12 +202,24 @@ BudgetRule method_budget_rule(const std::string& name) {
     return find(name).budget;
 }
 
+namespace {
+
+// Summaries and records read from disk may name a method this build does not know (one that a later or
+// earlier build registered): shown as a budgeted compressor, the common case, rather than refused.
+BudgetRule rule_or_kappa(const std::string& name) {
+    for (const Entry& e : registry())
+        if (name == e.name) return e.budget;
+    return BudgetRule::Kappa;
+}
+
+}  // namespace
+
 bool method_takes_budget(const std::string& name) {
-    return method_budget_rule(name) == BudgetRule::Kappa;
+    return rule_or_kappa(name) == BudgetRule::Kappa;
 }
 
 bool method_compresses(const std::string& name) {
-    return method_budget_rule(name) != BudgetRule::Uncompressed;
+    return rule_or_kappa(name) != BudgetRule::Uncompressed;
 }
 
 }  // namespace varrate

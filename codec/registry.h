@@ -34,9 +34,10 @@ enum class BudgetRule {
     OwnSettings,   // its own settings, whatever kappa says (kivi2, kivi4: the bits)
     Uncompressed,  // nothing is compressed (full, the reference)
 };
-BudgetRule method_budget_rule(const std::string& name);
-bool method_takes_budget(const std::string& name);  // BudgetRule::Kappa
-bool method_compresses(const std::string& name);    // not BudgetRule::Uncompressed
-// Unknown names throw Error (listing the known ones), as make_method does.
+BudgetRule method_budget_rule(const std::string& name);  // throws Error for an unknown name, as make_method
+// BudgetRule::Kappa / not BudgetRule::Uncompressed; a name this build does not know (read from another
+// build's records) counts as a budgeted compressor.
+bool method_takes_budget(const std::string& name);
+bool method_compresses(const std::string& name);
 
 }  // namespace varrate
