@@ -42,7 +42,7 @@ void probe_pass(const LlamaModel& model, const PrefillCapture& capture, const st
 // Softmax attention weights of queries q [H, n, hd] over keys k [G, m, hd] whose last n are the queries' own
 // (causal among themselves): [G, g * n, m] fp32, the g query heads of a KV head stacked.
 at::Tensor probe_weights(const at::Tensor& q, const at::Tensor& k) {
-    const int64_t H = q.size(0), n = q.size(1), hd = q.size(2), G = k.size(0), m = k.size(1);
+    const int64_t H = q.size(0), n = q.size(1), hd = q.size(2), G = k.size(0);
     const at::Tensor qg = q.to(at::kFloat).reshape({G, (H / G) * n, hd});
     at::Tensor s = at::bmm(qg, k.to(at::kFloat).transpose(1, 2)) / std::sqrt(static_cast<double>(hd));
     mask_future_tail(s, n, H / G);
@@ -79,23 +79,33 @@ RepeatPrompt repeat_prompt(const Session& session, bool chat) {
     RepeatPrompt p;
     p.first = tok.encode("\n\nRepeat the previous context exactly.", false);
     p.later = tok.encode("\n\nRepeat the part of the previous context exactly, starting with", false);
-    // kvpress: the text that closes a user turn in the chat template, "\n" without one.
-    p.suffix = chat ? build_prompt(tok, "", "", true).question_ids : tok.encode("\n", false);
+    if (chat) {
+        // kvpress: the chat template's text before and after a user turn's content.
+        const ChatFrame frame = chat_frame(tok);
+        p.prefix_length = static_cast<int64_t>(frame.prefix_ids.size());
+        p.suffix = frame.suffix_ids;
+    } else {
+        p.suffix = tok.encode("\n", false);
+    }
     return p;
 }
 
 void add_repeat_scores(const LlamaModel& model, PrefillCapture& capture, const RepeatPrompt& prompt,
                        const JobControl& job, int64_t chunk) {
-    const int64_t L = static_cast<int64_t>(capture.ids.size());
+    const int64_t L = static_cast<int64_t>(capture.ids.size()), prefix = prompt.prefix_length;
     if (L == 0 || capture.layers.empty()) throw Error("kvzip: the capture is empty");
     if (chunk <= 0) throw Error("kvzip: the reconstruction chunk must be positive");
+    if (prefix < 0 || prefix >= L)
+        throw Error(fmt::format(
+            "kvzip: a chat prefix of {} ids leaves nothing of the {}-id context to reconstruct", prefix, L));
     for (LayerCapture& c : capture.layers)
         c.repeat_scores = at::zeros({c.keys.size(0), L}, c.keys.options().dtype(at::kFloat));
-    const int64_t n_chunks = (L + chunk - 1) / chunk;
+    // The chunks cover [prefix, L): the chat header is not part of what the model is asked to repeat.
+    const int64_t n_chunks = (L - prefix + chunk - 1) / chunk;
     for (int64_t ci = 0; ci < n_chunks; ++ci) {
         check_cancel(job);
         job.report("kvzip reconstruction", ci, n_chunks);
-        const int64_t begin = ci * chunk, end = std::min(L, begin + chunk), len = end - begin;
+        const int64_t begin = prefix + ci * chunk, end = std::min(L, begin + chunk), len = end - begin;
         std::vector<int64_t> ids = ci == 0 ? prompt.first : prompt.later;
         if (ci > 0) {
             const int64_t from = std::max<int64_t>(begin - kRepeatOverlap, begin - chunk);

@@ -39,6 +39,9 @@ struct RepeatPrompt {
     std::vector<int64_t> first;   // "\n\nRepeat the previous context exactly."
     std::vector<int64_t> later;   // "\n\nRepeat the part of the previous context exactly, starting with"
     std::vector<int64_t> suffix;  // what ends the user turn: the chat suffix, or "\n" without a chat template
+    // Leading ids of the prefix that are not reconstructed (kvpress's prefix_length): with a chat template
+    // the BOS and the header before the user's content, 0 without one. Their scores stay 0.
+    int64_t prefix_length = 0;
 };
 // The repeat prompt in the session's tokenizer (chat: the chat format's suffix).
 RepeatPrompt repeat_prompt(const Session& session, bool chat);

@@ -36,4 +36,17 @@ PromptParts build_prompt(const Tokenizer& tokenizer, const std::string& context,
     return parts;
 }
 
+ChatFrame chat_frame(const Tokenizer& tokenizer) {
+    // kvpress's KVzipPress.__call__: content "dummy context" + "\n" + "#" * 13, split at the separator.
+    const std::string dummy = "dummy context", separator = "\n" + std::string(dummy.size(), '#');
+    const std::string rendered = render_chat(tokenizer, {{"user", dummy + separator}}, true);
+    const size_t at = rendered.find(separator), content = rendered.find(dummy);
+    if (at == std::string::npos || content == std::string::npos || content > at)
+        throw Error("chat template dropped the message content; cannot find its prefix and suffix");
+    ChatFrame frame;
+    frame.prefix_ids = tokenizer.encode(rendered.substr(0, content), false);
+    frame.suffix_ids = tokenizer.encode(rendered.substr(at + separator.size()), false);
+    return frame;
+}
+
 }  // namespace varrate

@@ -27,4 +27,14 @@ std::string plain_question_suffix(const std::string& question, const std::string
 PromptParts build_prompt(const Tokenizer& tokenizer, const std::string& context, const std::string& question,
                          bool chat, const std::string& answer_prefix = "");
 
+// What a chat template puts around a user turn's content, found as kvpress finds it (a dummy content and a
+// separator rendered with the generation prompt): prefix_ids = BOS and header before the content, suffix_ids
+// = what closes the turn and opens the assistant's. Throws Error when the template has no chat template or
+// drops the content.
+struct ChatFrame {
+    std::vector<int64_t> prefix_ids;
+    std::vector<int64_t> suffix_ids;
+};
+ChatFrame chat_frame(const Tokenizer& tokenizer);
+
 }  // namespace varrate

@@ -287,6 +287,75 @@ class TestKvpressPresses : public QObject {
         for (const auto& [name, n] : agree) QCOMPARE(n[0], n[1]);
         QVERIFY(ragged >= 20);  // heads keep different counts: the selection is not per head
     }
+
+    // kvpress_signals_arch.json (--only kvpress-signals-arch): Expected Attention's query statistics with a
+    // q_proj bias (llama-mha-bias) and after Qwen3's q_norm (qwen3), as kvpress 0.5.5 takes them
+    // (module.q_proj(h), then q_norm), and KVzip with a chat prefix of 5 ids that are not reconstructed
+    // (kvpress's prefix_length). Each case records that the variant it guards changes kept sets, so the
+    // comparison fails if our statistics drop the bias or the norm, or if KVzip reconstructs the prefix.
+    void signal_methods_follow_kvpress_on_bias_q_norm_and_chat_prefix() {
+        const std::filesystem::path path = oracle_dir() / "kvpress_signals_arch.json";
+        if (!std::filesystem::exists(path))
+            QFAIL(qPrintable(QString::fromStdString(
+                "no " + path.string() + ": run scripts/oracles/generate.sh --only kvpress-signals-arch")));
+        const nlohmann::json ref = read_json(path);
+        QVERIFY(ref["generator"].contains("kvpress"));
+        QCOMPARE(ref["expected_attention"]["epsilon"].get<double>(), ExpectedAttentionOptions().epsilon);
+        RepeatPrompt prompt;
+        prompt.first = ref["repeat_prompt"]["first"].get<std::vector<int64_t>>();
+        prompt.later = ref["repeat_prompt"]["later"].get<std::vector<int64_t>>();
+        prompt.suffix = ref["repeat_prompt"]["suffix"].get<std::vector<int64_t>>();
+        prompt.prefix_length = ref["repeat_prompt"]["prefix_length"].get<int64_t>();
+        std::map<std::string, std::unique_ptr<LlamaModel>> models;
+        std::map<std::string, int64_t> equal, compared;
+        for (const auto& c : ref["cases"]) {
+            const std::string model_name = c["model"].get<std::string>();
+            if (!models.count(model_name)) {
+                RuntimeOptions o;
+                o.dtype = at::kFloat;
+                models[model_name] = LlamaModel::load(oracle_dir() / model_name, o);
+            }
+            LlamaModel& m = *models[model_name];
+            const bool kvzip = c["press"] == "KVzipPress";
+            const std::string key = kvzip ? "kvzip prefix" : "expected-attention " + model_name;
+            // Each case tells its variant apart: the guarded change moves kvpress's own kept sets.
+            for (const char* f :
+                 {"changed_without_q_bias", "changed_with_unit_q_norm", "changed_without_prefix"})
+                if (c.contains(f)) QVERIFY2(c[f].get<int64_t>() > 0, f);
+            QVERIFY(c.contains("changed_without_q_bias") || c.contains("changed_with_unit_q_norm") ||
+                    c.contains("changed_without_prefix"));
+            const auto ids = c["ids"].get<std::vector<int64_t>>();
+            CodecSettings s;
+            s.budget = 1.0 - c["compression_ratio"].get<double>();
+            PrefillCapture cap = capture_prefill(m, ids, s);
+            s.obs_window = 0;  // kvpress pins only the sinks
+            if (kvzip) add_repeat_scores(m, cap, prompt, {}, c["chunk_size"].get<int64_t>());
+            auto method = make_method(kvzip ? "kvzip" : "expected-attention", s);
+            const MethodAnalysis analysis(*method, cap);
+            const std::vector<LayerAllocation> alloc = analysis.allocate(s);
+            for (const auto& layer : c["layers"]) {
+                const int64_t l = layer["layer"].get<int64_t>();
+                const auto theirs = layer["kept"].get<std::vector<std::vector<int64_t>>>();
+                const auto ours = rows_of_mask(alloc[l].diagnostics.kept);
+                QCOMPARE(ours.size(), theirs.size());
+                for (size_t g = 0; g < ours.size(); ++g) {
+                    ++compared[key];
+                    const std::string diff = kept_difference(ours[g], theirs[g]);
+                    if (diff.empty())
+                        ++equal[key];
+                    else
+                        qWarning("%s ratio %g: layer %ld KV head %zu %s", key.c_str(),
+                                 c["compression_ratio"].get<double>(), static_cast<long>(l), g, diff.c_str());
+                }
+            }
+        }
+        QCOMPARE(compared.size(), size_t(3));
+        for (const auto& [key, n] : compared) {
+            qInfo("%s: kept positions identical to kvpress's in %ld of %ld (layer, KV head) pairs",
+                  key.c_str(), static_cast<long>(equal[key]), static_cast<long>(n));
+            QCOMPARE(equal[key], n);
+        }
+    }
 };
 
 QTEST_GUILESS_MAIN(TestKvpressPresses)

@@ -17,6 +17,7 @@
 #include "core/prompt.h"
 #include "core/session.h"
 #include "models/rope.h"
+#include "models/tokenizer.h"
 
 using namespace varrate;
 
@@ -143,6 +144,43 @@ class TestCoreProbe : public QObject {
                              qPrintable(QString("layer %1 head %2 position %3").arg(l).arg(h).arg(t)));
             }
         }
+    }
+
+    // kvpress finds the chat header and the turn's end by rendering a dummy content; the chat prompt's parts
+    // start and end with them, and KVzip does not reconstruct that header.
+    void chat_frame_is_the_header_and_the_turn_end() {
+        VARRATE_REQUIRE_FIXTURE(llama3, "tokenizers/llama3");
+        const Tokenizer tok = Tokenizer::load(llama3);
+        const ChatFrame frame = chat_frame(tok);
+        QCOMPARE(QString::fromStdString(tok.decode(frame.prefix_ids, false)),
+                 QString("<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n"));
+        QCOMPARE(QString::fromStdString(tok.decode(frame.suffix_ids, false)),
+                 QString("<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"));
+        const PromptParts parts = build_prompt(tok, "Some context here.", "Which?", true);
+        QVERIFY(std::equal(frame.prefix_ids.begin(), frame.prefix_ids.end(), parts.context_ids.begin()));
+        QVERIFY(parts.question_ids.size() > frame.suffix_ids.size());
+        QVERIFY(std::equal(frame.suffix_ids.rbegin(), frame.suffix_ids.rend(), parts.question_ids.rbegin()));
+        VARRATE_REQUIRE_FIXTURE(qwen3, "tokenizers/qwen3");
+        const Tokenizer qtok = Tokenizer::load(qwen3);
+        QCOMPARE(QString::fromStdString(qtok.decode(chat_frame(qtok).prefix_ids, false)),
+                 QString("<|im_start|>user\n"));
+    }
+
+    void repeat_scores_leave_the_chat_prefix_unscored() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        QVERIFY(need_fixture());
+        const int64_t L = static_cast<int64_t>(context_.size());
+        RepeatPrompt prompt = repeat_prompt(*fixture_, false);
+        CodecSettings s;
+        PrefillCapture cap = capture_prefill(fixture_->model(), context_, s, {}, 512, false);
+        prompt.prefix_length = 7;
+        add_repeat_scores(fixture_->model(), cap, prompt, {}, 25);
+        for (const LayerCapture& c : cap.layers) {
+            QCOMPARE(c.repeat_scores.narrow(1, 0, 7).abs().max().item<double>(), 0.0);
+            QVERIFY(c.repeat_scores.narrow(1, 7, L - 7).min().item<double>() > 0.0);
+        }
+        prompt.prefix_length = L;
+        QVERIFY_THROWS_EXCEPTION(Error, add_repeat_scores(fixture_->model(), cap, prompt, {}, 25));
     }
 
     void repeat_scores_follow_kvzip_chunk_by_chunk() {

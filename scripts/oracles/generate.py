@@ -70,6 +70,7 @@ from kvpress.pipeline import KVPressTextGenerationPipeline  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import chat_reference  # noqa: E402
 import longbench_reference  # noqa: E402
+import signals_arch  # noqa: E402
 import tokenizers_reference  # noqa: E402
 from oracle_rng import splitmix64  # noqa: E402
 
@@ -560,18 +561,19 @@ def kept_from_masked(module, n_kv, n_tok):
 
 
 @torch.no_grad()
-def kvzip_kept(model, ratio, chunk, compressed, prompt):
+def kvzip_kept(model, ratio, chunk, compressed, prompt, prefix_length=0):
     """KVzipPress's scoring and compression (its own code) on `compressed`, with the repeat prompt ids of
-    `prompt` instead of a tokenizer: per layer, the kept positions of every KV head."""
+    `prompt` instead of a tokenizer: per layer, the kept positions of every KV head. prefix_length: the ids
+    a chat template puts before the user's content (BOS, header), which kvpress does not reconstruct."""
     press = KVzipPress(compression_ratio=ratio, chunk_size=chunk)
     press.post_init_from_model(model)
     cache = DynamicCache()
     input_ids = torch.tensor([compressed])
     model.model(input_ids=input_ids, past_key_values=cache)
-    # As KVzipPress.__call__ sets them for a tokenizer without a chat template (prefix "", suffix "\n").
+    # As KVzipPress.__call__ sets them (without a chat template: prefix "", suffix "\n").
     press._context_ids = input_ids
     press._cache = cache
-    press.prefix_length = 0
+    press.prefix_length = prefix_length
     press._suffix_ids = torch.tensor([prompt["suffix"]])
     for layer in model.model.layers:
         layer.self_attn.rotary_emb = model.model.rotary_emb
@@ -735,7 +737,8 @@ def main():
                          "build/bin/varrate, relative to the repository)")
     ap.add_argument("--only", nargs="*",
                     help="model names to regenerate, or kvpress (SnapKV), kvpress-presses (StreamingLLM, "
-                         "PyramidKV, Ada-KV), kvpress-signals (Expected Attention in Ada-KV, KVzip), tokenizers, chat31 "
+                         "PyramidKV, Ada-KV), kvpress-signals (Expected Attention in Ada-KV, KVzip), "
+                         "kvpress-signals-arch (Expected Attention with a q bias and q_norm, KVzip with a chat prefix), tokenizers, chat31 "
                          "or longbench (default: everything; longbench only with --longbench)")
     ap.add_argument("--longbench",
                     help="a THUDM/LongBench checkout whose LongBench/metrics.py and eval.py make the longbench "
@@ -777,6 +780,8 @@ def main():
         write_json(DATA / "kvpress_presses.json", kvpress_presses_reference())
     if not args.only or "kvpress-signals" in args.only:
         write_json(DATA / "kvpress_signals.json", kvpress_signals_reference())
+    if not args.only or "kvpress-signals-arch" in args.only:
+        write_json(DATA / "kvpress_signals_arch.json", signals_arch.reference(sys.modules[__name__]))
     if not args.only or "tokenizers" in args.only:
         (DATA / "tokenizers").mkdir(exist_ok=True)
         for vocab in tokenizers_reference.VOCABS:
