@@ -11,6 +11,7 @@
 #include "codec/method.h"
 #include "codec/quantize.h"
 #include "core/base/error.h"
+#include "models/host_read.h"
 #include "models/rope.h"
 
 namespace varrate {
@@ -62,7 +63,7 @@ CompressedLayer::CompressedLayer(Parts parts) : p_(std::move(parts)) {
         throw Error(fmt::format("{}: anchor indices and ranks must be packed uint8 streams", where));
     if (n_coded > 0) {
         const at::Tensor all = nearest(0, n_coded);
-        const int64_t hi = all.max().item<int64_t>();
+        const int64_t hi = to_host(all.max()).item<int64_t>();  // once, when the store is built
         if (hi >= n_anchors_)
             throw Error(
                 fmt::format("{}: an anchor index is {}, the layer has {} anchors", where, hi, n_anchors_));
@@ -79,7 +80,7 @@ CompressedLayer::CompressedLayer(Parts parts) : p_(std::move(parts)) {
     if (!p_.basis.defined() || p_.basis.dim() != 2 || p_.basis.size(1) != dim_)
         throw Error(fmt::format("{}: basis must be [R, {}]", where, dim_));
     // The block plan, on the host once: where each block's coefficients start and its widest rank.
-    const at::Tensor host_ranks = ranks(0, n_coded).to(at::kCPU).contiguous();
+    const at::Tensor host_ranks = to_host(ranks(0, n_coded)).contiguous();
     const int64_t* r = host_ranks.data_ptr<int64_t>();
     int64_t offset = 0, groups = 0;
     for (int64_t begin = 0; begin < n_coded; begin += kBlock) {
@@ -135,8 +136,18 @@ void CompressedLayer::pack_metadata(Parts& parts, const at::Tensor& nearest, con
 }
 
 at::Tensor CompressedLayer::exact_positions() const {
-    // Derived, not held: the store's bytes are what the budget counts.
-    return exact_order(p_.n_tokens, p_.stride, p_.window).to(p_.exact_keys.device());
+    // exact_order's positions, derived on the store's device from sizes alone (no host data, so no copy per
+    // call; not held: the store's bytes are what the budget counts). The anchors 0, stride, ..., then the
+    // window's other positions: the k-th position that is not an anchor is k + k / (stride - 1) + 1.
+    const auto index = p_.exact_keys.options().dtype(at::kLong);
+    const at::Tensor anchors = at::arange(0, p_.n_tokens, p_.stride, index);
+    const int64_t n_window = n_exact() - n_anchors_;
+    if (n_window == 0) return anchors;
+    const int64_t head = std::max<int64_t>(p_.n_tokens - p_.window, 0);
+    const int64_t first =
+        head - ceil_div(head, p_.stride);  // positions before the window that are not anchors
+    const at::Tensor k = at::arange(first, first + n_window, index);
+    return at::cat({anchors, k + k.div(p_.stride - 1, "floor") + 1});
 }
 
 at::Tensor CompressedLayer::coded_positions(int64_t begin, int64_t count) const {

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "core/base/error.h"
+#include "models/host_read.h"
 
 namespace varrate {
 
@@ -23,7 +24,7 @@ HeadwiseKeep headwise_keep(const at::Tensor& keep_mask) {
                                 shape_str(keep_mask)));
     const int64_t n_tok = keep_mask.size(1);
     const at::Tensor counts = keep_mask.sum(1);  // [G]
-    const int64_t n_max = counts.max().item<int64_t>();
+    const int64_t n_max = to_host(counts.max()).item<int64_t>();
     if (n_max == 0) throw Error("head-wise eviction: the keep mask keeps no position in any KV head");
     // Each kept position goes to its slot, the number kept before it in its row (no sort: LibTorch 1.13's
     // stable sort of a byte tensor does not keep the order); the others go to a spare column, dropped.
@@ -59,7 +60,7 @@ LayerDiagnostics mask_eviction_diagnostics(const std::string& method, int64_t la
     const at::Tensor rank = keep_mask.to(at::kLong).sum(0) * (2 * head_dim);
     const at::Tensor rd = rank.to(at::kDouble);
     const at::Tensor stats =
-        at::stack({err.to(at::kDouble).mean(), rd.min(), rd.max(), rd.mean(), rd.sum()}).to(at::kCPU);
+        to_host(at::stack({err.to(at::kDouble).mean(), rd.min(), rd.max(), rd.mean(), rd.sum()}));
     const double* st = stats.data_ptr<double>();
     const int64_t entries = static_cast<int64_t>(st[4]) / (2 * head_dim);  // kept (head, token) pairs
     LayerDiagnostics d;
@@ -78,10 +79,10 @@ LayerDiagnostics mask_eviction_diagnostics(const std::string& method, int64_t la
     d.full_bytes = n_tok * dim * element_size;
     d.footprint = static_cast<double>(entries) / static_cast<double>(n_kv * n_tok);
     d.mean_rel_error = st[0];
-    d.rank = rank.to(at::kCPU);
-    d.exact = keep_mask.all(0).to(at::kCPU);
-    d.rel_error = err.to(at::kCPU);
-    d.kept = keep_mask.to(at::kCPU);
+    d.rank = to_host(rank);
+    d.exact = to_host(keep_mask.all(0));
+    d.rel_error = to_host(err);
+    d.kept = to_host(keep_mask);
     return d;
 }
 
@@ -140,7 +141,7 @@ HeadwiseEvictedLayer::HeadwiseEvictedLayer(Parts parts) : p_(std::move(parts)) {
 }
 
 at::Tensor HeadwiseEvictedLayer::counts() const {
-    return p_.valid.sum(1).to(at::kCPU);
+    return to_host(p_.valid.sum(1));
 }
 
 int64_t HeadwiseEvictedLayer::resident_bytes() const {
@@ -179,7 +180,7 @@ at::Tensor HeadwiseEvictedLayer::attend(const at::Tensor& q, const at::Tensor& t
 
 LayerKV HeadwiseEvictedLayer::reconstruct() const {
     const at::Tensor c = counts();
-    const int64_t lo = c.min().item<int64_t>(), hi = c.max().item<int64_t>();
+    const int64_t lo = c.min().item<int64_t>(), hi = c.max().item<int64_t>();  // host-side: counts() read it
     if (lo != hi)
         throw Error(fmt::format(
             "head-wise evicted layer {}: its KV heads keep between {} and {} tokens, which no dense cache "

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "core/base/error.h"
+#include "models/host_read.h"
 
 namespace varrate {
 
@@ -74,7 +75,7 @@ std::string structural_difference(const CodecSettings& a, const CodecSettings& b
 
 void sync_for_timing(const at::Tensor& t, bool enabled) {
     // Copying one element to the host waits for every kernel queued before it on the stream.
-    if (enabled && t.defined() && t.numel() > 0 && !t.is_cpu()) (void)t.reshape({-1})[0].to(at::kCPU);
+    if (enabled && t.defined() && t.numel() > 0 && !t.is_cpu()) (void)to_host(t.reshape({-1})[0]);
 }
 
 }  // namespace varrate

@@ -30,8 +30,10 @@ struct CodecSettings {
     // counted in bits, then holds more of them.
     int64_t coef_bits = 16;
     bool paper_accounting =
-        false;                   // true: anchor indices are not charged to B (the paper; footprint > kappa)
-    bool precise_timing = true;  // wait for the device at stage boundaries so stage times are real
+        false;  // true: anchor indices are not charged to B (the paper; footprint > kappa)
+    // Wait for the device at stage boundaries so stage times are real: a host read per stage on a GPU, so off
+    // unless profiling (varrate bench and the app's "Precise stage timing" turn it on).
+    bool precise_timing = false;
 };
 
 // Milliseconds spent in each stage of one layer's compression, by the step that runs it.

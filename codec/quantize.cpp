@@ -8,6 +8,7 @@
 
 #include "codec/method.h"
 #include "core/base/error.h"
+#include "models/host_read.h"
 
 namespace varrate {
 
@@ -70,7 +71,7 @@ QuantizedGroups quantize_groups(const at::Tensor& x, int64_t bits, const at::Ten
     q.scale = ((hi - lo) / levels).to(at::kHalf);
     q.min = lo.to(at::kHalf);
     const at::Tensor sf = q.scale.to(at::kFloat), mf = q.min.to(at::kFloat);
-    if (!at::isfinite(sf).all().item<bool>() || !at::isfinite(mf).all().item<bool>())
+    if (!to_host(at::isfinite(sf).all().logical_and(at::isfinite(mf).all())).item<bool>())
         throw Error(
             "quantize: a group's range exceeds fp16 (|values| above 65504): this cache cannot be quantized "
             "with fp16 scales");

@@ -104,7 +104,8 @@ struct EvalCell {
     std::string method;
     double budget = 1;
     int64_t n = 0, infeasible = 0;
-    double mean = 0;  // mean score, 0..100
+    int64_t schedule_fallback = 0;  // records whose PyramidKV schedule fell back to SnapKV's counts
+    double mean = 0;                // mean score, 0..100
     // Paired with the reference over the samples both have (the reference's own row: empty, n 0).
     PairedComparison vs_reference;
 };

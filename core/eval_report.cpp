@@ -23,6 +23,16 @@ namespace {
 struct SeriesScores {
     std::map<std::tuple<std::string, int64_t, int64_t>, double> score;
     std::map<std::pair<std::string, int64_t>, int64_t> infeasible;
+    std::map<std::pair<std::string, int64_t>, int64_t> fallback;  // PyramidKV ran SnapKV's counts
+
+    // Records of (task, length) matching `match` in `counts`, summed.
+    template <typename Match>
+    static int64_t total(const std::map<std::pair<std::string, int64_t>, int64_t>& counts, Match match) {
+        int64_t n = 0;
+        for (const auto& [key, v] : counts)
+            if (match(key)) n += v;
+        return n;
+    }
 };
 
 EvalCell make_cell(const std::string& task, int64_t length, const std::string& method, double budget,
@@ -48,6 +58,7 @@ nlohmann::json cell_json(const EvalCell& c) {
                         {"n", c.n},
                         {"infeasible", c.infeasible},
                         {"mean", c.mean}};
+    if (c.schedule_fallback > 0) j["schedule_fallback"] = c.schedule_fallback;
     if (c.vs_reference.n > 0)
         j["vs_reference"] = {{"n", c.vs_reference.n},
                              {"mean_difference", c.vs_reference.mean_difference},
@@ -155,6 +166,7 @@ EvalSummary summarize_eval(const EvalSweepOptions& o) {
                         scores[k].score[{task, length, sample}] = *r.score;
                     else
                         ++scores[k].infeasible[{task, length}];
+                    if (r.schedule_fallback) ++scores[k].fallback[{task, length}];
                 }
     size_t ref = 0;
     while (ref < series.size() && series[ref].method != o.reference) ++ref;
@@ -178,8 +190,11 @@ EvalSummary summarize_eval(const EvalSweepOptions& o) {
                 }
                 EvalCell c = make_cell(task, length, series[k].method, series[k].budget, own, a, b, k == ref,
                                        o.bootstrap_resamples);
-                const auto inf = scores[k].infeasible.find({task, length});
-                c.infeasible = inf == scores[k].infeasible.end() ? 0 : inf->second;
+                const auto same = [&](const std::pair<std::string, int64_t>& key) {
+                    return key == std::make_pair(task, length);
+                };
+                c.infeasible = SeriesScores::total(scores[k].infeasible, same);
+                c.schedule_fallback = SeriesScores::total(scores[k].fallback, same);
                 s.cells.push_back(std::move(c));
             }
     for (int64_t length : o.lengths)
@@ -199,6 +214,9 @@ EvalSummary summarize_eval(const EvalSweepOptions& o) {
             EvalCell c = make_cell("", length, series[k].method, series[k].budget, own, a, b, k == ref,
                                    o.bootstrap_resamples);
             c.infeasible = infeasible;
+            c.schedule_fallback = SeriesScores::total(
+                scores[k].fallback,
+                [&](const std::pair<std::string, int64_t>& key) { return key.second == length; });
             s.by_length.push_back(std::move(c));
         }
     for (size_t k = 0; k < series.size(); ++k) {
@@ -215,6 +233,8 @@ EvalSummary summarize_eval(const EvalSweepOptions& o) {
         EvalCell c =
             make_cell("", 0, series[k].method, series[k].budget, own, a, b, k == ref, o.bootstrap_resamples);
         c.infeasible = infeasible;
+        c.schedule_fallback = SeriesScores::total(
+            scores[k].fallback, [](const std::pair<std::string, int64_t>&) { return true; });
         s.overall.push_back(std::move(c));
     }
     return s;

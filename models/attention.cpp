@@ -268,12 +268,15 @@ at::Tensor gqa_causal_attention(const at::Tensor& q, const at::Tensor& k, const 
 
 at::Tensor gqa_rows_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                               const std::vector<int64_t>& seen, int64_t n_new, int64_t sliding_window,
-                              int64_t score_budget_bytes) {
+                              int64_t score_budget_bytes, const at::Tensor& seen_on_device) {
     const int64_t B = q.size(0), n_kv = q.size(1), rows = q.size(2), hd = q.size(3), group = rows / n_new;
     at::Tensor out = at::empty({B * n_kv, rows, hd}, q.options());
     const at::Tensor q3 = q.reshape({B * n_kv, rows, hd});
     const at::TensorOptions index = at::TensorOptions().dtype(at::kLong).device(q.device());
     const at::Tensor token = at::arange(n_new, index).view({1, n_new, 1});  // [1, n_new, 1]
+    // Every row's length on the device, copied once per call (or given by the caller once per step).
+    const at::Tensor seen_t =
+        seen_on_device.defined() ? seen_on_device : at::tensor(seen, at::kLong).to(q.device());  // [B]
     int64_t b0 = 0;
     while (b0 < B) {
         // Consecutive rows of similar length share a block, padded to the longest, while the scores stay
@@ -288,8 +291,7 @@ at::Tensor gqa_rows_attention(const at::Tensor& q, const at::Tensor& k, const at
         }
         const std::vector<int64_t> block_seen(seen.begin() + b0, seen.begin() + b0 + nb);
         // Token i of row b sees columns [end - window, end) with end = seen_b - n_new + i + 1.
-        const at::Tensor end =
-            at::tensor(block_seen, at::kLong).to(q.device()).view({nb, 1, 1}).sub(n_new - 1).add(token);
+        const at::Tensor end = seen_t.narrow(0, b0, nb).view({nb, 1, 1}).sub(n_new - 1).add(token);
         const int64_t earliest_end = *std::min_element(block_seen.begin(), block_seen.end()) - n_new + 1;
         const bool windowed = sliding_window > 0 && T > sliding_window;
         const int64_t from = windowed ? 0 : earliest_end;  // columns before are visible to every token

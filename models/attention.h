@@ -65,6 +65,7 @@ int64_t blocked_attention_workers(int64_t tasks);
 constexpr int64_t kCachedScoreBytes = int64_t(1) << 20;
 at::Tensor gqa_rows_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                               const std::vector<int64_t>& seen, int64_t n_new, int64_t sliding_window = 0,
-                              int64_t score_budget_bytes = kCachedScoreBytes);
+                              int64_t score_budget_bytes = kCachedScoreBytes,
+                              const at::Tensor& seen_on_device = {});  // [B] int64: `seen`, on q's device
 
 }  // namespace varrate

@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "core/base/error.h"
 #include "core/base/stopwatch.h"
 #include "models/batch_cache.h"
+#include "models/host_read.h"
 
 namespace varrate {
 
@@ -17,16 +19,23 @@ namespace {
 
 using Clock = SteadyClock;
 
-// Argmax of fp32 CPU logits [1, vocab]; ties go to the lowest id, NaN never wins.
-int64_t greedy_token(const at::Tensor& logits) {
-    const at::Tensor row = logits.reshape({-1}).to(at::kFloat).contiguous();
-    const float* p = row.data_ptr<float>();
-    const int64_t n = row.numel();
-    int64_t best = -1;
-    for (int64_t i = 0; i < n; ++i)
-        if (!std::isnan(p[i]) && (best < 0 || p[i] > p[best])) best = i;
-    if (best < 0) throw Error("generate: the logits are all NaN (numerical failure in the forward pass)");
-    return best;
+// Each row's greedy id of host logits [..., vocab], as greedy_ids chooses it (flattened rows, row-major).
+std::vector<int64_t> greedy_tokens(const at::Tensor& logits) {
+    const at::Tensor ids = to_host(greedy_ids(logits)).contiguous();
+    const int64_t* p = ids.data_ptr<int64_t>();
+    std::vector<int64_t> out(p, p + ids.numel());
+    for (int64_t id : out)
+        if (id < 0) throw Error("generate: the logits are all NaN (numerical failure in the forward pass)");
+    return out;
+}
+
+// Tokens decoded between two reads of the host: every one on the CPU, where a read costs nothing and
+// streaming stays token by token; on a device, kDeviceSyncEvery, so that the loop does not wait for the
+// device after each step.
+constexpr int64_t kDeviceSyncEvery = 16;
+int64_t sync_interval(const GenerateOptions& opt, const c10::Device& device) {
+    if (opt.host_sync_every > 0) return opt.host_sync_every;
+    return device.is_cpu() ? 1 : kDeviceSyncEvery;
 }
 
 bool is_stop(const GenerateOptions& opt, int64_t token) {
@@ -52,25 +61,56 @@ GenerateResult generate_greedy(const LlamaModel& model, KVCache& cache, const st
     return r;
 }
 
+at::Tensor greedy_ids(const at::Tensor& logits) {
+    const at::Tensor l = logits.reshape({-1, logits.size(-1)}).to(at::kFloat);  // [rows, vocab]
+    const at::Tensor nan = l.isnan();
+    const at::Tensor ids = l.masked_fill(nan, -std::numeric_limits<float>::infinity()).argmax(1);
+    return ids.masked_fill(nan.all(1), -1);  // [rows] int64, on the logits' device
+}
+
 GenerateResult decode_greedy(const LlamaModel& model, KVCache& cache, at::Tensor logits,
                              const GenerateOptions& opt) {
     if (opt.max_new_tokens < 0) throw Error("generate: max_new_tokens must not be negative");
     GenerateResult r;
     ForwardOptions step;
     step.cancel = opt.cancel;
+    const c10::Device device = model.options().device;
+    const int64_t every = sync_interval(opt, device);
+    // The ids stay on the device and are fed back from there; the host reads them every `every` steps to
+    // see a stop. Tokens fed after a stop are taken back out of the cache (its snapshot before each feed).
+    std::vector<at::Tensor> pending;            // [1] int64 on the device, not yet read
+    std::vector<KVCache::Snapshot> before_fed;  // the cache before pending[j] was fed
     const auto t0 = Clock::now();
     for (int64_t i = 0; i < opt.max_new_tokens; ++i) {
-        const int64_t token = greedy_token(logits);
-        r.generated.push_back(token);
-        if (opt.on_token) opt.on_token(token);
-        if (opt.progress) opt.progress("decode", i + 1, opt.max_new_tokens);
-        if (is_stop(opt, token)) {
-            r.stopped = true;
-            break;
+        const at::Tensor id = greedy_ids(logits).to(device);  // [1]
+        pending.push_back(id);
+        const bool last = i + 1 == opt.max_new_tokens;
+        if (static_cast<int64_t>(pending.size()) == every || last) {
+            const at::Tensor host = to_host(pending.size() == 1 ? pending.front() : at::cat(pending));
+            const int64_t* ids = host.data_ptr<int64_t>();
+            for (size_t j = 0; j < pending.size(); ++j) {
+                const int64_t token = ids[j];
+                if (token < 0)
+                    throw Error("generate: the logits are all NaN (numerical failure in the forward pass)");
+                r.generated.push_back(token);
+                if (opt.on_token) opt.on_token(token);
+                if (opt.progress)
+                    opt.progress("decode", static_cast<int64_t>(r.generated.size()), opt.max_new_tokens);
+                if (is_stop(opt, token)) {
+                    r.stopped = true;
+                    if (j < before_fed.size()) cache.restore(before_fed[j]);  // the stop is not fed back
+                    r.decode_ms = ms_since(t0);
+                    return r;
+                }
+            }
+            pending.clear();
+            before_fed.clear();
         }
-        if (i + 1 == opt.max_new_tokens) break;  // the last token is not fed back
+        if (last) break;  // the last token is not fed back
         check_cancel(opt.cancel);
-        logits = model.forward({token}, cache, step);
+        // The cache before `id` is fed, while `id` is still unread (pending.back()): a stop there undoes it.
+        if (!pending.empty()) before_fed.push_back(cache.snapshot());
+        logits = model.forward_on_device(id.clamp_min(0), cache, step);  // [1, vocab] on the device
     }
     r.decode_ms = ms_since(t0);
     return r;
@@ -111,13 +151,14 @@ void continue_greedy(const LlamaModel& model, BatchKVCache cache, std::vector<Ge
             before.push_back(cache.appended(0, static_cast<int64_t>(k)));
         const at::Tensor logits =
             model.forward_batch(next, cache, 1 + n_draft, opt.cancel);  // [B, 1+d, vocab]
+        const std::vector<int64_t> chosen = greedy_tokens(logits);      // [B * (1+d)]
         std::vector<int64_t> still;
         for (size_t k = 0; k < active.size(); ++k) {
             GenerateResult& rb = r[active[k]];
             const int64_t fed = next[k].front();
             int64_t taken = 0;
             for (int64_t j = 0; j <= n_draft; ++j) {
-                const int64_t token = greedy_token(logits[static_cast<int64_t>(k)][j]);
+                const int64_t token = chosen[k * static_cast<size_t>(1 + n_draft) + static_cast<size_t>(j)];
                 rb.generated.push_back(token);
                 ++taken;
                 rb.stopped = is_stop(opt, token);
@@ -168,10 +209,12 @@ std::vector<GenerateResult> generate_greedy_batch(
     // cache's answer as the draft): most rows are done in that one pass. The others forget the draft past
     // their first disagreement and go on from there.
     std::vector<int64_t> active;
+    const int64_t per_row = predicted.size(1);
+    const std::vector<int64_t> chosen = greedy_tokens(predicted);  // [B * per_row]
     for (int64_t b = 0; b < B; ++b) {
         GenerateResult& rb = r[b];
         for (int64_t j = 0;; ++j) {
-            const int64_t token = greedy_token(predicted[b][j]);
+            const int64_t token = chosen[static_cast<size_t>(b * per_row + j)];
             rb.generated.push_back(token);
             rb.stopped = is_stop(opt, token);
             if (rb.stopped || j + 1 >= n_draft || token != draft[j]) break;

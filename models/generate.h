@@ -19,6 +19,9 @@ struct GenerateOptions {
     // generate_greedy_batch: rebuild the caches' compressed prefixes dense once (the paper's measurement, and
     // the fastest) rather than attend through the compressed store (the default: resident bytes stay small).
     bool reconstruct_prefixes = false;
+    // decode_greedy: tokens decoded between two reads of the ids on the host (stop checks, on_token and
+    // progress come then). 0: every token on the CPU (a read costs nothing there), 16 on a device.
+    int64_t host_sync_every = 0;
 };
 
 struct GenerateResult {
@@ -37,6 +40,10 @@ GenerateResult generate_greedy(const LlamaModel& model, KVCache& cache, const st
 // unused.
 GenerateResult decode_greedy(const LlamaModel& model, KVCache& cache, at::Tensor last_logits,
                              const GenerateOptions& opt);
+
+// The greedy choice of each row of logits [rows, vocab] (or [vocab]): [rows] int64 on the logits' device,
+// the argmax with ties to the lowest id and NaN never winning; -1 for a row of NaN. No host read.
+at::Tensor greedy_ids(const at::Tensor& logits);
 
 // Greedy answers of several caches to the same `prompt` (appended to each; when empty, decoding starts from
 // last_logits [B, vocab]), decoded together. A `draft` (e.g. another cache's greedy answer) is checked in the

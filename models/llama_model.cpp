@@ -14,6 +14,7 @@
 #include "core/base/error.h"
 #include "models/attention.h"
 #include "models/batch_cache.h"
+#include "models/host_read.h"
 #include "models/layer_math.h"
 #include "models/rope.h"
 #include "models/safetensors.h"
@@ -396,14 +397,24 @@ bool decoder_layer(at::Tensor& x, const LayerWeights& lw, const ModelConfig& c, 
 at::Tensor LlamaModel::forward(const std::vector<int64_t>& ids, KVCache& cache,
                                const ForwardOptions& opt) const {
     const ModelConfig& c = config_;
-    const int64_t n = static_cast<int64_t>(ids.size());
-    ++forward_calls_;
-    if (n == 0) throw Error("forward: no input tokens");
-    if (opt.chunk_size <= 0) throw Error("forward: chunk_size must be positive");
+    if (ids.empty()) throw Error("forward: no input tokens");
     for (int64_t id : ids)
         if (id < 0 || id >= c.vocab_size)
             throw Error("forward: token id " + std::to_string(id) + " outside the vocabulary [0, " +
                         std::to_string(c.vocab_size) + ")");
+    return to_host(forward_on_device(at::tensor(ids, at::kLong).to(options_.device), cache, opt));
+}
+
+at::Tensor LlamaModel::forward_on_device(const at::Tensor& ids_t, KVCache& cache,
+                                         const ForwardOptions& opt) const {
+    const ModelConfig& c = config_;
+    if (ids_t.dim() != 1 || ids_t.scalar_type() != at::kLong || ids_t.device() != options_.device)
+        throw Error("forward: the token ids must be a 1-d int64 tensor on the model's device (" +
+                    options_.device.str() + ")");
+    const int64_t n = ids_t.size(0);
+    ++forward_calls_;
+    if (n == 0) throw Error("forward: no input tokens");
+    if (opt.chunk_size <= 0) throw Error("forward: chunk_size must be positive");
     if (cache.n_layer() != c.n_layer)
         throw Error("forward: the KV cache has " + std::to_string(cache.n_layer()) + " layers, the model " +
                     std::to_string(c.n_layer) + " (use LlamaModel::new_cache)");
@@ -445,8 +456,7 @@ at::Tensor LlamaModel::forward(const std::vector<int64_t>& ids, KVCache& cache,
     }
     const auto [cos_all, sin_all] =
         opt.observer ? std::make_pair(observed.cos.narrow(0, start, n), observed.sin.narrow(0, start, n))
-                     : rope_tables(start, start + n);                         // [n, head_dim]
-    const at::Tensor ids_t = at::tensor(ids, at::kLong).to(options_.device);  // [n]
+                     : rope_tables(start, start + n);  // [n, head_dim]
     if (opt.observer && start == 0) observed.token_ids = ids_t;
 
     const KVCache::Snapshot before = cache.snapshot();
@@ -480,8 +490,7 @@ at::Tensor LlamaModel::forward(const std::vector<int64_t>& ids, KVCache& cache,
                 OpTimer t_head(opt.profile, "lm_head", options_.device);
                 const at::Tensor rows = opt.all_logits ? x : x.narrow(0, m - 1, 1);
                 logits.push_back(at::linear(rms_norm(rows, w_->norm, c.rms_norm_eps), w_->lm_head)
-                                     .to(at::kFloat)
-                                     .to(at::kCPU));  // [rows, vocab]
+                                     .to(at::kFloat));  // [rows, vocab]
             }
         }
     } catch (...) {
@@ -493,7 +502,7 @@ at::Tensor LlamaModel::forward(const std::vector<int64_t>& ids, KVCache& cache,
         throw;
     }
     cache.set_next_position(start + n);
-    return logits.size() == 1 ? logits.front() : at::cat(logits, 0);  // [n or 1, vocab] fp32 CPU
+    return logits.size() == 1 ? logits.front() : at::cat(logits, 0);  // [n or 1, vocab] fp32, device
 }
 
 at::Tensor LlamaModel::forward_batch(const std::vector<std::vector<int64_t>>& ids, BatchKVCache& cache,
@@ -545,6 +554,8 @@ at::Tensor LlamaModel::forward_batch(const std::vector<std::vector<int64_t>>& id
     const int64_t n_head = c.n_head, n_kv = c.n_kv_head, hd = c.head_dim, group = n_head / n_kv;
     at::Tensor x =
         at::embedding(w_->embed, at::tensor(flat, at::kLong).to(options_.device));  // [B m, hidden]
+    std::vector<int64_t> seen_host;
+    at::Tensor seen_device;  // [B] int64
     for (int64_t l = 0; l < c.n_layer; ++l) {
         check_cancel(cancel);
         for (int64_t b = 0; b < B; ++b)
@@ -556,9 +567,13 @@ at::Tensor LlamaModel::forward_batch(const std::vector<std::vector<int64_t>>& id
         const at::Tensor q_rot = apply_rope(qkv[0].contiguous(), cos, sin);  // [B, n_head, m, hd]
         cache.append(l, apply_rope(qkv[1], cos, sin), qkv[2]);
         const std::vector<int64_t> seen = cache.seen(l);
+        if (seen != seen_host) {  // the layers' lengths agree: one copy to the device per step
+            seen_host = seen;
+            seen_device = at::tensor(seen, at::kLong).to(options_.device);
+        }
         const at::Tensor attn =
             gqa_rows_attention(q_rot.view({B, n_kv, group * m, hd}), cache.keys(l), cache.values(l), seen, m,
-                               c.layer_window(l));  // [B, n_kv, group m, hd]
+                               c.layer_window(l), kCachedScoreBytes, seen_device);  // [B, n_kv, group m, hd]
         // Rows that begin with a compressed prefix attend through it (above they saw their dense entries
         // only).
         for (int64_t b = 0; b < B; ++b) {
@@ -577,7 +592,7 @@ at::Tensor LlamaModel::forward_batch(const std::vector<std::vector<int64_t>>& id
                      c);
     }
     const at::Tensor last = x.view({B, m, -1}).narrow(1, m - n_logits, n_logits);  // [B, n_logits, hidden]
-    return at::linear(rms_norm(last, w_->norm, c.rms_norm_eps), w_->lm_head).to(at::kFloat).to(at::kCPU);
+    return to_host(at::linear(rms_norm(last, w_->norm, c.rms_norm_eps), w_->lm_head).to(at::kFloat));
 }
 
 }  // namespace varrate

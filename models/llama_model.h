@@ -91,6 +91,10 @@ class LlamaModel {
     // processed in chunks of opt.chunk_size; with an observer, the last chunk is at least observer_window
     // long.
     at::Tensor forward(const std::vector<int64_t>& ids, KVCache& cache, const ForwardOptions& opt = {}) const;
+    // forward() without the host: `ids` [n] int64 on the model's device, logits fp32 on the device. The ids
+    // are not range-checked (reading them would sync): the decode loop feeds the ids its argmax took from
+    // this model's logits. Nothing is read back to the host (models/host_read.h counts what is).
+    at::Tensor forward_on_device(const at::Tensor& ids, KVCache& cache, const ForwardOptions& opt = {}) const;
 
     // Runs one more step of every row of a batch cache: ids[b] (all rows the same length m) at row b's next
     // positions, appending their K/V. Returns fp32 CPU logits [B, n_logits, vocab] of each row's last

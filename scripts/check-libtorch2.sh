@@ -14,6 +14,8 @@
 #           C++ string ABI can link Debian's Qt; runs the gui_test_* suites when it links
 # Environment:
 #   VARRATE_TORCH2_VENV  the virtual environment (default $HOME/.cache/varrate/torch2-venv)
+#   VARRATE_TORCH2_REQUIREMENTS  the pin file (default scripts/torch2-requirements.txt; the GUI build with CUDA:
+#                        scripts/torch2-gui-requirements.txt, torch 2.7.1, the first wheel with the C++11 ABI)
 #   BUILD_DIR            the build directory (default build-torch2, ignored by git)
 #   JOBS                 parallel build jobs (default: cores)
 #   VARRATE_SHARED_DIR   the reference fixtures (default: CMake's, ../shared beside the repository)
@@ -54,7 +56,8 @@ venv=${VARRATE_TORCH2_VENV:-$HOME/.cache/varrate/torch2-venv}
 build=${BUILD_DIR:-build-torch2}
 jobs=${JOBS:-$(nproc)}
 python=${PYTHON:-python3}
-requirements=scripts/torch2-requirements.txt
+requirements=${VARRATE_TORCH2_REQUIREMENTS:-scripts/torch2-requirements.txt}
+[ -f "$requirements" ] || die "no pin file $requirements"
 pin=$(sed -n 's/^torch==\([^ ;#]*\).*/\1/p' "$requirements")
 [ -n "$pin" ] || die "$requirements pins no torch==VERSION"
 

@@ -245,6 +245,24 @@ class GuiTestCache : public QObject {
         wait_idle();
     }
 
+    // The device list: "cuda" exactly where this build's LibTorch sees a GPU (a CUDA build, README "Building
+    // against LibTorch 2.x with CUDA", with the GUI needing a C++11-ABI LibTorch), and choosing it reaches
+    // the settings with fp16 offered; "auto" stays the first dtype.
+    void device_list_follows_the_build() {
+        RunPanel panel;
+        QComboBox* device = panel.findChild<QComboBox*>("device");
+        QComboBox* dtype = panel.findChild<QComboBox*>("dtype");
+        QVERIFY(device && dtype);
+        QCOMPARE(device->findText("cpu"), 0);
+        QCOMPARE(device->findText("cuda") >= 0, cuda_available());
+        QCOMPARE(dtype->itemText(0), QString("auto"));
+        QCOMPARE(dtype->findText("fp16"), -1);
+        if (!cuda_available()) return;
+        device->setCurrentText("cuda");
+        QCOMPARE(QString::fromStdString(panel.settings().device), QString("cuda"));
+        QVERIFY(dtype->findText("fp16") >= 0);
+    }
+
     // The control: every choice reaches CodecSettings, set_settings shows it, the session file keeps it.
     void coef_bits_control_reaches_codec_settings() {
         RunPanel panel;

@@ -8,14 +8,19 @@
 #include <ATen/Parallel.h>
 
 #include <fstream>
+#include <set>
 #include <sstream>
+#include <typeinfo>
 
 #include "codec/registry.h"
 #include "codec/synthetic.h"
 #include "codec/varrate_method.h"
+#include "core/capture.h"
 #include "core/data_paths.h"
 #include "core/niah_document.h"
+#include "core/probe.h"
 #include "models/generate.h"
+#include "models/host_read.h"
 #include "models/llama_model.h"
 #include "models/rope.h"
 #include "models/tokenizer.h"
@@ -161,6 +166,15 @@ void add_methods() {
     QTest::newRow("kivi2") << "kivi2" << 16;
 }
 
+// Greedy steps fed from the device, as decode_greedy feeds them: the host reads they took.
+int64_t host_reads_of_steps(const LlamaModel& model, KVCache cache, const at::Tensor& last_logits,
+                            int steps) {
+    at::Tensor id = greedy_ids(last_logits).to(model.options().device);
+    const int64_t before = host_reads();
+    for (int i = 0; i < steps; ++i) id = greedy_ids(model.forward_on_device(id, cache));
+    return host_reads() - before;
+}
+
 }  // namespace
 
 class TestCoreCompressedDecode : public QObject {
@@ -178,6 +192,86 @@ class TestCoreCompressedDecode : public QObject {
             read_text(varrate::test::source_dir() / "resources/eval/stories260k/eval.txt");
         expect_same_answers(dir, nullptr, text, " Then the little girl", 400, method.toStdString(),
                             bits);  // 512 positions
+    }
+
+    // Decode steps read nothing back to the host, through every registered method's cache (dense layers and
+    // each store kind: VarRate's, its quantized coefficients, KIVI's, head-wise evictions); decode_greedy
+    // reads the ids once per host_sync_every tokens and answers as when it reads every token, stops included.
+    void decode_steps_read_nothing_back() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        const auto model = LlamaModel::load(dir, RuntimeOptions{});
+        const Tokenizer tok = Tokenizer::load(dir);
+        const std::string text =
+            read_text(varrate::test::source_dir() / "resources/eval/stories260k/eval.txt");
+        std::vector<int64_t> ids = tok.encode(text);
+        ids.resize(300);
+        const std::vector<int64_t> question = tok.encode(" Then the little girl", false);
+        const auto& c = model->config();
+        auto basis =
+            random_basis(c.n_layer, 2 * c.n_kv_head * c.head_dim, 2 * c.n_kv_head * c.head_dim, 16, 4, 5);
+        CodecSettings s;
+        s.budget = 0.5;
+        s.r_min = 4;
+        s.stride = 16;
+        s.anchors = 4;
+        s.obs_window = 16;
+        PrefillCapture cap = capture_prefill(*model, ids, s);
+        add_question_attention(*model, cap, question);
+        add_repeat_scores(*model, cap, RepeatPrompt{{5, 6, 7}, {8, 9, 10}, {11}, 0});
+        std::set<std::string> kinds;
+        for (const std::string& name : method_names()) {
+            for (int64_t bits : {int64_t(16), int64_t(4)}) {
+                if (bits == 4 && name != "varrate") continue;
+                CodecSettings ms = s;
+                ms.coef_bits = bits;
+                const auto method = make_method(name, ms, basis);
+                const MethodAnalysis analysis(*method, cap);
+                const std::vector<LayerAllocation> alloc = analysis.allocate(ms);
+                std::vector<LayerDiagnostics> diag;
+                for (const LayerAllocation& a : alloc) diag.push_back(a.diagnostics);
+                std::vector<std::shared_ptr<const LayerPrefix>> stores;
+                const std::vector<LayerKV> layers = analysis.materialise(alloc, diag, &stores);
+                const KVCache cache = cache_from_layers(*model, layers, cap.next_position, stores);
+                for (const auto& st : stores)
+                    if (st) kinds.insert(typeid(*st).name() + std::to_string(bits));
+                const int64_t reads = host_reads_of_steps(*model, cache, cap.last_logits, 4);
+                QVERIFY2(reads == 0, qPrintable(QString("%1 (%2-bit): %3 host reads in 4 decode steps")
+                                                    .arg(QString::fromStdString(name))
+                                                    .arg(bits)
+                                                    .arg(reads)));
+            }
+        }
+        qInfo("store kinds decoded: %zu", kinds.size());
+        QVERIFY(kinds.size() >= 4);  // compressed, quantized coefficients, KIVI, head-wise
+        // The loop: one read per host_sync_every tokens; the same tokens and the same cache after a stop.
+        KVCache prefill = model->new_cache();
+        const at::Tensor logits = model->forward(ids, prefill);
+        GenerateOptions g;
+        g.max_new_tokens = 24;
+        KVCache a = prefill, b = prefill;
+        g.host_sync_every = 1;
+        int64_t before = host_reads();
+        const GenerateResult every = decode_greedy(*model, a, logits, g);
+        QCOMPARE(host_reads() - before, int64_t(24));
+        g.host_sync_every = 8;
+        before = host_reads();
+        const GenerateResult batched = decode_greedy(*model, b, logits, g);
+        QCOMPARE(host_reads() - before, int64_t(3));
+        QCOMPARE(batched.generated, every.generated);
+        QCOMPARE(b.next_position(), a.next_position());
+        // A stop in the middle of a read-back: the tokens fed after it are taken back out of the cache.
+        g.stop_ids = {every.generated[10]};
+        KVCache sa = prefill, sb = prefill;
+        g.host_sync_every = 1;
+        const GenerateResult stop_every = decode_greedy(*model, sa, logits, g);
+        g.host_sync_every = 8;
+        const GenerateResult stop_batched = decode_greedy(*model, sb, logits, g);
+        QVERIFY(stop_every.stopped && stop_batched.stopped);
+        QCOMPARE(stop_batched.generated, stop_every.generated);
+        QCOMPARE(sb.next_position(), sa.next_position());
+        QCOMPARE(sb.length(0), sa.length(0));
+        const std::vector<int64_t> more{question.front()};
+        QVERIFY(at::equal(model->forward(more, sa), model->forward(more, sb)));
     }
 
     void demo_model_answers_from_the_compressed_store_data() { add_methods(); }

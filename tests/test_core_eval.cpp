@@ -79,6 +79,31 @@ class TestEval : public QObject {
         QVERIFY(!fs::exists(o.out_dir / "records"));
     }
 
+    // PyramidKV's fallback to SnapKV's counts (L x kappa below 20 x the window, as kvpress) is counted per
+    // summary cell and written in summary.json; a valid schedule counts none.
+    void pyramidkv_fallback_is_counted_in_the_summary() {
+        const auto session = demo_session();
+        EvalSweepOptions o = tiny_eval(varrate::test::temp_dir("eval-pyramidkv"));
+        o.tasks = {"niah_single_1"};
+        o.samples = 2;
+        o.methods = {"full", "pyramidkv"};
+        o.budgets = {0.2, 0.9};  // L = 400, window 16: 80 and 360 against 20 x 16 = 320
+        run_eval_sweep(*session, o, {});
+        const EvalSummary s = summarize_eval(o);
+        std::map<double, int64_t> fallback;
+        for (const EvalCell& c : s.overall)
+            if (c.method == "pyramidkv") fallback[c.budget] = c.schedule_fallback;
+        QCOMPARE(fallback, (std::map<double, int64_t>{{0.2, 2}, {0.9, 0}}));
+        for (const EvalCell& c : s.cells)
+            if (c.method == "pyramidkv")
+                QCOMPARE(c.schedule_fallback, c.budget < 0.5 ? int64_t{2} : int64_t{0});
+        const nlohmann::json j = to_json(s);
+        int64_t written = 0;
+        for (const auto& c : j["overall"])
+            if (c.contains("schedule_fallback")) written += c["schedule_fallback"].get<int64_t>();
+        QCOMPARE(written, int64_t{2});
+    }
+
     // LongBench's samsum stops at a newline (stop_at_newline, as pred.py's second eos_token_id): an answer
     // with stop ids ends at the first of them, kept, and is the start of the free answer.
     void stop_ids_end_answers() {

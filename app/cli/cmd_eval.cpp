@@ -15,6 +15,7 @@
 #include "app/cli/cli_common.h"
 #include "app/cli/commands.h"
 #include "app/cli/eval_plots.h"
+#include "codec/pyramidkv_method.h"
 #include "codec/registry.h"
 #include "core/base/error.h"
 #include "core/base/file_io.h"
@@ -59,6 +60,12 @@ void print_summary(const EvalSummary& s) {
                                  c.n, cell_text(c));
     std::cout << "overall (every task and length pooled):\n";
     for (const EvalCell& c : s.overall) {
+        if (c.schedule_fallback > 0)
+            spdlog::warn(
+                "{}: in {} of {} records the depth schedule was invalid (L x kappa below {} x the window) "
+                "and "
+                "every layer kept SnapKV's count, as kvpress does: those runs are SnapKV's",
+                series_label(c), c.schedule_fallback, c.n + c.infeasible, PyramidKVMethod::kBeta);
         std::cout << fmt::format("  {:<24} n={:<5} {}", series_label(c), c.n, cell_text(c));
         if (c.vs_reference.n > 0)
             std::cout << fmt::format("  ({} better, {} worse, sign test p={:.3g})", c.vs_reference.wins,
