@@ -200,7 +200,6 @@ EvalSummary summarize_eval(const EvalSweepOptions& o) {
     for (int64_t length : o.lengths)
         for (size_t k = 0; k < series.size(); ++k) {
             std::vector<double> own, a, b;
-            int64_t infeasible = 0;
             for (const auto& [key, v] : scores[k].score) {
                 if (std::get<1>(key) != length) continue;
                 own.push_back(v);
@@ -209,19 +208,17 @@ EvalSummary summarize_eval(const EvalSweepOptions& o) {
                 a.push_back(v);
                 b.push_back(r->second);
             }
-            for (const auto& [key, n] : scores[k].infeasible)
-                if (key.second == length) infeasible += n;
             EvalCell c = make_cell("", length, series[k].method, series[k].budget, own, a, b, k == ref,
                                    o.bootstrap_resamples);
-            c.infeasible = infeasible;
-            c.schedule_fallback = SeriesScores::total(
-                scores[k].fallback,
-                [&](const std::pair<std::string, int64_t>& key) { return key.second == length; });
+            const auto at_length = [&](const std::pair<std::string, int64_t>& key) {
+                return key.second == length;
+            };
+            c.infeasible = SeriesScores::total(scores[k].infeasible, at_length);
+            c.schedule_fallback = SeriesScores::total(scores[k].fallback, at_length);
             s.by_length.push_back(std::move(c));
         }
     for (size_t k = 0; k < series.size(); ++k) {
         std::vector<double> own, a, b;
-        int64_t infeasible = 0;
         for (const auto& [key, v] : scores[k].score) {
             own.push_back(v);
             const auto r = reference.score.find(key);
@@ -229,12 +226,11 @@ EvalSummary summarize_eval(const EvalSweepOptions& o) {
             a.push_back(v);
             b.push_back(r->second);
         }
-        for (const auto& [key, n] : scores[k].infeasible) infeasible += n;
         EvalCell c =
             make_cell("", 0, series[k].method, series[k].budget, own, a, b, k == ref, o.bootstrap_resamples);
-        c.infeasible = infeasible;
-        c.schedule_fallback = SeriesScores::total(
-            scores[k].fallback, [](const std::pair<std::string, int64_t>&) { return true; });
+        const auto every = [](const std::pair<std::string, int64_t>&) { return true; };
+        c.infeasible = SeriesScores::total(scores[k].infeasible, every);
+        c.schedule_fallback = SeriesScores::total(scores[k].fallback, every);
         s.overall.push_back(std::move(c));
     }
     return s;

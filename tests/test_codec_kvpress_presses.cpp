@@ -130,6 +130,29 @@ std::string kept_difference(const std::vector<int64_t>& ours, const std::vector<
            " only kvpress's";
 }
 
+// Compares one case's kept positions with ours, per layer and KV head: each pair counts in `compared`, an
+// identical one also in `equal`; a differing one is reported with `what`. `ragged`, when given, counts the
+// layers whose KV heads keep different numbers in kvpress's reference.
+void compare_kept(const nlohmann::json& layers, const std::vector<LayerAllocation>& alloc,
+                  const QString& what, int64_t& equal, int64_t& compared, int64_t* ragged = nullptr) {
+    for (const auto& layer : layers) {
+        const int64_t l = layer["layer"].get<int64_t>();
+        const auto theirs = layer["kept"].get<std::vector<std::vector<int64_t>>>();
+        const auto ours = rows_of_mask(alloc[l].diagnostics.kept);
+        QCOMPARE(ours.size(), theirs.size());
+        for (size_t g = 0; g < ours.size(); ++g) {
+            ++compared;
+            const std::string diff = kept_difference(ours[g], theirs[g]);
+            if (diff.empty())
+                ++equal;
+            else
+                qWarning("%s: layer %ld KV head %zu %s", qPrintable(what), static_cast<long>(l), g,
+                         diff.c_str());
+        }
+        if (ragged) *ragged += theirs.front().size() != theirs.back().size();
+    }
+}
+
 }  // namespace
 
 class TestKvpressPresses : public QObject {
@@ -262,23 +285,8 @@ class TestKvpressPresses : public QObject {
                                      .arg(QString::fromStdString(c["mode"].get<std::string>()))
                                      .arg(c["compression_ratio"].get<double>())
                                      .arg(kvzip ? c["chunk_size"].get<int64_t>() : 0);
-            for (const auto& layer : c["layers"]) {
-                const int64_t l = layer["layer"].get<int64_t>();
-                const auto theirs = layer["kept"].get<std::vector<std::vector<int64_t>>>();
-                const auto ours = rows_of_mask(alloc[l].diagnostics.kept);
-                QCOMPARE(ours.size(), theirs.size());
-                for (size_t g = 0; g < ours.size(); ++g) {
-                    ++agree[name][1];
-                    const std::string diff = kept_difference(ours[g], theirs[g]);
-                    if (diff.empty()) {
-                        ++agree[name][0];
-                        continue;
-                    }
-                    qWarning("%s: layer %ld KV head %zu %s", qPrintable(what), static_cast<long>(l), g,
-                             diff.c_str());
-                }
-                ragged += theirs.front().size() != theirs.back().size();
-            }
+            compare_kept(c["layers"], alloc, what, agree[name][0], agree[name][1], &ragged);
+            if (QTest::currentTestFailed()) return;
         }
         for (const auto& [name, n] : agree)
             qInfo("%s: kept positions identical to kvpress's in %ld of %ld (layer, KV head) pairs",
@@ -333,21 +341,12 @@ class TestKvpressPresses : public QObject {
             auto method = make_method(kvzip ? "kvzip" : "expected-attention", s);
             const MethodAnalysis analysis(*method, cap);
             const std::vector<LayerAllocation> alloc = analysis.allocate(s);
-            for (const auto& layer : c["layers"]) {
-                const int64_t l = layer["layer"].get<int64_t>();
-                const auto theirs = layer["kept"].get<std::vector<std::vector<int64_t>>>();
-                const auto ours = rows_of_mask(alloc[l].diagnostics.kept);
-                QCOMPARE(ours.size(), theirs.size());
-                for (size_t g = 0; g < ours.size(); ++g) {
-                    ++compared[key];
-                    const std::string diff = kept_difference(ours[g], theirs[g]);
-                    if (diff.empty())
-                        ++equal[key];
-                    else
-                        qWarning("%s ratio %g: layer %ld KV head %zu %s", key.c_str(),
-                                 c["compression_ratio"].get<double>(), static_cast<long>(l), g, diff.c_str());
-                }
-            }
+            compare_kept(c["layers"], alloc,
+                         QString("%1 ratio %2")
+                             .arg(QString::fromStdString(key))
+                             .arg(c["compression_ratio"].get<double>()),
+                         equal[key], compared[key]);
+            if (QTest::currentTestFailed()) return;
         }
         QCOMPARE(compared.size(), size_t(3));
         for (const auto& [key, n] : compared) {
