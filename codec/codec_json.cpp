@@ -151,6 +151,8 @@ nlohmann::json to_json(const LayerDiagnostics& d, bool per_token) {
         {"mean_rank", d.mean_rank},
         {"floor_share", d.floor_share},
         {"index_bits", d.index_bits},
+        {"set_bits", d.set_bits},
+        {"rank_bits", d.rank_bits},
         {"basis_bytes", d.basis_bytes},
         {"stored_bytes", d.stored_bytes},
         {"full_bytes", d.full_bytes},
@@ -201,6 +203,9 @@ LayerDiagnostics layer_diagnostics_from_json(const nlohmann::json& j, const std:
     d.schedule_fallback = json_field<bool>(j, "schedule_fallback", where, false);
     d.index_bits = j.contains("index_bits") ? json_field<int64_t>(j, "index_bits", where, 0)
                                             : 8 * json_field<int64_t>(j, "index_bytes", where, 0);
+    // Runs saved before anchor sets and unstored ranks have neither field (their sets were ordinals).
+    d.set_bits = json_field<int64_t>(j, "set_bits", where, 0);
+    d.rank_bits = json_field<int64_t>(j, "rank_bits", where, 0);
     d.basis_bytes = json_field<int64_t>(j, "basis_bytes", where, 0);
     d.stored_bytes = json_field<int64_t>(j, "stored_bytes", where, 0);
     d.full_bytes = json_field<int64_t>(j, "full_bytes", where, 0);

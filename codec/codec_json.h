@@ -23,8 +23,9 @@ CodecSettings codec_settings_from_json(const nlohmann::json& j, const std::strin
 
 // Field names: layer, method, budget_B, sum_ranks, n_exact, n_coded, min_rank, max_rank, mean_rank,
 // floor_share, mean_rel_error, stored_bytes, full_bytes, footprint, index_bits (older files: index_bytes),
-// basis_bytes, n_tokens, dim, timing_ms. per_token adds the per-token vectors (salience, salience_norm, rank,
-// exact, rel_error) and SnapKV's per-head mask (kept, kept_shape). NaN and infinities are written as null.
+// set_bits, rank_bits, basis_bytes, n_tokens, dim, timing_ms. per_token adds the per-token vectors (salience,
+// salience_norm, rank, exact, rel_error) and SnapKV's per-head mask (kept, kept_shape). NaN and infinities
+// are written as null.
 nlohmann::json to_json(const LayerDiagnostics& d, bool per_token = false);
 // Inverse of to_json (per-token vectors when present; null reads back as NaN). Throws Error "<where>: ...".
 LayerDiagnostics layer_diagnostics_from_json(const nlohmann::json& j, const std::string& where);

@@ -6,6 +6,7 @@
 
 #include <limits>
 
+#include "codec/anchor_sets.h"
 #include "codec/anchors.h"
 #include "codec/footprint.h"
 #include "codec/method.h"
@@ -55,18 +56,39 @@ CompressedLayer::CompressedLayer(Parts parts) : p_(std::move(parts)) {
     if (p_.index_bits < anchor_index_bits(n_anchors_) || p_.index_bits > 32)
         throw Error(fmt::format("{}: {}-bit anchor indices cannot address {} anchors (needs {} to 32 bits)",
                                 where, p_.index_bits, n_anchors_, anchor_index_bits(n_anchors_)));
-    if (p_.rank_bits < 1 || p_.rank_bits > 32)
-        throw Error(fmt::format("{}: {}-bit ranks (expected 1 to 32)", where, p_.rank_bits));
-    check(p_.nearest, {packed_bytes(n_coded * c_, p_.index_bits)}, "packed anchor indices");
+    if (p_.set_bits != 0 &&
+        (anchor_set_bits(n_anchors_, c_) == 0 || p_.set_bits < anchor_set_bits(n_anchors_, c_) ||
+         p_.set_bits > kMaxAnchorSetBits))
+        throw Error(fmt::format("{}: {}-bit anchor sets cannot hold {} of {} anchors (needs {} to {} bits)",
+                                where, p_.set_bits, c_, n_anchors_, anchor_set_bits(n_anchors_, c_),
+                                kMaxAnchorSetBits));
+    if (p_.rank_bits < 0 || p_.rank_bits > 32)
+        throw Error(
+            fmt::format("{}: {}-bit ranks (expected 0, for uniform ranks, to 32)", where, p_.rank_bits));
+    if (p_.rank_bits == 0 && (p_.rank_total < 0 || p_.rank_total > n_coded * p_.basis.size(0)))
+        throw Error(fmt::format("{}: uniform ranks summing to {} for {} coded tokens and a basis of {} rows",
+                                where, p_.rank_total, n_coded, p_.basis.size(0)));
+    if (p_.set_bits > 0)
+        check(p_.nearest, {packed_bytes(n_coded, p_.set_bits)}, "packed anchor sets");
+    else
+        check(p_.nearest, {packed_bytes(n_coded * c_, p_.index_bits)}, "packed anchor indices");
     check(p_.ranks, {packed_bytes(n_coded, p_.rank_bits)}, "packed ranks");
     if (p_.nearest.scalar_type() != at::kByte || p_.ranks.scalar_type() != at::kByte)
         throw Error(fmt::format("{}: anchor indices and ranks must be packed uint8 streams", where));
     if (n_coded > 0) {
-        const at::Tensor all = nearest(0, n_coded);
-        const int64_t hi = to_host(all.max()).item<int64_t>();  // once, when the store is built
-        if (hi >= n_anchors_)
+        // Once, when the store is built: a set's number past C(n, c) - 1 decodes to no set; an ordinal past
+        // the anchors reads past them.
+        const bool sets = p_.set_bits > 0;
+        const at::Tensor bad = sets ? unpack_bits(p_.nearest, p_.set_bits, 0, n_coded)
+                                          .to(at::kLong)
+                                          .max()
+                                          .ge(anchor_set_count(n_anchors_, c_))
+                                    : nearest(0, n_coded).max().ge(n_anchors_);
+        if (to_host(bad).item<bool>())
             throw Error(
-                fmt::format("{}: an anchor index is {}, the layer has {} anchors", where, hi, n_anchors_));
+                sets ? fmt::format("{}: an anchor set's number is not a set of {} of {} anchors", where, c_,
+                                   n_anchors_)
+                     : fmt::format("{}: an anchor index is past the layer's {} anchors", where, n_anchors_));
     }
     check(p_.inv_freq, {hd / 2}, "RoPE frequencies");
     if (quantized()) {
@@ -119,20 +141,44 @@ at::Tensor CompressedLayer::exact_order(int64_t n_tokens, int64_t stride, int64_
 }
 
 at::Tensor CompressedLayer::nearest(int64_t begin, int64_t count) const {
+    if (p_.set_bits > 0)
+        return decode_anchor_sets(unpack_bits(p_.nearest, p_.set_bits, begin, count), n_anchors_, c_);
     return unpack_bits(p_.nearest, p_.index_bits, begin * c_, count * c_).to(at::kLong).view({count, c_});
 }
 
 at::Tensor CompressedLayer::ranks(int64_t begin, int64_t count) const {
-    return unpack_bits(p_.ranks, p_.rank_bits, begin, count).to(at::kLong);
+    if (p_.rank_bits > 0) return unpack_bits(p_.ranks, p_.rank_bits, begin, count).to(at::kLong);
+    // Uniform: total / n each, one more for the first total mod n tokens (integer_ranks' tie order).
+    const int64_t q = n_coded_ > 0 ? p_.rank_total / n_coded_ : 0,
+                  extra = n_coded_ > 0 ? p_.rank_total % n_coded_ : 0;
+    const at::Tensor i = at::arange(begin, begin + count, p_.ranks.options().dtype(at::kLong));
+    return i.lt(extra).to(at::kLong).add_(q);
 }
 
 void CompressedLayer::pack_metadata(Parts& parts, const at::Tensor& nearest, const at::Tensor& ranks,
-                                    int64_t n_anchors, int64_t rank_cap) {
+                                    int64_t n_anchors, int64_t rank_cap, bool uniform_ranks) {
     parts.anchors = nearest.dim() == 2 ? nearest.size(1) : 0;
     parts.index_bits = anchor_index_bits(n_anchors);
-    parts.rank_bits = rank_bits_for(rank_cap);
-    parts.nearest = pack_bits(nearest.reshape({-1}), parts.index_bits);
-    parts.ranks = pack_bits(ranks.reshape({-1}), parts.rank_bits);
+    parts.set_bits = anchor_set_stream_bits(n_anchors, parts.anchors);
+    parts.nearest = parts.set_bits > 0 ? pack_bits(encode_anchor_sets(nearest, n_anchors), parts.set_bits)
+                                       : pack_bits(nearest.reshape({-1}), parts.index_bits);
+    parts.rank_bits = rank_bits_for(rank_cap, uniform_ranks);
+    const at::Tensor r = ranks.reshape({-1}).to(at::kLong);
+    if (parts.rank_bits > 0) {
+        parts.ranks = pack_bits(r, parts.rank_bits);
+        parts.rank_total = 0;
+        return;
+    }
+    const int64_t n = r.size(0);
+    parts.rank_total = n > 0 ? to_host(r.sum()).item<int64_t>() : 0;
+    parts.ranks = at::empty({0}, r.options().dtype(at::kByte));
+    if (n == 0) return;
+    const at::Tensor uniform =
+        at::arange(n, r.options()).lt(parts.rank_total % n).to(at::kLong).add_(parts.rank_total / n);
+    if (!to_host(uniform.eq(r).all()).item<bool>())
+        throw Error(fmt::format(
+            "compressed layer {}: ranks stored as uniform are not the uniform split of their sum {}",
+            parts.layer, parts.rank_total));
 }
 
 at::Tensor CompressedLayer::exact_positions() const {

@@ -2,8 +2,10 @@
 // A VarRate / flat layer held compressed, at the size its budget accounts for, and attended without
 // rebuilding the L x D cache:
 //   exact tokens (anchors, then the rest of the window)  keys pre-RoPE and values at cache precision;
-//   coded tokens (every other position, ascending)       c anchor ordinals and the token's rank, each packed
-//                                                         at the bits it needs (codec/footprint.h), and its
+//   coded tokens (every other position, ascending)       the token's anchor set (one combination number,
+//                                                         codec/anchor_sets.h, or c ordinals) and its rank
+//                                                         (none when the ranks are uniform), each packed at
+//                                                         the bits it needs (codec/footprint.h), and its
 //                                                         r_t coefficients, ragged in one flat array (at
 //                                                         cache precision, or b-bit codes packed with a
 //                                                         scale and minimum per group of 32);
@@ -33,9 +35,14 @@ class CompressedLayer : public LayerPrefix {
         at::Tensor exact_values;  // [n_kv_head, n_exact, head_dim]
         int64_t anchors = 0;      // c: anchor ordinals per coded token
         int64_t index_bits = 0;   // bits of one packed ordinal (>= anchor_index_bits(n_anchors))
-        int64_t rank_bits = 0;    // bits of one packed rank
-        at::Tensor nearest;  // [packed_bytes(n_coded * c, index_bits)] uint8: ordinals, token after token
-        at::Tensor ranks;    // [packed_bytes(n_coded, rank_bits)] uint8
+        int64_t set_bits = 0;     // > 0: each token's anchor set is one number of these bits; 0: c ordinals
+        int64_t rank_bits = 0;    // bits of one packed rank; 0: uniform ranks (rank_total over the tokens)
+        int64_t rank_total = 0;   // with rank_bits 0: the sum of the ranks (each total / n, +1 for the first
+                                  // total mod n tokens)
+        // [packed_bytes(n_coded, set_bits)] (sets) or [packed_bytes(n_coded * c, index_bits)] (ordinals,
+        // token after token) uint8
+        at::Tensor nearest;
+        at::Tensor ranks;  // [packed_bytes(n_coded, rank_bits)] uint8 (empty for uniform ranks)
         at::Tensor
             coefficients;  // [sum ranks] cache dtype: token after token in position order (coef_bits 16)
         // Quantized coefficients (coef_bits 2, 3, 4 or 8; `coefficients` then undefined): the codes of the
@@ -70,9 +77,11 @@ class CompressedLayer : public LayerPrefix {
     at::Tensor nearest(int64_t begin, int64_t count) const;
     at::Tensor ranks(int64_t begin, int64_t count) const;
     // Packs ordinals [n_coded, c] and ranks [n_coded] (any integer type, on any device) into a store's
-    // streams at the widths the budget counts: anchor_index_bits(n_anchors) and rank_bits_for(rank_cap).
+    // streams at the widths the budget counts (codec/footprint.h's scheme): anchor_set_stream_bits or
+    // anchor_index_bits, and rank_bits_for(rank_cap, uniform_ranks). Uniform ranks must be exactly the
+    // uniform split of their sum (checked, one host read).
     static void pack_metadata(Parts& parts, const at::Tensor& nearest, const at::Tensor& ranks,
-                              int64_t n_anchors, int64_t rank_cap);
+                              int64_t n_anchors, int64_t rank_cap, bool uniform_ranks = false);
 
     // Bytes of every tensor the store holds (basis and RoPE frequencies apart: shared by all contexts).
     int64_t resident_bytes() const override;

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "codec/anchor_sets.h"
 #include "codec/anchors.h"
 #include "codec/quantize.h"
 #include "core/base/error.h"
@@ -60,33 +61,46 @@ int64_t coefficients_in(const CodecBudget& b, int64_t scalars) {
 
 }  // namespace
 
-namespace {
-
-// VARRATE_METADATA_BITS=16: indices and ranks stored and charged as 16-bit integers (32-bit indices from
-// 32768 anchors on), as before they were packed: the accounting the figures before the packing were made
-// with.
-bool legacy_metadata() {
-    static const bool legacy = [] {
-        const char* v = std::getenv("VARRATE_METADATA_BITS");
-        return v && std::string(v) == "16";
+MetadataScheme metadata_scheme() {
+    static const MetadataScheme scheme = [] {
+        const char* bits = std::getenv("VARRATE_METADATA_BITS");
+        if (bits && std::string(bits) == "16") return MetadataScheme::Int16;
+        const char* v = std::getenv("VARRATE_METADATA");
+        const std::string name = v ? v : "";
+        if (name.empty() || name == "sets") return MetadataScheme::Sets;
+        if (name == "ordinals") return MetadataScheme::Ordinals;
+        if (name == "int16") return MetadataScheme::Int16;
+        throw Error(
+            fmt::format("VARRATE_METADATA={} is not a metadata scheme (sets, ordinals or int16)", name));
     }();
-    return legacy;
+    return scheme;
 }
 
-}  // namespace
-
 int64_t anchor_index_bits(int64_t n_anchors) {
-    if (legacy_metadata()) return n_anchors < 32768 ? 16 : 32;
+    if (metadata_scheme() == MetadataScheme::Int16) return n_anchors < 32768 ? 16 : 32;
     return bit_width(std::max<int64_t>(n_anchors - 1, 0));
 }
 
-int64_t rank_bits_for(int64_t rank_cap) {
-    if (legacy_metadata()) return 16;
-    return bit_width(std::max<int64_t>(rank_cap, 0));
+int64_t anchor_set_stream_bits(int64_t n_anchors, int64_t c) {
+    return metadata_scheme() == MetadataScheme::Sets ? anchor_set_bits(n_anchors, c) : 0;
+}
+
+int64_t rank_bits_for(int64_t rank_cap, bool uniform_ranks) {
+    switch (metadata_scheme()) {
+        case MetadataScheme::Int16:
+            return 16;
+        case MetadataScheme::Ordinals:
+            return bit_width(std::max<int64_t>(rank_cap, 0));
+        case MetadataScheme::Sets:
+            break;
+    }
+    return uniform_ranks ? 0 : bit_width(std::max<int64_t>(rank_cap, 0));
 }
 
 int64_t CodecBudget::index_total_bytes() const {
-    return packed_bytes(n_coded * anchors, index_bits) + packed_bytes(n_coded, rank_bits);
+    const int64_t sets =
+        set_bits > 0 ? packed_bytes(n_coded, set_bits) : packed_bytes(n_coded * anchors, index_bits);
+    return sets + packed_bytes(n_coded, rank_bits);
 }
 
 int64_t CodecBudget::coefficient_bytes(int64_t sum_ranks, int64_t n_groups) const {
@@ -95,7 +109,7 @@ int64_t CodecBudget::coefficient_bytes(int64_t sum_ranks, int64_t n_groups) cons
 }
 
 CodecBudget plan_codec_budget(const CodecSettings& s, int64_t n_tokens, int64_t dim, int64_t element_size,
-                              const std::string& who, bool self_calibrated_basis) {
+                              const std::string& who, bool self_calibrated_basis, bool uniform_ranks) {
     if (s.stride <= 0 || s.anchors <= 0 || s.window < 0 || s.r_min < 0 || s.rank <= 0)
         throw Error(
             fmt::format("{}: settings need stride > 0, anchors > 0, window >= 0, r_min >= 0, rank > 0 "
@@ -112,7 +126,8 @@ CodecBudget plan_codec_budget(const CodecSettings& s, int64_t n_tokens, int64_t 
     b.element_size = element_size;
     b.anchors = s.anchors;
     b.index_bits = anchor_index_bits(b.n_anchors);
-    b.rank_bits = rank_bits_for(b.rank_cap);
+    b.set_bits = anchor_set_stream_bits(b.n_anchors, s.anchors);
+    b.rank_bits = rank_bits_for(b.rank_cap, uniform_ranks);
     if (b.n_coded == 0 || b.n_anchors < s.anchors)
         throw InfeasibleBudget(
             fmt::format("{}: a context of L={} tokens is too short for stride {}, c={} anchors and a window "

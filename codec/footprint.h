@@ -1,8 +1,9 @@
 #pragma once
 // Budgets and accounted footprints (what a compressed store would hold; the runtime cache still holds
 // L x D). VarRate/flat: stored scalars = D per exact token + r_t per coded token (or their b-bit codes and
-// group parameters), plus c anchor indices per coded token (int16 below 32768 anchors, else int32) and its
-// rank (int16), plus, for a basis fitted on the very context being
+// group parameters), plus each coded token's anchor set (one packed combination number, codec/anchor_sets.h)
+// and its rank (packed; none for flat, whose uniform ranks follow from B and the number of coded tokens),
+// plus, for a basis fitted on the very context being
 // compressed (self-calibrated: a per-sequence oracle a decoder would need to receive), its R x D scalars.
 // By default index (and rank) and basis bytes are charged to B, so the accounted footprint is <= kappa and
 // within one scalar of it; paper_accounting charges neither (the paper's footprint, slightly above kappa). A
@@ -19,9 +20,10 @@ struct CodecBudget {
     int64_t n_anchors = 0, n_exact = 0, n_coded = 0;
     int64_t rank_cap = 0;               // R clamped to D
     int64_t element_size = 0;           // bytes per cache scalar
-    int64_t anchors = 0;                // c indices stored per coded token
-    int64_t index_bits = 0;             // bits per anchor index: anchor_index_bits(n_anchors)
-    int64_t rank_bits = 0;              // bits per coded token's rank: rank_bits_for(rank_cap)
+    int64_t anchors = 0;                // c anchors per coded token
+    int64_t index_bits = 0;             // bits per anchor ordinal: anchor_index_bits(n_anchors)
+    int64_t set_bits = 0;               // bits per coded token's anchor set as one number; 0: c ordinals
+    int64_t rank_bits = 0;              // bits per coded token's rank; 0: uniform ranks, not stored
     int64_t index_scalars = 0;          // index bytes charged to B, in scalars (0 with paper accounting)
     int64_t basis_rows = 0;             // basis rows charged: R for a self-calibrated basis, else 0
     int64_t basis_scalars = 0;          // basis_rows * D
@@ -32,7 +34,7 @@ struct CodecBudget {
 
     int64_t full_bytes() const { return n_tokens * dim * element_size; }
     // The per-token metadata a decoder reads, each packed at the bits it needs (codec/quantize.h's bit
-    // stream): the c anchor indices of every coded token, and its rank.
+    // stream): the anchor set of every coded token (one number, or c ordinals), and its rank (if stored).
     int64_t index_total_bytes() const;
     int64_t basis_bytes() const { return basis_scalars * element_size; }
     bool quantized() const { return coef_bits < 16; }
@@ -45,12 +47,23 @@ struct CodecBudget {
     }
 };
 
-// The store's per-token metadata widths. An anchor ordinal needs the bits of n_anchors - 1 (5 for 32
-// anchors): int16 indices would cost a bf16 cache twice the scalars they cost an fp32 one, and at small D
-// (the demo model's 128) they took a third of the coded budget at kappa 0.1. A rank is in [0, R].
-// VARRATE_METADATA_BITS=16 restores the 16-bit indices and ranks (to measure what the packing changed).
+// How the store keeps each coded token's metadata. Every bit of it is charged to the budget at the cache's
+// precision, so it costs a bf16 cache twice the scalars it costs an fp32 one; at small D (the demo model's
+// 128) int16 indices and ranks took a third of the coded budget at kappa 0.1 in bf16.
+//   Sets (the default): the anchor set as one combination number (ceil(log2 C(n_anchors, c)) bits) and the
+//     rank at ceil(log2(R + 1)) bits, none for uniform ranks (flat);
+//   Ordinals (VARRATE_METADATA=ordinals): c ordinals of ceil(log2 n_anchors) bits and every rank stored,
+//     cache files of format 2;
+//   Int16 (VARRATE_METADATA=int16, or VARRATE_METADATA_BITS=16): int16 ordinals (int32 from 32768 anchors)
+//     and ranks, format 1.
+// The two older schemes are kept to measure what each step changed; every store reads all three.
+enum class MetadataScheme { Sets, Ordinals, Int16 };
+MetadataScheme metadata_scheme();
 int64_t anchor_index_bits(int64_t n_anchors);
-int64_t rank_bits_for(int64_t rank_cap);
+// Bits of one coded token's anchor set under the scheme: anchor_set_bits, or 0 for ordinals one by one.
+int64_t anchor_set_stream_bits(int64_t n_anchors, int64_t c);
+// A rank is in [0, R]; uniform ranks (flat) are not stored under the Sets scheme: 0 bits.
+int64_t rank_bits_for(int64_t rank_cap, bool uniform_ranks = false);
 
 // Plans one layer of VarRate/flat. Quantized coefficients (s.coef_bits < 16) are counted in bits: what the
 // exact tokens, indices and basis leave of kappa x L x D scalars becomes bits, and B is the most coefficients
@@ -60,9 +73,11 @@ int64_t rank_bits_for(int64_t rank_cap);
 // Error for infeasible settings: kappa outside (0, 1], L too short for the anchors and the window, r_min
 // above R, or B below r_min per coded token; the message names the smallest feasible kappa for this L, and
 // when the charged basis is what makes kappa infeasible it says so and gives the `varrate calibrate` command
-// that makes a basis file instead. A budget above R per coded token is capped (logged).
+// that makes a basis file instead. A budget above R per coded token is capped (logged). uniform_ranks: the
+// method gives every coded token the same rank (+1 for the first B mod n_coded), so no rank is stored.
 CodecBudget plan_codec_budget(const CodecSettings& s, int64_t n_tokens, int64_t dim, int64_t element_size,
-                              const std::string& who = "varrate", bool self_calibrated_basis = false);
+                              const std::string& who = "varrate", bool self_calibrated_basis = false,
+                              bool uniform_ranks = false);
 
 // SnapKV: tokens kept per KV head = int(L * kappa), the observation window included. Throws Error when
 // that cannot hold the window or kappa is outside (0, 1]; `who` names the method in the message (Ada-KV keeps

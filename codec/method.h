@@ -60,7 +60,9 @@ struct LayerDiagnostics {
     int64_t min_rank = 0, max_rank = 0;  // over coded tokens (over all tokens without coded ones)
     double mean_rank = 0;
     double floor_share = 0;   // share of coded tokens at r_min
-    int64_t index_bits = 0;   // bits of one stored anchor index (packed; 0 = none)
+    int64_t index_bits = 0;   // bits of one anchor ordinal (packed; 0 = none)
+    int64_t set_bits = 0;     // bits of one coded token's anchor set as one number (0: c ordinals stored)
+    int64_t rank_bits = 0;    // bits of one coded token's rank (0: not stored, e.g. flat's uniform ranks)
     int64_t basis_bytes = 0;  // R x D of a self-calibrated basis at cache precision, in stored_bytes
                               // (0 with a calibrated basis file or paper accounting)
     int64_t stored_bytes = 0;

@@ -101,7 +101,9 @@ PrefixTensors compressed_layer_tensors(const CompressedLayer& c, const std::stri
                 {"coef_bits", p.coef_bits},
                 {"anchors", p.anchors},
                 {"index_bits", p.index_bits},
-                {"rank_bits", p.rank_bits}};
+                {"set_bits", p.set_bits},
+                {"rank_bits", p.rank_bits},
+                {"rank_total", p.rank_total}};
     out.tensors = {{prefix + "exact_keys", p.exact_keys},
                    {prefix + "exact_values", p.exact_values},
                    {prefix + "nearest", p.nearest},
@@ -144,6 +146,9 @@ std::shared_ptr<const LayerPrefix> compressed_layer_from_tensors(const nlohmann:
         p.anchors = integer(meta, "anchors", where);
         p.index_bits = integer(meta, "index_bits", where);
         p.rank_bits = integer(meta, "rank_bits", where);
+        // Format 2 stored c ordinals and every rank; format 3 may store sets and leave uniform ranks out.
+        p.set_bits = meta.contains("set_bits") ? integer(meta, "set_bits", where) : 0;
+        p.rank_total = meta.contains("rank_total") ? integer(meta, "rank_total", where) : 0;
         p.nearest = typed(tensors, prefix + "nearest", {at::kByte}, where);
         p.ranks = typed(tensors, prefix + "ranks", {at::kByte}, where);
     }

@@ -19,10 +19,11 @@ at::Tensor powers_of_two(int64_t n, const at::Tensor& like) {
     return at::pow(2, at::arange(n, like.options().dtype(at::kLong))).to(at::kLong);
 }
 
-// Widths a packed stream takes: 1 to 32 bits per code (quantized codes, anchor indices, ranks).
+// Widths a packed stream takes: 1 to 62 bits per code (quantized codes, anchor indices and sets, ranks); the
+// bit arithmetic is int64.
 void check_width(int64_t bits, const char* who) {
-    if (bits < 1 || bits > 32)
-        throw Error(fmt::format("{}: {} bits is not a packable width (1 to 32)", who, bits));
+    if (bits < 1 || bits > 62)
+        throw Error(fmt::format("{}: {} bits is not a packable width (1 to 62)", who, bits));
 }
 
 void check_bits(int64_t bits, const char* who) {

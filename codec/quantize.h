@@ -32,8 +32,8 @@ QuantizedGroups quantize_groups(const at::Tensor& x, int64_t bits, const at::Ten
 // codes [n, g] (any integer type) with scale/min [n] -> [n, g] fp32.
 at::Tensor dequantize_groups(const at::Tensor& codes, const at::Tensor& scale, const at::Tensor& min);
 
-// codes [m] (integers in [0, 2^bits), 1 <= bits <= 32) -> [packed_bytes(m, bits)] uint8, on the codes'
-// device. The same stream holds quantized codes and the compressed store's anchor indices and ranks.
+// codes [m] (integers in [0, 2^bits), 1 <= bits <= 62) -> [packed_bytes(m, bits)] uint8, on the codes'
+// device. The same stream holds quantized codes and the compressed store's anchor indices or sets and ranks.
 at::Tensor pack_bits(const at::Tensor& codes, int64_t bits);
 // Codes [begin, begin + count) of a packed stream -> [count] on the stream's device: uint8 for widths up to
 // 8 bits, int64 above.

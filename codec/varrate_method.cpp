@@ -262,7 +262,8 @@ std::shared_ptr<const LayerAnalysis> VarRateMethod::analyse(const LayerCapture& 
     CodecSettings structural = settings_;
     structural.budget = 1.0;
     plan_codec_budget(structural, shape.n_tokens, 2 * shape.n_kv_head * shape.head_dim,
-                      element_size(capture.keys.scalar_type()), name(), basis_->info().self_calibrated);
+                      element_size(capture.keys.scalar_type()), name(), basis_->info().self_calibrated,
+                      uniform_ranks());
     if (allocation_ == RankAllocation::Uniform) {
         // Flat: a constant signal, which the shared path turns into exactly uniform ranks.
         return analyse_with_salience(capture,
@@ -282,7 +283,7 @@ std::shared_ptr<const LayerAnalysis> VarRateMethod::analyse_with_salience(const 
     CodecSettings structural = settings_;
     structural.budget = 1.0;
     const CodecBudget plan = plan_codec_budget(structural, n_tok, dim, element_size(dtype), name(),
-                                               basis_->info().self_calibrated);
+                                               basis_->info().self_calibrated, uniform_ranks());
     if (!salience.defined() || salience.dim() != 1 || salience.size(0) != n_tok)
         throw Error(fmt::format("{}: layer {} salience must be [L={}]", name(), capture.layer, n_tok));
     if (capture.layer < 0 || capture.layer >= basis_->n_layer())
@@ -368,7 +369,7 @@ std::vector<double> VarRateMethod::layer_budgets(
     for (const auto& l : layers) {
         const auto& a = dynamic_cast<const VarRateAnalysis&>(*l);
         plans.push_back(plan_codec_budget(budget, a.n_tokens, a.dim, element_size(a.dtype), name(),
-                                          basis_->info().self_calibrated));
+                                          basis_->info().self_calibrated, uniform_ranks()));
         total += plans.back().budget_B;
         signals.push_back(a.salience.index_select(0, a.coded.to(at::kCPU)).to(at::kDouble).clamp_min(0));
     }
@@ -399,8 +400,8 @@ LayerAllocation VarRateMethod::allocate(const LayerAnalysis& analysis, const Cod
     if (!diff.empty())
         throw Error(fmt::format("{}: layer {} was analysed with other settings ({})", name(), a.layer, diff));
     const int64_t n_tok = a.n_tokens, dim = a.dim;
-    const CodecBudget plan =
-        plan_codec_budget(budget, n_tok, dim, element_size(a.dtype), name(), basis_->info().self_calibrated);
+    const CodecBudget plan = plan_codec_budget(budget, n_tok, dim, element_size(a.dtype), name(),
+                                               basis_->info().self_calibrated, uniform_ranks());
     const int64_t rank = plan.rank_cap;
     if (rank > a.rank)
         throw Error(fmt::format("{}: layer {} was analysed at rank R={}; R={} needs a new analysis", name(),
@@ -487,6 +488,8 @@ LayerAllocation VarRateMethod::allocate(const LayerAnalysis& analysis, const Cod
     d.mean_quant_error = st[6];
     d.coef_bits = plan.quantized() ? plan.coef_bits : 8 * element_size(a.dtype);
     d.index_bits = plan.index_bits;
+    d.set_bits = plan.set_bits;
+    d.rank_bits = plan.rank_bits;
     d.basis_bytes = plan.basis_bytes();
     d.stored_bytes = plan.stored_bytes(d.sum_ranks, static_cast<int64_t>(st[7]));
     d.full_bytes = plan.full_bytes();
@@ -575,7 +578,7 @@ std::shared_ptr<const LayerPrefix> VarRateMethod::store(const LayerCapture& capt
     p.window = a.settings.window;
     p.exact_keys = capture.keys_pre_rope.index_select(1, exact);
     p.exact_values = capture.values.index_select(1, exact);
-    CompressedLayer::pack_metadata(p, a.res.nearest, ranks, a.layout.n_anchors(), a.rank);
+    CompressedLayer::pack_metadata(p, a.res.nearest, ranks, a.layout.n_anchors(), a.rank, uniform_ranks());
     if (quantized) {
         p.coef_bits = allocation.coef_bits;
         p.codes = pack_bits(flat, p.coef_bits);

@@ -83,6 +83,8 @@ class VarRateMethod : public CompressionMethod {
     CodecSettings settings_;
     std::shared_ptr<const Basis> basis_;
     RankAllocation allocation_;
+    // Flat's ranks are all B / n_coded (+1 for the first B mod n_coded): the store keeps none of them.
+    bool uniform_ranks() const { return allocation_ == RankAllocation::Uniform; }
     SalienceSignal signal_;
     std::string name_;
     bool across_layers_ = false;

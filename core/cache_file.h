@@ -35,8 +35,9 @@ namespace varrate {
 
 // The newest format this build writes and reads; a file of a newer one is refused with a message saying so.
 // 2: VarRate/flat layers hold their anchor indices and ranks bit-packed (version 1 files, int16, are read and
-// packed on load).
-inline constexpr int64_t kCacheFormatVersion = 2;
+// packed on load). 3: each coded token's anchor set may be one combination number ("set_bits") and uniform
+// ranks are not stored ("rank_bits" 0, "rank_total"); version 2 layers are read as they are.
+inline constexpr int64_t kCacheFormatVersion = 3;
 inline constexpr const char* kCacheMetadataKey = "varrate_kv_cache";
 inline constexpr const char* kCacheChecksumKey = "varrate_kv_cache_checksum";
 

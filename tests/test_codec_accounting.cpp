@@ -119,12 +119,10 @@ class TestCodecAccounting : public QObject {
         QCOMPARE(self.budget_B, file.budget_B - kD * kD);
         QCOMPARE(self.sum_ranks, self.budget_B);
         QVERIFY(self.mean_rank < file.mean_rank);
-        // Packed indices (index_bits each) and ranks in [0, R] (bits of R + 1 values), whole bytes per
-        // stream.
-        int64_t rank_bits = 1;
-        while ((int64_t(1) << rank_bits) < std::min<int64_t>(s.rank, kD) + 1) ++rank_bits;
-        const int64_t index =
-            (self.n_coded * s.anchors * self.index_bits + 7) / 8 + (self.n_coded * rank_bits + 7) / 8;
+        // Each coded token's anchor set as one packed number and, unless flat, its rank in [0, R].
+        const int64_t n_anchors = (kL + s.stride - 1) / s.stride;
+        const int64_t index = test::expected_metadata_bytes(
+            self.n_coded, n_anchors, s.anchors, std::min<int64_t>(s.rank, kD), a == RankAllocation::Uniform);
         QCOMPARE(self.stored_bytes, (self.n_exact * kD + self.sum_ranks) * es + index + self.basis_bytes);
         const int64_t total = static_cast<int64_t>(std::floor(s.budget * kL * kD + 1e-6));
         QVERIFY2(
@@ -137,12 +135,14 @@ class TestCodecAccounting : public QObject {
 
     // Where the charged basis leaves no room, the error says so, names the smallest feasible kappa (which
     // is feasible, and one step below it is not) and gives the `varrate calibrate` command.
-    // The per-token metadata (c anchor indices and a rank) costs the same bytes in every cache dtype, so it
-    // takes twice the scalars of a bf16 cache that it takes of an fp32 one. Packed at the bits they need, the
-    // demo model's layer (L 1024, D 128, stride 32, c 4, window 16, r_min 2, R 128) at kappa 0.1 keeps most
-    // of fp32's coefficients per coded token in bf16 and stays well above the floor; charged as int16 (two
-    // bytes per index and rank, as before the store packed them), bf16 had 2.1 per token, everything at the
-    // floor r_min = 2: VarRate became flat and lost the needle.
+    // The per-token metadata (an anchor set and a rank) costs the same bytes in every cache dtype, so it
+    // takes twice the scalars of a bf16 cache that it takes of an fp32 one. The demo model's layer (L 1024,
+    // D 128, stride 32, c 4, window 16, r_min 2, R 128) at kappa 0.1:
+    //  - charged as int16 (two bytes per index and rank, the store's first format), bf16 had 2.1 coefficients
+    //    per coded token, everything at the floor r_min = 2: VarRate became flat and lost the needle;
+    //  - with the anchor set as one number (16 bits for C(32, 4) = 35960 sets, not 4 x 5) and flat's uniform
+    //    ranks not stored, flat keeps 6 coefficients per token in bf16 as in fp32 (with c ordinals and every
+    //    rank stored it had 5.4 against 6.3, and lost the needle between rank 5 and 6).
     void bf16MetadataLeavesRoomAboveTheFloor() {
         CodecSettings s;
         s.budget = 0.1;
@@ -155,14 +155,30 @@ class TestCodecAccounting : public QObject {
                           bf16 = plan_codec_budget(s, 1024, 128, 2);
         QCOMPARE(fp32.n_coded, int64_t{976});  // 1024 - 32 anchors - 16 window tokens
         QCOMPARE(fp32.n_anchors, int64_t{32});
-        // 4 x 5-bit indices (32 anchors) and an 8-bit rank (0..128) per coded token: 28 bits, 3416 bytes.
-        QCOMPARE(fp32.index_total_bytes(), int64_t{976 * 20 / 8 + 976});
+        QCOMPARE(test::anchor_set_count(32, 4), int64_t{35960});
+        // A 16-bit anchor set and an 8-bit rank (0..128) per coded token: 24 bits, 2928 bytes.
+        QCOMPARE(fp32.set_bits, int64_t{16});
+        QCOMPARE(fp32.index_total_bytes(), int64_t{976 * 16 / 8 + 976});
         QCOMPARE(bf16.index_total_bytes(), fp32.index_total_bytes());
         const double per_fp32 = static_cast<double>(fp32.budget_B) / 976,
                      per_bf16 = static_cast<double>(bf16.budget_B) / 976;
-        qInfo("coefficients per coded token at kappa 0.1: fp32 %.2f, bf16 %.2f", per_fp32, per_bf16);
+        qInfo("VarRate's coefficients per coded token at kappa 0.1: fp32 %.2f, bf16 %.2f", per_fp32,
+              per_bf16);
         QVERIFY2(per_bf16 > 0.8 * per_fp32, qPrintable(QString::number(per_bf16)));
         QVERIFY2(per_bf16 > s.r_min + 3.0, qPrintable(QString::number(per_bf16)));
+
+        // Flat: the anchor sets alone (1952 bytes); its ranks follow from B.
+        const CodecBudget flat32 = plan_codec_budget(s, 1024, 128, 4, "flat", false, true),
+                          flat16 = plan_codec_budget(s, 1024, 128, 2, "flat", false, true);
+        QCOMPARE(flat32.rank_bits, int64_t{0});
+        QCOMPARE(flat16.index_total_bytes(), int64_t{976 * 16 / 8});
+        const int64_t total = 13107;  // floor(0.1 * 1024 * 128)
+        QCOMPARE(flat32.budget_B, total - (1024 - 976) * 128 - 1952 / 4);
+        QCOMPARE(flat16.budget_B, total - (1024 - 976) * 128 - 1952 / 2);
+        qInfo("flat's coefficients per coded token at kappa 0.1: fp32 %.2f, bf16 %.2f",
+              static_cast<double>(flat32.budget_B) / 976, static_cast<double>(flat16.budget_B) / 976);
+        QCOMPARE(flat16.budget_B / 976, int64_t{6});  // every coded token at rank 6 or 7 in both dtypes
+        QCOMPARE(flat32.budget_B / 976, int64_t{6});
     }
 
     void infeasibleBasisNamesCalibrate() {
@@ -171,8 +187,8 @@ class TestCodecAccounting : public QObject {
         QVERIFY(run(s, with_flag(file_basis(), false), cap).footprint <= 0.2);  // only the basis is too much
         const std::string m = infeasible_message(s, with_flag(file_basis(), true), cap);
         QVERIFY2(!m.empty(), "kappa 0.2 with a self-calibrated 64 x 64 basis at L=512 was accepted");
-        const CodecBudget plan =
-            plan_codec_budget(test::small_codec_settings(1.0), kL, kD, 4, "varrate", true);
+        const CodecBudget plan = plan_codec_budget(test::small_codec_settings(1.0), kL, kD, 4, "flat", true,
+                                                   /*uniform_ranks=*/true);
         for (const std::string& needle :
              {std::string("varrate calibrate --model MODEL_DIR --text-file"), std::string("--rank 64"),
               std::string("--stride 32"), std::string("--anchors 4"), std::string("--window 16"),

@@ -10,6 +10,8 @@
 #include <cmath>
 #include <limits>
 
+#include "codec/anchor_sets.h"
+#include "codec/anchors.h"
 #include "codec/compressed_layer.h"
 #include "codec/footprint.h"
 #include "codec/quantize.h"
@@ -154,7 +156,7 @@ class TestCodecCompressedLayer : public QObject {
     }
 
     // Resident bytes, measured from the tensors, are the accounted stored bytes exactly: the accounting
-    // charges each coded token's rank (int16) with its anchor indices, and positions are derived, not held.
+    // charges each coded token's rank with its anchor set, and positions are derived, not held.
     // Quantized: the packed codes and the groups' fp16 scales and minima are what the budget counted, and it
     // is met.
     void resident_bytes_are_the_accounted_footprint_data() {
@@ -180,6 +182,77 @@ class TestCodecCompressedLayer : public QObject {
         }
     }
 
+    // An anchor set's number is its rank among all c-subsets in colexicographic order: enumerated here by
+    // brute force for small n (every set, in order), and round-tripped for random sets of the sizes a
+    // long context has. Decoding returns the set ascending, whatever order it was encoded in.
+    void anchor_sets_are_colex_ranks() {
+        for (auto [n, c] : {std::pair<int64_t, int64_t>{7, 3}, {9, 4}, {6, 1}, {5, 5}}) {
+            std::vector<std::vector<int64_t>> all;  // colex order: by largest element, then the rest
+            for (int64_t mask = 0; mask < (int64_t(1) << n); ++mask) {
+                if (__builtin_popcountll(static_cast<unsigned long long>(mask)) != c) continue;
+                std::vector<int64_t> set;
+                for (int64_t i = 0; i < n; ++i)
+                    if (mask >> i & 1) set.push_back(i);
+                all.push_back(set);
+            }
+            // A mask's bits read from the top are the set's elements from its largest: increasing masks are
+            // the colex order.
+            QCOMPARE(static_cast<int64_t>(all.size()), test::anchor_set_count(n, c));
+            at::Tensor sets = at::empty({static_cast<int64_t>(all.size()), c}, at::kLong);
+            for (size_t r = 0; r < all.size(); ++r)
+                for (int64_t i = 0; i < c; ++i)
+                    sets[static_cast<int64_t>(r)][i] = all[r][c - 1 - i];  // descending
+            const at::Tensor ranks = encode_anchor_sets(sets, n);
+            QVERIFY(at::equal(ranks, at::arange(static_cast<int64_t>(all.size()), at::kLong)));
+            QVERIFY(at::equal(decode_anchor_sets(ranks, n, c), sets.flip({1})));
+            QCOMPARE(anchor_set_bits(n, c), test::bits_for_values(test::anchor_set_count(n, c)));
+        }
+        at::Generator gen = at::detail::createCPUGenerator(3);
+        for (auto [n, c] : {std::pair<int64_t, int64_t>{32, 4}, {64, 4}, {4096, 4}, {300, 8}}) {
+            // c distinct ordinals per row: the first c of a random permutation's keys.
+            const at::Tensor keys = at::rand({500, n}, gen, at::kFloat);
+            const at::Tensor sets = std::get<1>(at::topk(keys, c, 1));
+            const at::Tensor ranks = encode_anchor_sets(sets, n);
+            QVERIFY(at::equal(decode_anchor_sets(ranks, n, c), std::get<0>(at::sort(sets, 1))));
+            const int64_t bits = anchor_set_bits(n, c);
+            QVERIFY(bits > 0 && ranks.max().item<int64_t>() < (int64_t(1) << bits));
+            qInfo("%lld of %lld anchors: %lld bits a set, %lld as ordinals", static_cast<long long>(c),
+                  static_cast<long long>(n), static_cast<long long>(bits),
+                  static_cast<long long>(c * bit_width(n - 1)));
+        }
+        QCOMPARE(anchor_set_bits(32, 4), int64_t{16});               // C(32, 4) = 35960
+        QCOMPARE(anchor_set_bits(64, 4), int64_t{20});               // 635376
+        QCOMPARE(anchor_set_bits(int64_t(1) << 20, 8), int64_t{0});  // about 2^144 sets: stored as ordinals
+        EXPECT_ERROR(encode_anchor_sets(at::zeros({2, 8}, at::kLong), int64_t(1) << 20), "do not fit");
+    }
+
+    // Flat's ranks are uniform, so the store keeps none: its rank stream is empty, the ranks it reads back
+    // are B / n_coded (+1 for the first B mod n_coded tokens), exactly the allocation's, and the bytes it
+    // holds are what flat's budget counted. Ranks that are not uniform are refused as uniform.
+    void flat_stores_no_ranks() {
+        for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+            const Stored s = make_store({8, 2, dtype, RankAllocation::Uniform}, 0.3, 15, 2000);
+            const CompressedLayer::Parts& p = s.store->parts();
+            QCOMPARE(p.rank_bits, int64_t{0});
+            QCOMPARE(p.ranks.numel(), int64_t{0});
+            const LayerDiagnostics& d = s.allocation.diagnostics;
+            QCOMPARE(p.rank_total, d.sum_ranks);
+            QCOMPARE(d.rank_bits, int64_t{0});
+            const at::Tensor want = s.allocation.diagnostics.rank.index_select(
+                0, make_anchor_layout(d.n_tokens, p.stride, p.window).coded_pos);
+            QVERIFY(at::equal(s.store->ranks(0, s.store->n_coded()), want));
+            QVERIFY(want.max().item<int64_t>() - want.min().item<int64_t>() <= 1);
+            QCOMPARE(s.store->resident_bytes(), d.stored_bytes);
+            CompressedLayer::Parts bad = p;
+            at::Tensor r = want.clone();
+            r[5] += 1;
+            r[6] -= 1;
+            EXPECT_ERROR(CompressedLayer::pack_metadata(bad, s.store->nearest(0, s.store->n_coded()), r,
+                                                        s.store->n_anchors(), p.basis.size(0), true),
+                         "are not the uniform split of their sum");
+        }
+    }
+
     // Every malformed store is refused with a message naming what is wrong.
     void malformed_parts_are_refused() {
         const Stored s = make_store({4, 2, at::kFloat, RankAllocation::Salience}, 0.3, 14);
@@ -199,12 +272,27 @@ class TestCodecCompressedLayer : public QObject {
         p = s.store->parts();
         p.ranks = p.ranks.narrow(0, 0, p.ranks.size(0) - 1);
         EXPECT_ERROR(CompressedLayer{p}, "packed ranks has shape");
+        // Anchor sets: a number past the last set, a width too narrow for them.
         p = s.store->parts();
-        at::Tensor near = s.store->nearest(0, s.store->n_coded()).clone();
-        near[3][1] = s.store->n_anchors();  // one past the last anchor
+        const int64_t n_coded = s.store->n_coded(), n_anchors = s.store->n_anchors();
+        QCOMPARE(p.set_bits, test::bits_for_values(test::anchor_set_count(n_anchors, p.anchors)));
+        at::Tensor sets = unpack_bits(p.nearest, p.set_bits, 0, n_coded).to(at::kLong);
+        QVERIFY(test::anchor_set_count(n_anchors, p.anchors) < (int64_t(1) << p.set_bits));
+        sets[2] = test::anchor_set_count(n_anchors, p.anchors);  // one past the last set's number
+        p.nearest = pack_bits(sets, p.set_bits);
+        EXPECT_ERROR(CompressedLayer{p}, "an anchor set's number is not a set of");
+        p = s.store->parts();
+        p.set_bits -= 1;
+        EXPECT_ERROR(CompressedLayer{p}, "anchor sets cannot hold");
+        // Ordinals (format 2's layout): one past the last anchor, too few bits to address them.
+        p = s.store->parts();
+        at::Tensor near = s.store->nearest(0, n_coded).clone();
+        p.set_bits = 0;
         p.nearest = pack_bits(near, p.index_bits);
-        EXPECT_ERROR(CompressedLayer{p}, fmt::format("an anchor index is {}", s.store->n_anchors()));
-        p = s.store->parts();
+        QVERIFY(at::equal(CompressedLayer{p}.nearest(0, n_coded), near));
+        near[3][1] = n_anchors;  // one past the last anchor
+        p.nearest = pack_bits(near, p.index_bits);
+        EXPECT_ERROR(CompressedLayer{p}, "an anchor index is past the layer's");
         p.index_bits -= 1;
         EXPECT_ERROR(CompressedLayer{p}, "anchor indices cannot address");
         EXPECT_ERROR(

@@ -61,10 +61,10 @@ class TestCodecQuantize : public QObject {
     // Codes of every width survive packing, read back whole and from unaligned ranges; the stream has
     // exactly ceil(m b / 8) bytes, laid out little-endian (code i at bits [i b, (i + 1) b), bit k of the
     // stream being bit k % 8 of byte k / 8), read here bit by bit. The widths: the quantized codes' (2, 3,
-    // 4, 8) and the store's anchor indices and ranks (1 to 17 here, up to 32).
+    // 4, 8), the store's anchor indices and ranks (1 to 17 here, up to 32) and its anchor sets (up to 56).
     void pack_unpack_round_trip_data() {
         QTest::addColumn<int>("bits");
-        for (int b : {1, 2, 3, 4, 5, 7, 8, 11, 16, 17, 32})
+        for (int b : {1, 2, 3, 4, 5, 7, 8, 11, 16, 17, 32, 33, 47, 56, 62})
             QTest::newRow(qPrintable(QString("%1-bit").arg(b))) << b;
     }
     void pack_unpack_round_trip() {
@@ -91,8 +91,8 @@ class TestCodecQuantize : public QObject {
             QVERIFY(at::equal(unpack_bits(packed, bits, begin, count).to(at::kLong),
                               codes.narrow(0, begin, count)));
         EXPECT_ERROR(unpack_bits(packed, bits, m - 3, 10), "lie past a stream");
-        EXPECT_ERROR(pack_bits(codes, 0), "0 bits is not a packable width (1 to 32)");
-        EXPECT_ERROR(unpack_bits(packed, 33, 0, 1), "33 bits is not a packable width (1 to 32)");
+        EXPECT_ERROR(pack_bits(codes, 0), "0 bits is not a packable width (1 to 62)");
+        EXPECT_ERROR(unpack_bits(packed, 63, 0, 1), "63 bits is not a packable width (1 to 62)");
         QCOMPARE(bit_width(0), int64_t{1});
         QCOMPARE(bit_width(1), int64_t{1});
         QCOMPARE(bit_width(31), int64_t{5});

@@ -39,26 +39,18 @@ CodecSettings synthetic_settings(double kappa = 0.3) {
 }
 
 // Bits of the smallest unsigned field that holds `n` distinct values 0 .. n - 1 (at least 1).
-int64_t bits_for_values(int64_t n) {
-    int64_t bits = 1;
-    while ((int64_t(1) << bits) < n) ++bits;
-    return bits;
-}
-
-// Bytes of the store's per-token metadata, computed independently of the codec: c anchor indices of
-// log2(n_anchors) bits and a rank in [0, R] per coded token, each stream packed to whole bytes.
-int64_t expected_metadata_bytes(int64_t n_coded, int64_t n_anchors, int64_t c, int64_t R) {
-    return (n_coded * c * bits_for_values(n_anchors) + 7) / 8 + (n_coded * bits_for_values(R + 1) + 7) / 8;
-}
+using test::bits_for_values;
+using test::expected_metadata_bytes;
 
 // The smallest feasible kappa, computed independently of the codec: exact tokens at D scalars, coded
-// tokens at r_min, plus the packed indices and ranks (charged), over L*D scalars, rounded up to 1e-4.
+// tokens at r_min, plus the packed anchor sets and ranks (charged), over L*D scalars, rounded up to 1e-4.
 double expected_min_kappa(int64_t L, int64_t D, int64_t stride, int64_t window, int64_t c, int64_t r_min,
                           int64_t elem, int64_t R) {
     int64_t n_exact = 0;
     for (int64_t t = 0; t < L; ++t) n_exact += (t % stride == 0 || t >= L - window) ? 1 : 0;
     const int64_t n_coded = L - n_exact, n_anchors = (L + stride - 1) / stride;
-    const int64_t index_scalars = (expected_metadata_bytes(n_coded, n_anchors, c, R) + elem - 1) / elem;
+    const int64_t index_scalars =
+        (expected_metadata_bytes(n_coded, n_anchors, c, R, false) + elem - 1) / elem;
     const int64_t need = n_exact * D + r_min * n_coded + index_scalars;
     return std::ceil(static_cast<double>(need) / static_cast<double>(L * D) * 1e4) / 1e4;
 }
@@ -160,13 +152,20 @@ class TestCodecVarRate : public QObject {
             QVERIFY(at::equal(a.diagnostics.rank, b.diagnostics.rank));
             QVERIFY(at::equal(a.kv.keys, b.kv.keys));
             QVERIFY(at::equal(a.kv.values, b.kv.values));
-            // Not a constant signal in disguise: the ranks spread, unlike flat's, at the same total.
+            // Not a constant signal in disguise: the ranks spread, unlike flat's, at the same total less the
+            // ranks' bits (flat stores none: its ranks follow from B).
             const LayerResult flat = make_method("flat", synthetic_settings(0.35), basis)->compress(cap);
             QVERIFY(flat.diagnostics.max_rank - flat.diagnostics.min_rank <= 1);
             QVERIFY2(
                 a.diagnostics.max_rank - a.diagnostics.min_rank >= 2,
                 qPrintable(QString("ranks %1..%2").arg(a.diagnostics.min_rank).arg(a.diagnostics.max_rank)));
-            QCOMPARE(a.diagnostics.sum_ranks, flat.diagnostics.sum_ranks);
+            const LayerDiagnostics& da = a.diagnostics;
+            const int64_t es = dtype == at::kFloat ? 4 : 2, n_anchors = (da.n_tokens + 15) / 16;
+            auto meta_scalars = [&](bool uniform) {
+                return (expected_metadata_bytes(da.n_coded, n_anchors, 4, 64, uniform) + es - 1) / es;
+            };
+            QCOMPARE(da.sum_ranks, da.budget_B);
+            QCOMPARE(flat.diagnostics.sum_ranks, da.sum_ranks + meta_scalars(false) - meta_scalars(true));
             // A negative scale reverses the order: a different allocation.
             const LayerResult c = compress_with(1000 - s);
             QVERIFY(!at::equal(c.diagnostics.rank, a.diagnostics.rank));
@@ -324,9 +323,13 @@ class TestCodecVarRate : public QObject {
                                                 .arg(d.footprint)));
                         QCOMPARE(d.full_bytes, c.L * D * (dtype == at::kFloat ? 4 : 2));
                         const int64_t n_anchors = (c.L + s.stride - 1) / s.stride;
-                        const int64_t meta =
-                            expected_metadata_bytes(d.n_coded, n_anchors, 4, std::min<int64_t>(512, D));
+                        const int64_t meta = expected_metadata_bytes(
+                            d.n_coded, n_anchors, 4, std::min<int64_t>(512, D), std::string(name) == "flat");
                         QCOMPARE(d.index_bits, bits_for_values(n_anchors));
+                        QCOMPARE(d.set_bits, bits_for_values(test::anchor_set_count(n_anchors, 4)));
+                        QCOMPARE(d.rank_bits, std::string(name) == "flat"
+                                                  ? int64_t{0}
+                                                  : int64_t{bits_for_values(std::min<int64_t>(512, D) + 1)});
                         QCOMPARE(d.stored_bytes,
                                  (d.n_exact * D + d.sum_ranks) * (dtype == at::kFloat ? 4 : 2) + meta);
                         s.paper_accounting = true;  // indices outside B: slightly above kappa

@@ -139,4 +139,26 @@ double rel_max_diff(const at::Tensor& a, const at::Tensor& b) {
     return (fa - fb).abs().max().item<double>() / std::max(fb.abs().max().item<double>(), 1e-30);
 }
 
+int64_t bits_for_values(int64_t n) {
+    int64_t bits = 1;
+    while ((int64_t(1) << bits) < n) ++bits;
+    return bits;
+}
+
+int64_t anchor_set_count(int64_t n_anchors, int64_t c) {
+    std::vector<int64_t> row{1};  // row n of Pascal's triangle
+    for (int64_t n = 1; n <= n_anchors; ++n) {
+        std::vector<int64_t> next(static_cast<size_t>(n + 1), 1);
+        for (int64_t k = 1; k < n; ++k) next[k] = row[k - 1] + row[k];
+        row = std::move(next);
+    }
+    return c >= 0 && c <= n_anchors ? row[static_cast<size_t>(c)] : 0;
+}
+
+int64_t expected_metadata_bytes(int64_t n_coded, int64_t n_anchors, int64_t c, int64_t R,
+                                bool uniform_ranks) {
+    const int64_t sets = (n_coded * bits_for_values(anchor_set_count(n_anchors, c)) + 7) / 8;
+    return sets + (uniform_ranks ? 0 : (n_coded * bits_for_values(R + 1) + 7) / 8);
+}
+
 }  // namespace varrate::test

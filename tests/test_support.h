@@ -79,6 +79,13 @@ at::Tensor dense_causal_attention(const at::Tensor& q, const at::Tensor& k, cons
 // max |a - b| / max |b|, in fp32.
 double rel_max_diff(const at::Tensor& a, const at::Tensor& b);
 
+// The compressed store's per-token metadata, computed independently of the codec (Pascal's triangle, no
+// closed forms): each coded token's anchor set as one number of the bits that count C(n_anchors, c) sets,
+// and its rank in [0, R] unless the ranks are uniform (flat), each stream packed to whole bytes.
+int64_t bits_for_values(int64_t n);  // the least b with 2^b >= n (at least 1)
+int64_t anchor_set_count(int64_t n_anchors, int64_t c);
+int64_t expected_metadata_bytes(int64_t n_coded, int64_t n_anchors, int64_t c, int64_t R, bool uniform_ranks);
+
 }  // namespace varrate::test
 
 // Skips the current test function with a clear message when a fixture is missing.
