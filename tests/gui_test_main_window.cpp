@@ -122,7 +122,7 @@ class GuiTestMainWindow : public QObject {
         QVERIFY(w.run_panel()->defaults_text().contains("varrate-codec.json"));
         const RunSettings s = w.run_panel()->settings();
         QCOMPARE(s.codec.rank, w.model_info().codec_defaults->rank);
-        // The first-run regime, not the model's general-use budget: kappa 0.1, query-agnostic, a document
+        // The first-run regime, not the model's general-use budget: kappa 0.09, query-agnostic, a document
         // with three distractor needles (as `varrate demo`).
         QCOMPARE(s.codec.budget, DemoRegime{}.budget);
         QVERIFY(s.codec.budget < w.model_info().codec_defaults->budget);

@@ -130,7 +130,7 @@ class TestAppPackage : public QObject {
     }
 
     void demoRunsFromTheUnpackedTree() {
-        // 256 tokens keep it short; kappa 0.1 (the demo's default) cannot hold anchors + window that short.
+        // 256 tokens keep it short; kappa 0.09 (the demo's default) cannot hold anchors + window that short.
         const Run r = run(in_root("usr/bin/varrate"),
                           {"demo", "--length", "256", "--budget", "0.2", "--threads", "2"}, cwd_.path());
         QVERIFY2(r.exit_code == 0, qPrintable(r.err));

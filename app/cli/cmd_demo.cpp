@@ -107,11 +107,11 @@ int run_demo(DemoArgs a) {
     }
     std::cout << fmt::format(
         "\nbasis: {}. accounted: the bytes the budget counts; resident: the bytes the cache the answers were "
-        "decoded from holds, measured (VarRate/flat: the compressed store, with each coded token's rank and "
-        "the "
-        "exact rows' positions; the shared basis apart). query-aware: the question is in the cache when it "
-        "is compressed; "
-        "query-agnostic: the cache is compressed once, before any question (paper 4.3).\n",
+        "decoded from holds, measured (VarRate/flat: the compressed store: the exact rows, each coded "
+        "token's anchor set, rank (none for flat: its ranks follow from the budget) and coefficients; "
+        "positions are derived and the shared basis is apart). query-aware: the question is in the cache "
+        "when it is compressed; query-agnostic: the cache is compressed once, before any question (paper "
+        "4.3).\n",
         session->basis_source().empty() ? "self-calibrated" : session->basis_source());
     return 0;
 }
