@@ -274,11 +274,11 @@ at::Tensor CompressedLayer::padded_coefficients(const Block& b) const {
         .mul_(keep);
 }
 
-at::Tensor CompressedLayer::joint_rows(const Block& b, const at::Tensor& anchors_joint,
-                                       bool with_values) const {
+at::Tensor CompressedLayer::joint_rows(const Block& b, const at::Tensor& near_all,
+                                       const at::Tensor& anchors_joint, bool with_values) const {
     // z-bar: the mean of each token's anchors (a mean-mode embedding bag), then + C V over the used rows.
     const int64_t cols = with_values ? dim_ : dim_ / 2;
-    const at::Tensor near = nearest(b.begin, b.count);  // [n, c]
+    const at::Tensor near = near_all.narrow(0, b.begin, b.count);  // [n, c]
     const at::Tensor offsets = at::arange(0, b.count * c_, c_, near.options());
     const at::Tensor table = anchors_joint.narrow(1, 0, cols);
     at::Tensor z = std::get<0>(at::embedding_bag(table, near.reshape({-1}), offsets, false, 1));  // [n, cols]
@@ -304,6 +304,7 @@ at::Tensor CompressedLayer::attend(const at::Tensor& q, const at::Tensor& tail_k
     const at::Tensor exact_k = p_.exact_keys.to(at::kFloat);      // [G, n_exact, hd] pre-RoPE
     const at::Tensor exact_v = p_.exact_values.to(at::kFloat);
     const at::Tensor anchors_joint = anchor_vectors();
+    const at::Tensor near_all = nearest(0, n_coded_);  // [n_coded, c], decoded once for keys and values
     const int64_t n_exact = this->n_exact(), n_coded = this->n_coded(), n_all = n_exact + n_coded + n_tail;
     at::Tensor scores = at::empty({G, gq, n_all}, qf.options());  // [G, g*n_q, exact | coded | tail]
     {
@@ -313,7 +314,7 @@ at::Tensor CompressedLayer::attend(const at::Tensor& q, const at::Tensor& tail_k
         at::bmm_out(s, qf, k.transpose(1, 2));
     }
     for (const Block& b : blocks_) {
-        const at::Tensor k_pre = joint_rows(b, anchors_joint, /*with_values=*/false)  // [n, G*hd]
+        const at::Tensor k_pre = joint_rows(b, near_all, anchors_joint, /*with_values=*/false)  // [n, G*hd]
                                      .view({b.count, G, hd})
                                      .permute({1, 0, 2});  // [G, n, hd]
         auto [cos, sin] = rope_tables(coded_positions(b.begin, b.count));
@@ -332,7 +333,7 @@ at::Tensor CompressedLayer::attend(const at::Tensor& q, const at::Tensor& tail_k
     if (n_coded > 0) {
         const at::Tensor pc = p.narrow(2, n_exact, n_coded);  // [G, gq, n_coded]
         // sum_t p_t vbar_t: each token's weight, over c, onto its anchors, then the anchors' values.
-        const at::Tensor near = nearest(0, n_coded).reshape({-1});  // [n_coded * c]
+        const at::Tensor near = near_all.reshape({-1});  // [n_coded * c]
         at::Tensor w = at::zeros({G, gq, n_anchors_}, p.options());
         w.index_add_(2, near, pc.repeat_interleave(c_, 2), 1.0 / static_cast<double>(c_));
         out.baddbmm_(w, exact_v.narrow(1, 0, n_anchors_));
@@ -355,6 +356,7 @@ LayerKV CompressedLayer::reconstruct() const {
     const int64_t G = p_.n_kv_head, hd = p_.head_dim, L = p_.n_tokens;
     const at::Tensor exact_k = p_.exact_keys.to(at::kFloat), exact_v = p_.exact_values.to(at::kFloat);
     const at::Tensor anchors_joint = anchor_vectors();
+    const at::Tensor near_all = nearest(0, n_coded_);  // [n_coded, c]
     at::Tensor keys = at::empty({G, L, hd}, exact_k.options()), values = at::empty_like(keys);
     {
         const at::Tensor pos = exact_positions();
@@ -363,7 +365,8 @@ LayerKV CompressedLayer::reconstruct() const {
         values.index_copy_(1, pos, exact_v);
     }
     for (const Block& b : blocks_) {
-        const at::Tensor z = joint_rows(b, anchors_joint, /*with_values=*/true).view({b.count, 2, G, hd});
+        const at::Tensor z =
+            joint_rows(b, near_all, anchors_joint, /*with_values=*/true).view({b.count, 2, G, hd});
         const at::Tensor pos = coded_positions(b.begin, b.count);
         auto [cos, sin] = rope_tables(pos);
         keys.index_copy_(1, pos, apply_rope(z.select(1, 0).permute({1, 0, 2}), cos, sin));

@@ -115,7 +115,9 @@ class CompressedLayer : public LayerPrefix {
     // The block's coefficients padded to its width: [count, width] fp32, zero past each token's rank.
     at::Tensor padded_coefficients(const Block& b) const;
     // The block's keys and values pre-RoPE, [count, D] fp32 (values only when with_values).
-    at::Tensor joint_rows(const Block& b, const at::Tensor& anchors_joint, bool with_values) const;
+    // near_all: every coded token's anchor ordinals [n_coded, c] (nearest(0, n_coded), decoded once a call).
+    at::Tensor joint_rows(const Block& b, const at::Tensor& near_all, const at::Tensor& anchors_joint,
+                          bool with_values) const;
     // cos/sin [n, head_dim] fp32 (rounded through rope_dtype) for positions [n] int64.
     std::pair<at::Tensor, at::Tensor> rope_tables(const at::Tensor& positions) const;
 

@@ -40,6 +40,16 @@ at::Tensor unpack_aligned(const at::Tensor& bytes, int64_t bits, int64_t count) 
         .narrow(0, 0, count);
 }
 
+// Whole-byte widths (16, 24, ...: the store's anchor sets at 32 and 128 anchors) starting on a byte: each
+// code is its bytes, little-endian, shifted into place in int64 (one multiply-add per byte, not one per bit).
+at::Tensor unpack_whole_bytes(const at::Tensor& bytes, int64_t bits, int64_t count) {
+    const int64_t width = bits / 8;
+    const at::Tensor b = bytes.narrow(0, 0, count * width).view({count, width}).to(at::kLong);
+    at::Tensor out = b.select(1, width - 1).clone();
+    for (int64_t k = width - 2; k >= 0; --k) out.mul_(256).add_(b.select(1, k));
+    return out;
+}
+
 }  // namespace
 
 bool is_supported_bits(int64_t bits) {
@@ -122,6 +132,7 @@ at::Tensor unpack_bits(const at::Tensor& packed, int64_t bits, int64_t begin, in
     const at::Tensor bytes = packed.narrow(0, byte0, n_bytes);
     if (bits == 8) return bytes;
     if (8 % bits == 0 && bit0 % 8 == 0) return unpack_aligned(bytes, bits, count);
+    if (bits % 8 == 0 && bit0 % 8 == 0) return unpack_whole_bytes(bytes, bits, count);
     const at::Tensor b = bytes.to(at::kLong).unsqueeze(1);  // [n_bytes, 1]
     const at::Tensor stream = at::bitwise_and(b.div(powers_of_two(8, b), "floor"), 1).reshape({-1});
     const at::Tensor mine = stream.narrow(0, bit0 - byte0 * 8, count * bits).view({count, bits});

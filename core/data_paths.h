@@ -14,11 +14,11 @@ inline constexpr const char* kDemoModelName = "varrate-demo";
 // The first-run regime on the demo model, shared by `varrate demo` and the app's start-up: a needle document
 // with three distractor needles, kappa 0.09, query-agnostic, where the methods part ways (at the model's
 // recorded budget 0.2, or without distractors, every method answers right and nothing is learnt). At 0.09
-// flat's coded tokens sit at rank 4-5 in both dtypes and flat loses most needles while VarRate and SnapKV keep
-// them (tuning seed 1: flat 0.16 / 0.09, VarRate 0.72 / 0.70, SnapKV 0.63 / 0.62 in fp32 / bf16); at 0.1, since
-// the anchor sets are stored as one number and flat's ranks not at all, flat is at rank 6-7 and finds most of
-// them. Seed 1 is the first whose document parts ways (full, VarRate and SnapKV right, flat wrong, in both
-// modes) in fp32 and in both bf16 branches (46 of seeds 1-120 do).
+// flat's coded tokens sit at rank 4-5 in both dtypes and flat loses most needles while VarRate and SnapKV
+// keep them (tuning seed 1: flat 0.16 / 0.09, VarRate 0.72 / 0.70, SnapKV 0.63 / 0.62 in fp32 / bf16); at
+// 0.1, since the anchor sets are stored as one number and flat's ranks not at all, flat is at rank 6-7 and
+// finds most of them. Seed 1 is the first whose document parts ways (full, VarRate and SnapKV right, flat
+// wrong, in both modes) in fp32 and in both bf16 branches (46 of seeds 1-120 do).
 struct DemoRegime {
     double budget = 0.09;
     int64_t length = 1024;  // tokens
