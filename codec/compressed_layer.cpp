@@ -160,8 +160,18 @@ void CompressedLayer::pack_metadata(Parts& parts, const at::Tensor& nearest, con
     parts.anchors = nearest.dim() == 2 ? nearest.size(1) : 0;
     parts.index_bits = anchor_index_bits(n_anchors);
     parts.set_bits = anchor_set_stream_bits(n_anchors, parts.anchors);
-    parts.nearest = parts.set_bits > 0 ? pack_bits(encode_anchor_sets(nearest, n_anchors), parts.set_bits)
-                                       : pack_bits(nearest.reshape({-1}), parts.index_bits);
+    if (parts.set_bits > 0) {
+        const at::Tensor sets = encode_anchor_sets(nearest, n_anchors);
+        // A set's number stands for c distinct anchors: a repeated one (possible only in a malformed file)
+        // would come back as another set. Checked once, on the host, as the store is packed.
+        const at::Tensor sorted = std::get<0>(at::sort(nearest.to(at::kLong), 1));
+        if (!to_host(decode_anchor_sets(sets, n_anchors, parts.anchors).eq(sorted).all()).item<bool>())
+            throw Error(fmt::format("compressed layer {}: a coded token's {} anchors are not distinct",
+                                    parts.layer, parts.anchors));
+        parts.nearest = pack_bits(sets, parts.set_bits);
+    } else {
+        parts.nearest = pack_bits(nearest.reshape({-1}), parts.index_bits);
+    }
     parts.rank_bits = rank_bits_for(rank_cap, uniform_ranks);
     const at::Tensor r = ranks.reshape({-1}).to(at::kLong);
     if (parts.rank_bits > 0) {

@@ -284,6 +284,13 @@ class TestCodecCompressedLayer : public QObject {
         p = s.store->parts();
         p.set_bits -= 1;
         EXPECT_ERROR(CompressedLayer{p}, "anchor sets cannot hold");
+        // A repeated anchor is no set of c anchors.
+        CompressedLayer::Parts repacked = s.store->parts();
+        at::Tensor twice = s.store->nearest(0, n_coded).clone();
+        twice[4][1] = twice[4][0];
+        EXPECT_ERROR(CompressedLayer::pack_metadata(repacked, twice, s.store->ranks(0, n_coded), n_anchors,
+                                                    repacked.basis.size(0)),
+                     "anchors are not distinct");
         // Ordinals (format 2's layout): one past the last anchor, too few bits to address them.
         p = s.store->parts();
         at::Tensor near = s.store->nearest(0, n_coded).clone();
