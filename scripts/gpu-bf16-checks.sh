@@ -42,23 +42,24 @@ timeout $(($(left) - 60)) cmake --build build-gpu -j"$(nproc)" --target varrate 
 el "built"
 bin=build-gpu/bin/varrate
 
-# The needle sweeps, same documents (seed) in each: bf16 and fp32 with this build's accounting, then both with
-# the 16-bit indices and ranks of earlier builds (VARRATE_METADATA_BITS=16; only the methods it changes).
+# The needle sweeps, same documents (seed) in each: bf16 and fp32 with this build's store (anchor sets, flat's
+# ranks not stored), then both with the previous store's c ordinals and every rank (VARRATE_METADATA=ordinals;
+# only the methods it changes).
 # Each gets an equal share of the time left (before the CUDA checks' reserve); a sweep cut short keeps its
 # records (`varrate summarize DIR` summarises them).
 seed=${SEED:-2026}
 samples=${SAMPLES:-40}
 methods=${METHODS:-full,varrate,flat,snapkv,pyramidkv,adakv,streamingllm,expected-attention,kvzip,varrate-kvzip,kivi2}
 legacy_methods=full,varrate,flat,varrate-kvzip
-runs=("bf16 $methods" "fp32 $methods" "bf16 $legacy_methods 16" "fp32 $legacy_methods 16")
+runs=("bf16 $methods" "fp32 $methods" "bf16 $legacy_methods ordinals" "fp32 $legacy_methods ordinals")
 reserve=${CHECKS_S:-90}
 for i in "${!runs[@]}"; do
-  read -r dt ms bits <<<"${runs[$i]}"
-  name=niah-$dt${bits:+-meta$bits}
+  read -r dt ms scheme <<<"${runs[$i]}"
+  name=niah-$dt${scheme:+-$scheme}
   t=$(( ($(left) - reserve) / (${#runs[@]} - i) ))
   [ "$t" -lt 20 ] && { el "no time left for $name"; continue; }
   el "$name (limit ${t}s)"
-  VARRATE_METADATA_BITS=${bits:-} timeout "$t" "$bin" niah --model resources/models/varrate-demo --lengths 1024 \
+  VARRATE_METADATA=${scheme:-sets} timeout "$t" "$bin" niah --model resources/models/varrate-demo --lengths 1024 \
     --depths 0,25,50,75,100 --samples "$samples" --seed "$seed" --distractors 3 --budget 0.1,0.2 \
     --mode query-agnostic --methods "$ms" --max-new-tokens 10 --device cuda --dtype "$dt" --out "$OUT/$name" \
     >"$OUT/$name.out" 2>&1
