@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "codec/quantize.h"
 #include "core/base/error.h"
 
 namespace varrate {
@@ -46,7 +47,8 @@ void check_codable(int64_t n_anchors, int64_t c, const char* who) {
 int64_t anchor_set_bits(int64_t n_anchors, int64_t c) {
     if (c < 1 || n_anchors < c) return 0;
     // binomial_rows forms i C(a, i) for every a < n and i <= c: each must stay below 2^63 (log2 from lgamma
-    // is good to far better than the bit of margin left here).
+    // is good to far better than the bit of margin left here). Then C(n, c) = C(n - 1, c) + C(n - 1, c - 1)
+    // is below 2^62 too.
     auto log2_binomial = [](double a, double i) {
         return (std::lgamma(a + 1.0) - std::lgamma(i + 1.0) - std::lgamma(a - i + 1.0)) / std::log(2.0);
     };
@@ -56,10 +58,7 @@ int64_t anchor_set_bits(int64_t n_anchors, int64_t c) {
                     log2_binomial(static_cast<double>(n_anchors - 1), static_cast<double>(i)) >
                 61.0)
             return 0;
-    if (log2_binomial(static_cast<double>(n_anchors), static_cast<double>(c)) > 61.0) return 0;
-    const int64_t count = anchor_set_count_unchecked(n_anchors, c);
-    int64_t bits = 1;
-    while (bits < 62 && (int64_t(1) << bits) < count) ++bits;
+    const int64_t bits = bit_width(anchor_set_count_unchecked(n_anchors, c) - 1);  // the largest set's number
     return bits <= kMaxAnchorSetBits ? bits : 0;
 }
 

@@ -27,6 +27,14 @@ int64_t ceil_div(int64_t a, int64_t b) {
     return (a + b - 1) / b;
 }
 
+// Ranks [begin, begin + count) of n uniform ranks summing to total: total / n each, one more for the first
+// total mod n (integer_ranks' tie order for a constant signal). [count] int64 with `options`' device.
+at::Tensor uniform_split(int64_t total, int64_t n, int64_t begin, int64_t count,
+                         const at::TensorOptions& options) {
+    const int64_t q = n > 0 ? total / n : 0, extra = n > 0 ? total % n : 0;
+    return at::arange(begin, begin + count, options.dtype(at::kLong)).lt(extra).to(at::kLong).add_(q);
+}
+
 }  // namespace
 
 CompressedLayer::CompressedLayer(Parts parts) : p_(std::move(parts)) {
@@ -148,11 +156,7 @@ at::Tensor CompressedLayer::nearest(int64_t begin, int64_t count) const {
 
 at::Tensor CompressedLayer::ranks(int64_t begin, int64_t count) const {
     if (p_.rank_bits > 0) return unpack_bits(p_.ranks, p_.rank_bits, begin, count).to(at::kLong);
-    // Uniform: total / n each, one more for the first total mod n tokens (integer_ranks' tie order).
-    const int64_t q = n_coded_ > 0 ? p_.rank_total / n_coded_ : 0,
-                  extra = n_coded_ > 0 ? p_.rank_total % n_coded_ : 0;
-    const at::Tensor i = at::arange(begin, begin + count, p_.ranks.options().dtype(at::kLong));
-    return i.lt(extra).to(at::kLong).add_(q);
+    return uniform_split(p_.rank_total, n_coded_, begin, count, p_.ranks.options());
 }
 
 void CompressedLayer::pack_metadata(Parts& parts, const at::Tensor& nearest, const at::Tensor& ranks,
@@ -183,9 +187,7 @@ void CompressedLayer::pack_metadata(Parts& parts, const at::Tensor& nearest, con
     parts.rank_total = n > 0 ? to_host(r.sum()).item<int64_t>() : 0;
     parts.ranks = at::empty({0}, r.options().dtype(at::kByte));
     if (n == 0) return;
-    const at::Tensor uniform =
-        at::arange(n, r.options()).lt(parts.rank_total % n).to(at::kLong).add_(parts.rank_total / n);
-    if (!to_host(uniform.eq(r).all()).item<bool>())
+    if (!to_host(uniform_split(parts.rank_total, n, 0, n, r.options()).eq(r).all()).item<bool>())
         throw Error(fmt::format(
             "compressed layer {}: ranks stored as uniform are not the uniform split of their sum {}",
             parts.layer, parts.rank_total));

@@ -86,15 +86,10 @@ int64_t anchor_set_stream_bits(int64_t n_anchors, int64_t c) {
 }
 
 int64_t rank_bits_for(int64_t rank_cap, bool uniform_ranks) {
-    switch (metadata_scheme()) {
-        case MetadataScheme::Int16:
-            return 16;
-        case MetadataScheme::Ordinals:
-            return bit_width(std::max<int64_t>(rank_cap, 0));
-        case MetadataScheme::Sets:
-            break;
-    }
-    return uniform_ranks ? 0 : bit_width(std::max<int64_t>(rank_cap, 0));
+    const MetadataScheme scheme = metadata_scheme();
+    if (scheme == MetadataScheme::Int16) return 16;
+    if (scheme == MetadataScheme::Sets && uniform_ranks) return 0;
+    return bit_width(std::max<int64_t>(rank_cap, 0));
 }
 
 int64_t CodecBudget::index_total_bytes() const {
