@@ -6,6 +6,7 @@
 #include <set>
 
 #include "core/base/error.h"
+#include "models/tokenizer.h"
 
 namespace varrate {
 
@@ -349,7 +350,9 @@ DemoDocument make_document(uint64_t seed, int64_t target_tokens, int n_distracto
     return doc;
 }
 
-TrainedTokenizer train_demo_tokenizer(uint64_t seed, int n_documents) {
+namespace {
+
+std::vector<std::string> demo_tokenizer_texts(uint64_t seed, int n_documents) {
     std::vector<std::string> texts;
     // Every vocabulary word on its own, with its leading space: each becomes one piece of the training text.
     for (const auto* list :
@@ -368,9 +371,41 @@ TrainedTokenizer train_demo_tokenizer(uint64_t seed, int n_documents) {
                                                static_cast<double>(gen.below(101)));
         texts.push_back(doc.prompt() + doc.answer);
     }
+    return texts;
+}
+
+}  // namespace
+
+TrainedTokenizer train_demo_tokenizer(uint64_t seed, int n_documents) {
     BpeTrainerOptions options;
     options.model_max_length = 8192;
-    return train_byte_level_bpe(texts, options);
+    return train_byte_level_bpe(demo_tokenizer_texts(seed, n_documents), options);
+}
+
+TrainedTokenizer train_demo_tokenizer(uint64_t seed, int n_documents,
+                                      const std::vector<std::string>& extra_texts, int64_t max_vocab_size) {
+    std::vector<std::string> texts = demo_tokenizer_texts(seed, n_documents);
+    const size_t n_demo = texts.size();
+    // A demo piece counts more than all extra text together, so each merge a demo piece needs comes before
+    // any merge that only extra pieces need.
+    int64_t extra_pieces = 1;
+    for (const auto& t : extra_texts) extra_pieces += static_cast<int64_t>(t.size());
+    std::vector<int64_t> weights(texts.size(), extra_pieces);
+    texts.insert(texts.end(), extra_texts.begin(), extra_texts.end());
+    weights.resize(texts.size(), 1);
+    BpeTrainerOptions options;
+    options.model_max_length = 8192;
+    options.max_vocab_size = max_vocab_size;
+    TrainedTokenizer t = train_byte_level_bpe(texts, options, weights);
+    const Tokenizer tok = Tokenizer::from_json(t.tokenizer, t.tokenizer_config, "demo tokenizer");
+    for (size_t i = 0; i < n_demo; ++i) {
+        const std::string& text = texts[i];
+        if (static_cast<int64_t>(tok.encode(text, false).size()) != demo_token_count(text))
+            throw Error("demo tokenizer: a vocabulary of " + std::to_string(max_vocab_size) +
+                        " tokens leaves demo text split (\"" + text.substr(0, 40) +
+                        "\"): raise the vocabulary size");
+    }
+    return t;
 }
 
 }  // namespace varrate

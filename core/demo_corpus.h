@@ -79,5 +79,11 @@ int64_t demo_token_count(const std::string& text);
 // every lexicon word, key, template word and digit, so that each of them (with its leading space, and the
 // capitalised line-start words also without) is one token. Deterministic per seed.
 TrainedTokenizer train_demo_tokenizer(uint64_t seed = 20240601, int n_documents = 64);
+// The same with a second vocabulary: the pieces of `extra_texts` (e.g. RULER's word lists and templates)
+// are merged after the demo corpus's, by their own frequencies, until the vocabulary holds max_vocab_size
+// tokens (every demo piece stays one token: the demo texts outweigh all of them). Throws Error when the
+// cap is too small for the demo pieces.
+TrainedTokenizer train_demo_tokenizer(uint64_t seed, int n_documents,
+                                      const std::vector<std::string>& extra_texts, int64_t max_vocab_size);
 
 }  // namespace varrate

@@ -49,8 +49,14 @@ uint64_t pair_key(int32_t a, int32_t b) {
 
 }  // namespace
 
-TrainedTokenizer train_byte_level_bpe(const std::vector<std::string>& texts, const BpeTrainerOptions& opt) {
+TrainedTokenizer train_byte_level_bpe(const std::vector<std::string>& texts, const BpeTrainerOptions& opt,
+                                      const std::vector<int64_t>& weights) {
     const std::string where = "BPE trainer";
+    if (!weights.empty() && weights.size() != texts.size())
+        throw Error(where + ": " + std::to_string(weights.size()) + " weights for " +
+                    std::to_string(texts.size()) + " texts");
+    for (int64_t w : weights)
+        if (w < 1) throw Error(where + ": text weights must be positive, got " + std::to_string(w));
     for (const std::string* t : {&opt.bos_token, &opt.eos_token, &opt.unk_token, &opt.pad_token})
         if (!t->empty() &&
             std::find(opt.special_tokens.begin(), opt.special_tokens.end(), *t) == opt.special_tokens.end())
@@ -61,11 +67,11 @@ TrainedTokenizer train_byte_level_bpe(const std::vector<std::string>& texts, con
     // Piece frequencies, in a sorted map so that everything below is deterministic.
     std::map<std::string, int64_t> piece_counts;
     std::vector<PreToken> pieces;
-    for (const std::string& text : texts) {
-        if (text.empty()) continue;
-        pieces.assign(1, PreToken{text, true});
+    for (size_t t = 0; t < texts.size(); ++t) {
+        if (texts[t].empty()) continue;
+        pieces.assign(1, PreToken{texts[t], true});
         pre.apply(pieces);
-        for (const auto& p : pieces) ++piece_counts[p.text];
+        for (const auto& p : pieces) piece_counts[p.text] += weights.empty() ? 1 : weights[t];
     }
     if (piece_counts.empty()) throw Error(where + ": no training text");
 

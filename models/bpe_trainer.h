@@ -40,8 +40,11 @@ struct TrainedTokenizer {
 // Counts the pieces of `texts` (split as the written pre_tokenizer splits them) and learns merges: at each
 // step the most frequent adjacent pair (ties: the smaller pair of strings) is merged everywhere, left to
 // right. Deterministic. The base vocabulary holds all 256 byte symbols, so any text can be encoded.
+// weights (empty = 1 each): how many times each text counts, so that a closed vocabulary can be merged
+// before the pieces of a larger, rarer text (with max_vocab_size) without repeating it in memory.
 TrainedTokenizer train_byte_level_bpe(const std::vector<std::string>& texts,
-                                      const BpeTrainerOptions& options = {});
+                                      const BpeTrainerOptions& options = {},
+                                      const std::vector<int64_t>& weights = {});
 
 // Writes dir/tokenizer.json and dir/tokenizer_config.json (atomically; dir is created when missing).
 void write_tokenizer_files(const TrainedTokenizer& tok, const std::filesystem::path& dir);

@@ -64,13 +64,35 @@ int main(int argc, char** argv) {
                    "Questions per training document (the target first, then other needles), all scored")
         ->check(CLI::Range(1, 17))
         ->capture_default_str();
+    app.add_option("--ruler-share", o.curriculum.ruler_share,
+                   "Fraction of the steps that train on RULER-format samples of every task (0 = none)")
+        ->check(CLI::Range(0.0, 1.0))
+        ->capture_default_str();
+    app.add_option("--ruler-lengths", o.curriculum.ruler_lengths,
+                   "Lengths (prompt + answer tokens) of the RULER training samples")
+        ->delimiter(',')
+        ->capture_default_str();
+    app.add_option("--ruler-tasks", o.curriculum.ruler_tasks,
+                   "RULER tasks of the training samples (default all)")
+        ->delimiter(',');
+    app.add_option("--ruler-eval-lengths", o.ruler_eval_lengths,
+                   "Lengths of the periodic RULER checks (teacher-forced exact replies, with --ruler-share)")
+        ->delimiter(',')
+        ->capture_default_str();
+    app.add_option(
+           "--ruler-vocab", o.ruler_vocab,
+           "Also give the tokenizer RULER's vocabulary (word lists, templates), up to this many tokens "
+           "(0 = the demo corpus's vocabulary alone)")
+        ->capture_default_str();
     app.add_option("--export-every", o.export_every, "Also export the model every N steps (0 = at the end)")
         ->capture_default_str();
     app.add_option("--minutes", o.minutes,
                    "Fit the run into this many minutes: a timing probe chooses --steps (printed, so that "
                    "--steps N reproduces the run)");
-    app.add_option("--init-from", init_from,
-                   "Start from the weights of this exported model directory (a new optimizer and schedule)");
+    app.add_option(
+        "--init-from", init_from,
+        "Start from the weights of this exported model directory (a new optimizer and schedule; a resumed "
+        "run names it again)");
     app.add_option("--resume", resume, "Continue from this checkpoint directory (step-NNNNNN)");
     app.add_option("--checkpoint-dir", checkpoint_dir, "Write step-NNNNNN checkpoints here");
     app.add_option("--checkpoint-every", o.checkpoint_every, "Steps between checkpoints (0 = none)")

@@ -7,6 +7,7 @@
 
 #include "core/base/error.h"
 #include "core/prompt.h"
+#include "core/ruler_words.h"
 
 namespace varrate::train {
 
@@ -126,9 +127,148 @@ Sequence DemoData::eval_sequence(const DemoDocument& doc) const {
     return s;
 }
 
+std::string ruler_reply(const RulerSample& sample, std::vector<std::pair<size_t, size_t>>* spans) {
+    if (sample.outputs.empty()) throw Error("RULER " + sample.task + " sample has no references");
+    std::vector<std::string> refs = sample.outputs;
+    std::string reply;
+    auto add = [&](const std::string& before, const std::string& ref) {
+        reply += before;
+        if (spans) spans->emplace_back(reply.size(), reply.size() + ref.size());
+        reply += ref;
+    };
+    // Position of a reference in the context: where the model can read it (words: as a whole list entry).
+    auto first_at = [&](const std::string& ref, const std::string& lead) {
+        const size_t at = sample.context.find(lead + ref);
+        return at == std::string::npos ? sample.context.size() : at;
+    };
+    auto by_position = [&](const std::string& lead) {
+        std::stable_sort(refs.begin(), refs.end(), [&](const std::string& a, const std::string& b) {
+            return first_at(a, lead) < first_at(b, lead);
+        });
+    };
+    if (sample.task == "vt") {
+        for (size_t i = 0; i < refs.size(); ++i) add(i ? " " : "", refs[i]);
+    } else if (sample.task == "cwe") {
+        by_position(". ");
+        for (size_t i = 0; i < refs.size(); ++i) add(" " + std::to_string(i + 1) + ". ", refs[i]);
+    } else if (sample.task == "fwe") {
+        for (const auto& r : refs) add(" ", r);
+    } else {
+        if (sample.task == "niah_multivalue") by_position(" ");
+        for (size_t i = 0; i < refs.size(); ++i) add(i ? ", " : " ", refs[i]);
+        reply += ".";
+    }
+    return reply;
+}
+
+std::vector<std::string> ruler_tokenizer_texts(const Tokenizer& base_tokenizer) {
+    std::vector<std::string> texts;
+    const RulerWordLists words = load_ruler_word_lists();
+    for (const auto* list : {&words.nouns, &words.adjectives, &words.verbs})
+        for (const auto& w : *list) texts.push_back(" " + w);
+    for (const auto& w : words.nouns) texts.push_back(w);
+    RulerOptions options;
+    options.seed = 0x52554C4552544F4Bull & ~kEvalSeedBit;
+    RulerGenerator gen(base_tokenizer, options);
+    for (const auto& task : ruler_task_names()) {
+        const RulerSample s = gen.generate(task, 2048, 0);
+        texts.push_back(s.context + plain_question_suffix(s.question, s.answer_prefix) + ruler_reply(s));
+    }
+    return texts;
+}
+
+Sequence DemoData::ruler_sequence(const RulerSample& sample, int copy_heads) const {
+    Sequence s;
+    const PromptParts parts =
+        build_prompt(tok_, sample.context, sample.question, false, sample.answer_prefix);
+    s.ids = parts.context_ids;
+    const size_t context_end = s.ids.size();
+    s.doc_tokens = static_cast<int64_t>(context_end);
+    s.ids.insert(s.ids.end(), parts.question_ids.begin(), parts.question_ids.end());
+    s.ids.insert(s.ids.end(), parts.prefix_ids.begin(), parts.prefix_ids.end());
+    std::vector<std::pair<size_t, size_t>> spans;
+    const std::string reply = ruler_reply(sample, &spans);
+    // The reply is encoded piece by piece (text between references, then each reference with the character
+    // before it when that is a space, as the context has it), so that every reference's tokens are known.
+    size_t done = 0;
+    for (const auto& [b, e] : spans) {
+        const size_t start = b > done && reply[b - 1] == ' ' ? b - 1 : b;
+        if (start > done) append_scored(s, tok_.encode(reply.substr(done, start - done), false));
+        const std::vector<int64_t> ref = tok_.encode(reply.substr(start, e - start), false);
+        // Copy targets when the reference occurs exactly once in the context.
+        std::vector<size_t> found;
+        for (size_t p = 0; p + ref.size() <= context_end && found.size() < 2; ++p)
+            if (std::equal(ref.begin(), ref.end(), s.ids.begin() + static_cast<std::ptrdiff_t>(p)))
+                found.push_back(p);
+        if (found.size() == 1)
+            for (size_t j = 0; j < ref.size(); ++j)
+                for (int h = 0; h < copy_heads; ++h) {
+                    s.copy_query.push_back(static_cast<int64_t>(s.ids.size() + j) - 1);
+                    s.copy_source.push_back(static_cast<int64_t>(found[0] + j));
+                    s.copy_head.push_back(h);
+                }
+        append_scored(s, ref);
+        done = e;
+    }
+    if (done < reply.size()) append_scored(s, tok_.encode(reply.substr(done), false));
+    s.first_answer_end = static_cast<int64_t>(s.score_pos.size());
+    append_scored(s, {*tok_.eos_id()});
+    return s;
+}
+
+namespace {
+
+// One generator per thread (it caches the word lists and is not thread-safe), remade when the tokenizer or
+// the seed changes.
+RulerGenerator& thread_generator(const Tokenizer& tok, uint64_t seed) {
+    thread_local std::unique_ptr<RulerGenerator> gen;
+    thread_local const Tokenizer* gen_tok = nullptr;
+    thread_local uint64_t gen_seed = 0;
+    if (!gen || gen_tok != &tok || gen_seed != seed) {
+        RulerOptions options;
+        options.seed = seed;
+        gen = std::make_unique<RulerGenerator>(tok, options);
+        gen_tok = &tok;
+        gen_seed = seed;
+    }
+    return *gen;
+}
+
+}  // namespace
+
+std::vector<Sequence> DemoData::ruler_step(uint64_t seed, int64_t step, int64_t tokens_per_step,
+                                           const Curriculum& c, int threads) const {
+    DemoTextGenerator gen(mix_seed(seed, mix_seed(0x52554C, static_cast<uint64_t>(step))));
+    if (c.ruler_lengths.empty()) throw Error("curriculum: RULER steps need at least one length");
+    const std::vector<std::string>& tasks = c.ruler_tasks.empty() ? ruler_task_names() : c.ruler_tasks;
+    const int64_t length = c.ruler_lengths[gen.below(c.ruler_lengths.size())];
+    const int64_t n = std::max<int64_t>(1, tokens_per_step / length);
+    std::vector<std::pair<std::string, int64_t>> specs;  // task, sample index
+    for (int64_t i = 0; i < n; ++i)
+        specs.emplace_back(tasks[gen.below(tasks.size())], static_cast<int64_t>(gen.rng()() >> 2));
+    const uint64_t ruler_seed = mix_seed(seed, 0x52554C4552) & ~kEvalSeedBit;
+    std::vector<Sequence> out(specs.size());
+    auto make = [&](size_t begin, size_t stride) {
+        RulerGenerator& g = thread_generator(tok_, ruler_seed);
+        for (size_t i = begin; i < specs.size(); i += stride)
+            out[i] = ruler_sequence(g.generate(specs[i].first, length, specs[i].second), c.copy_heads);
+    };
+    const size_t workers = std::min<size_t>(specs.size(), static_cast<size_t>(std::max(1, threads)));
+    std::vector<std::future<void>> jobs;
+    for (size_t w = 1; w < workers; ++w) jobs.push_back(std::async(std::launch::async, make, w, workers));
+    make(0, workers);
+    for (auto& j : jobs) j.get();
+    return out;
+}
+
 std::vector<Sequence> DemoData::training_step(uint64_t seed, int64_t step, int64_t total_steps,
                                               int64_t tokens_per_step, const Curriculum& c,
                                               int threads) const {
+    if (c.ruler_share > 0) {
+        DemoTextGenerator pick(mix_seed(seed, mix_seed(0x4D4958, static_cast<uint64_t>(step))));
+        if (static_cast<double>(pick.below(1000000)) < c.ruler_share * 1e6)
+            return ruler_step(seed, step, tokens_per_step, c, threads);
+    }
     const int64_t length = c.pick_length(seed, step, total_steps);
     const int64_t n = std::max<int64_t>(1, tokens_per_step / length);
     DemoTextGenerator gen(mix_seed(seed, static_cast<uint64_t>(step)));

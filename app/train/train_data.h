@@ -10,6 +10,7 @@
 
 #include "core/base/hash.h"
 #include "core/demo_corpus.h"
+#include "core/ruler_tasks.h"
 #include "models/tokenizer.h"
 
 namespace varrate::train {
@@ -52,6 +53,12 @@ struct Curriculum {
     int max_questions = 4;    // questions per document (the target first, then other needles)
     double repeat_share = 0;  // fraction of filler sentences repeating an earlier one (see make_document)
     int copy_heads = 1;  // query heads (0, or 0 and 1) of the last layer whose copy attention is supervised
+    // RULER-format steps (core/ruler_tasks.h): this fraction of the steps trains on samples of RULER's tasks
+    // (uniformly over ruler_tasks, empty = all) at one of ruler_lengths (prompt + answer tokens), drawn from
+    // seeds below 2^63; the other steps train on the needle documents above.
+    double ruler_share = 0;
+    std::vector<int64_t> ruler_lengths = {1024, 2048};
+    std::vector<std::string> ruler_tasks;
     int64_t pick_length(uint64_t seed, int64_t step, int64_t total_steps) const;
 };
 
@@ -65,6 +72,10 @@ class DemoData {
     // The evaluation format: document, one question with the answer prefix, the answer; only the answer is
     // scored.
     Sequence eval_sequence(const DemoDocument& doc) const;
+    // A RULER sample as the eval suite prompts it (plain prompt: context, question, answer prefix), followed
+    // by ruler_reply(sample) and EOS, all scored. A reference that occurs once in the context gets copy
+    // targets for its tokens.
+    Sequence ruler_sequence(const RulerSample& sample, int copy_heads = 1) const;
     // The batch of step `step`: tokens_per_step / length documents of the curriculum's length (at least one),
     // generated on `threads` threads (the result does not depend on it).
     std::vector<Sequence> training_step(uint64_t seed, int64_t step, int64_t total_steps,
@@ -73,11 +84,23 @@ class DemoData {
     Batch collate(const std::vector<Sequence>& seqs, bool first_answer_only = false) const;
 
   private:
+    std::vector<Sequence> ruler_step(uint64_t seed, int64_t step, int64_t tokens_per_step,
+                                     const Curriculum& c, int threads) const;
     void add_copy_targets(Sequence& s, size_t doc_end, const std::vector<int64_t>& reply,
                           int copy_heads) const;
     static void add_gather_targets(Sequence& s, int64_t key_pos, size_t n_digits);
     const Tokenizer& tok_;
     int64_t pad_id_;
 };
+
+// What the model is taught to answer after a RULER sample's answer prefix (scored by ruler_score as 100):
+// NIAH values in the order the question asks them (one key: in context order) joined by ", " with a full
+// stop; VT's names in chain order; cwe's common words as RULER's numbered list in first-occurrence order;
+// fwe's words by frequency. `spans` receives each reference's [begin, end) char range in the reply.
+std::string ruler_reply(const RulerSample& sample, std::vector<std::pair<size_t, size_t>>* spans = nullptr);
+
+// The texts that give the tokenizer RULER's vocabulary: the wonderwords lists (with a leading space; nouns
+// also without, as the second half of a word key) and one sample of every task (its templates).
+std::vector<std::string> ruler_tokenizer_texts(const Tokenizer& base_tokenizer);
 
 }  // namespace varrate::train

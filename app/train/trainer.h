@@ -56,14 +56,19 @@ struct TrainOptions {
     bool fixed_batch = false;           // every step trains on the batch of step 0 (overfitting check)
     bool bf16_attention = true;         // T x T scores and probabilities in bf16
     std::filesystem::path dump_logits;  // after training, save ids + all-position fp32 logits here
-    DemoModelShape shape;               // vocab_size comes from the tokenizer
+    // > 0: the tokenizer also learns RULER's vocabulary (train_data.h's ruler_tokenizer_texts) up to this
+    // many tokens; 0: the demo corpus's vocabulary alone
+    int64_t ruler_vocab = 0;
+    std::vector<int64_t> ruler_eval_lengths = {1024};  // RULER teacher-forced checks (with ruler_share > 0)
+    DemoModelShape shape;                              // vocab_size comes from the tokenizer
     Curriculum curriculum;
 };
 
 struct EvalResult {
-    std::vector<std::pair<int64_t, double>> by_length;   // document tokens -> exact match
-    std::vector<std::pair<int, double>> by_distractors;  // number of distractors -> exact match
-    std::vector<std::pair<double, double>> by_depth;     // depth percent -> exact match
+    std::vector<std::pair<std::string, double>> by_ruler_task;  // RULER task -> exact reply (teacher-forced)
+    std::vector<std::pair<int64_t, double>> by_length;          // document tokens -> exact match
+    std::vector<std::pair<int, double>> by_distractors;         // number of distractors -> exact match
+    std::vector<std::pair<double, double>> by_depth;            // depth percent -> exact match
     double overall = 0;
     int64_t samples = 0;
 };
