@@ -6,9 +6,9 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include "base/error.h"
 #include "codec/footprint.h"
 #include "codec/headwise_eviction.h"
-#include "core/base/error.h"
 
 namespace varrate {
 

@@ -4,9 +4,9 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 
+#include "base/error.h"
 #include "codec/expected_attention_method.h"
 #include "codec/salience.h"
-#include "core/base/error.h"
 
 namespace varrate {
 

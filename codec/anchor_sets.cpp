@@ -6,8 +6,8 @@
 #include <cmath>
 #include <vector>
 
+#include "base/error.h"
 #include "codec/quantize.h"
-#include "core/base/error.h"
 
 namespace varrate {
 

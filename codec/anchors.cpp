@@ -3,8 +3,8 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include "base/error.h"
 #include "codec/gemm.h"
-#include "core/base/error.h"
 
 namespace varrate {
 

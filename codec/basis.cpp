@@ -4,8 +4,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "base/error.h"
 #include "codec/anchors.h"
-#include "core/base/error.h"
 #include "models/safetensors.h"
 
 namespace varrate {

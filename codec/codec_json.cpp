@@ -7,9 +7,9 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include "base/error.h"
+#include "base/json_field.h"
 #include "codec/quantize.h"
-#include "core/base/error.h"
-#include "core/base/json_field.h"
 
 namespace varrate {
 

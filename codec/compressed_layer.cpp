@@ -6,12 +6,12 @@
 
 #include <limits>
 
+#include "base/error.h"
 #include "codec/anchor_sets.h"
 #include "codec/anchors.h"
 #include "codec/footprint.h"
 #include "codec/method.h"
 #include "codec/quantize.h"
-#include "core/base/error.h"
 #include "models/host_read.h"
 #include "models/rope.h"
 

@@ -7,10 +7,10 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "base/error.h"
 #include "codec/anchor_sets.h"
 #include "codec/anchors.h"
 #include "codec/quantize.h"
-#include "core/base/error.h"
 
 namespace varrate {
 

@@ -5,7 +5,7 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
-#include "core/base/error.h"
+#include "base/error.h"
 #include "models/host_read.h"
 
 namespace varrate {

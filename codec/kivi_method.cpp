@@ -3,10 +3,10 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include "base/error.h"
+#include "base/stopwatch.h"
 #include "codec/quantize.h"
 #include "codec/quantized_layer.h"
-#include "core/base/error.h"
-#include "core/base/stopwatch.h"
 
 namespace varrate {
 

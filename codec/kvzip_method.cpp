@@ -6,11 +6,11 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include "base/error.h"
+#include "base/stopwatch.h"
 #include "codec/headwise_eviction.h"
 #include "codec/snapkv_method.h"
 #include "codec/water_filling.h"
-#include "core/base/error.h"
-#include "core/base/stopwatch.h"
 
 namespace varrate {
 

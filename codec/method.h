@@ -179,6 +179,18 @@ class CompressionMethod {
         return nullptr;
     }
 
+    // True when this method's allocation signal is the observation window's pooled attention (SnapKV's
+    // salience with the method's obs_window and pool_kernel), the same tensor a capture computes as its
+    // distortion weight: the capture then passes it in (analyse_with_window_salience) instead of the method
+    // computing it again, and uses the method's own as the weight.
+    virtual bool uses_window_salience() const { return false; }
+    // analyse() given that window salience [L]; only called when uses_window_salience().
+    virtual std::shared_ptr<const LayerAnalysis> analyse_with_window_salience(const LayerCapture& capture,
+                                                                              const at::Tensor& salience) {
+        (void)salience;
+        return analyse(capture);
+    }
+
     LayerResult compress(const LayerCapture& capture);
 };
 

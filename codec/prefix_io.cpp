@@ -7,11 +7,11 @@
 #include <tuple>
 #include <typeinfo>
 
+#include "base/error.h"
 #include "codec/compressed_layer.h"
 #include "codec/headwise_eviction.h"
 #include "codec/method.h"
 #include "codec/quantized_layer.h"
-#include "core/base/error.h"
 #include "models/device.h"
 
 namespace varrate {

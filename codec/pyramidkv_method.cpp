@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "core/base/error.h"
+#include "base/error.h"
 
 namespace varrate {
 

@@ -6,8 +6,8 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include "base/error.h"
 #include "codec/method.h"
-#include "core/base/error.h"
 #include "models/host_read.h"
 
 namespace varrate {

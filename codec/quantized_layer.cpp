@@ -7,9 +7,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "base/error.h"
 #include "codec/method.h"
 #include "codec/quantize.h"
-#include "core/base/error.h"
 
 namespace varrate {
 

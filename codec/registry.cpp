@@ -4,8 +4,10 @@
 
 #include <fmt/format.h>
 
+#include "base/error.h"
 #include "codec/adakv_method.h"
 #include "codec/expected_attention_method.h"
+#include "codec/footprint.h"
 #include "codec/full_method.h"
 #include "codec/kivi_method.h"
 #include "codec/kvzip_method.h"
@@ -13,7 +15,6 @@
 #include "codec/snapkv_method.h"
 #include "codec/streamingllm_method.h"
 #include "codec/varrate_method.h"
-#include "core/base/error.h"
 
 namespace varrate {
 
@@ -22,204 +23,293 @@ namespace {
 using Factory =
     std::function<std::unique_ptr<CompressionMethod>(const CodecSettings&, std::shared_ptr<const Basis>)>;
 
+// A registered method: its traits (what the rest of the program asks about it) and how to make it.
 struct Entry {
-    const char* name;
-    bool needs_basis;
-    bool by_default;  // run when no method list is given
-    const char* description;
+    MethodTraits traits;
     Factory make;
-    MethodProbe probe = MethodProbe::None;
-    // What sets the footprint: kappa (one run per budget), its own settings (KIVI's bits: one run, labelled
-    // by the footprint it measures), or nothing (the uncompressed reference).
-    BudgetRule budget = BudgetRule::Kappa;
 };
+
+constexpr uint32_t kCodecReads = kReadsBudget | kReadsRankFloor | kReadsRank | kReadsStride | kReadsAnchors |
+                                 kReadsWindow | kReadsObsWindow | kReadsPool | kReadsCoefBits |
+                                 kReadsAccounting;
 
 const std::vector<Entry>& registry() {
     static const std::vector<Entry> entries = {
-        {"full", false, true, "no compression (the ceiling)",
-         [](const CodecSettings& s, std::shared_ptr<const Basis>) { return std::make_unique<FullMethod>(s); },
-         MethodProbe::None, BudgetRule::Uncompressed},
-        {"varrate", true, true, "variable-rate low-rank codec, ranks water-filled by SnapKV salience",
+        {{"full", "no compression (the ceiling)", MethodFamily::Reference, false, true, MethodProbe::None,
+          BudgetRule::Uncompressed, ColourRole::Uncompressed, 0, BudgetCheck::None},
+         [](const CodecSettings& s, std::shared_ptr<const Basis>) {
+             return std::make_unique<FullMethod>(s);
+         }},
+        {{"varrate", "variable-rate low-rank codec, ranks water-filled by SnapKV salience",
+          MethodFamily::LowRank, true, true, MethodProbe::None, BudgetRule::Kappa, ColourRole::Method,
+          kCodecReads, BudgetCheck::Codec},
          [](const CodecSettings& s, std::shared_ptr<const Basis> b) {
              return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Salience);
          }},
-        {"flat", true, true, "the same codec with uniform ranks (ablation)",
+        {{"flat", "the same codec with uniform ranks (ablation)", MethodFamily::LowRank, true, true,
+          MethodProbe::None, BudgetRule::Kappa, ColourRole::Ablation, kCodecReads, BudgetCheck::Codec},
          [](const CodecSettings& s, std::shared_ptr<const Basis> b) {
              return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Uniform);
          }},
-        {"varrate:random", true, false,
-         "ablation: VarRate's codec, ranks water-filled by i.i.d. random salience",
+        {{"varrate:random", "ablation: VarRate's codec, ranks water-filled by i.i.d. random salience",
+          MethodFamily::LowRank, true, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
+          kCodecReads, BudgetCheck::Codec},
          [](const CodecSettings& s, std::shared_ptr<const Basis> b) {
              return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Salience,
                                                     SalienceSignal::Random, "varrate:random");
          }},
-        {"varrate:shuffle", true, false,
-         "ablation: VarRate's window salience permuted over positions (its distribution, no meaning)",
+        {{"varrate:shuffle",
+          "ablation: VarRate's window salience permuted over positions (its distribution, no meaning)",
+          MethodFamily::LowRank, true, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
+          kCodecReads, BudgetCheck::Codec},
          [](const CodecSettings& s, std::shared_ptr<const Basis> b) {
              return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Salience,
                                                     SalienceSignal::Shuffle, "varrate:shuffle");
          }},
-        {"varrate:position", true, false, "ablation: ranks water-filled by recency (salience t / L)",
+        {{"varrate:position", "ablation: ranks water-filled by recency (salience t / L)",
+          MethodFamily::LowRank, true, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
+          kCodecReads, BudgetCheck::Codec},
          [](const CodecSettings& s, std::shared_ptr<const Basis> b) {
              return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Salience,
                                                     SalienceSignal::Position, "varrate:position");
          }},
-        {"varrate:oracle", true, false,
-         "ablation: ranks water-filled by the actual question's attention over the context (an upper bound)",
+        {{"varrate:oracle",
+          "ablation: ranks water-filled by the actual question's attention over the context (an upper bound)",
+          MethodFamily::LowRank, true, false, MethodProbe::Question, BudgetRule::Kappa, ColourRole::Own,
+          kCodecReads, BudgetCheck::Codec},
          [](const CodecSettings& s, std::shared_ptr<const Basis> b) {
              return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Salience,
                                                     SalienceSignal::Question, "varrate:oracle");
-         },
-         MethodProbe::Question},
-        {"varrate:topk", true, false,
-         "ablation: binary ranks, the most salient tokens at R and the others at r_min",
+         }},
+        {{"varrate:topk", "ablation: binary ranks, the most salient tokens at R and the others at r_min",
+          MethodFamily::LowRank, true, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
+          kCodecReads, BudgetCheck::Codec},
          [](const CodecSettings& s, std::shared_ptr<const Basis> b) {
              return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::TopK,
                                                     SalienceSignal::Window, "varrate:topk");
          }},
-        {"varrate-kvzip", true, false,
-         "VarRate with KVzip's context-reconstruction scores as salience (query-agnostic; a second pass)",
+        {{"varrate-kvzip",
+          "VarRate with KVzip's context-reconstruction scores as salience (query-agnostic; a second pass)",
+          MethodFamily::LowRank, true, false, MethodProbe::Repeat, BudgetRule::Kappa, ColourRole::Own,
+          kCodecReads, BudgetCheck::Codec},
          [](const CodecSettings& s, std::shared_ptr<const Basis> b) {
              return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Salience,
                                                     SalienceSignal::Repeat, "varrate-kvzip");
-         },
-         MethodProbe::Repeat},
-        {"varrate-layers", true, false,
-         "VarRate with per-layer budgets: one water-filling of the total over every layer's tokens by "
-         "salience",
+         }},
+        {{"varrate-layers",
+          "VarRate with per-layer budgets: one water-filling of the total over every layer's tokens by "
+          "salience",
+          MethodFamily::LowRank, true, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
+          kCodecReads, BudgetCheck::Codec},
          [](const CodecSettings& s, std::shared_ptr<const Basis> b) {
              return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Salience,
                                                     SalienceSignal::Window, "varrate-layers", true);
          }},
-        {"varrate-kvzip-layers", true, false,
-         "varrate-kvzip with per-layer budgets from one water-filling of its scores over every layer",
+        {{"varrate-kvzip-layers",
+          "varrate-kvzip with per-layer budgets from one water-filling of its scores over every layer",
+          MethodFamily::LowRank, true, false, MethodProbe::Repeat, BudgetRule::Kappa, ColourRole::Own,
+          kCodecReads, BudgetCheck::Codec},
          [](const CodecSettings& s, std::shared_ptr<const Basis> b) {
              return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Salience,
                                                     SalienceSignal::Repeat, "varrate-kvzip-layers", true);
-         },
-         MethodProbe::Repeat},
-        {"varrate-ea", true, false, "VarRate with Expected Attention's future-query scores as salience",
+         }},
+        {{"varrate-ea", "VarRate with Expected Attention's future-query scores as salience",
+          MethodFamily::LowRank, true, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
+          kCodecReads, BudgetCheck::Codec},
          [](const CodecSettings& s, std::shared_ptr<const Basis> b) {
              return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Salience,
                                                     SalienceSignal::Expected, "varrate-ea");
          }},
-        {"varrate-rare", true, false,
-         "VarRate with a rank floor for ids rare in the context: a once-only id gets at least the "
-         "90th-percentile "
-         "salience",
+        {{"varrate-rare",
+          "VarRate with a rank floor for ids rare in the context: a once-only id gets at least the "
+          "90th-percentile "
+          "salience",
+          MethodFamily::LowRank, true, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
+          kCodecReads, BudgetCheck::Codec},
          [](const CodecSettings& s, std::shared_ptr<const Basis> b) {
              return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Salience,
                                                     SalienceSignal::RareFloor, "varrate-rare");
          }},
-        {"snapkv", false, true, "SnapKV eviction, kvpress scoring (window 64, pool 5)",
+        {{"snapkv", "SnapKV eviction, kvpress scoring (window 64, pool 5)", MethodFamily::Eviction, false,
+          true, MethodProbe::None, BudgetRule::Kappa, ColourRole::Eviction,
+          kReadsBudget | kReadsObsWindow | kReadsPool, BudgetCheck::SnapKVCount},
          [](const CodecSettings& s, std::shared_ptr<const Basis>) {
              return std::make_unique<SnapKVMethod>(s);
          }},
-        {"pyramidkv", false, false,
-         "PyramidKV: SnapKV's scores, kept count per layer on a linear depth schedule at SnapKV's mean",
+        {{"pyramidkv",
+          "PyramidKV: SnapKV's scores, kept count per layer on a linear depth schedule at SnapKV's mean",
+          MethodFamily::Eviction, false, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
+          kReadsBudget | kReadsObsWindow | kReadsPool, BudgetCheck::DepthSchedule},
          [](const CodecSettings& s, std::shared_ptr<const Basis>) {
              return std::make_unique<PyramidKVMethod>(s);
          }},
-        {"adakv", false, false,
-         "Ada-KV over SnapKV: per-head safeguard (20 %), the rest by one top-k over all heads of a layer",
+        {{"adakv",
+          "Ada-KV over SnapKV: per-head safeguard (20 %), the rest by one top-k over all heads of a layer",
+          MethodFamily::Eviction, false, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
+          kReadsBudget | kReadsObsWindow | kReadsPool, BudgetCheck::SnapKVCount},
          [](const CodecSettings& s, std::shared_ptr<const Basis>) {
              return std::make_unique<AdaKVMethod>(s);
          }},
-        {"streamingllm", false, false, "StreamingLLM: the first 4 tokens (sinks) and the most recent ones",
+        {{"streamingllm", "StreamingLLM: the first 4 tokens (sinks) and the most recent ones",
+          MethodFamily::Eviction, false, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
+          kReadsBudget, BudgetCheck::None},
          [](const CodecSettings& s, std::shared_ptr<const Basis>) {
              return std::make_unique<StreamingLLMMethod>(s);
          }},
-        {"expected-attention", false, false,
-         "Expected Attention inside Ada-KV: keys scored by the statistics of future queries (epsilon 0.01)",
+        {{"expected-attention",
+          "Expected Attention inside Ada-KV: keys scored by the statistics of future queries (epsilon 0.01)",
+          MethodFamily::Eviction, false, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
+          kReadsBudget, BudgetCheck::None},
          [](const CodecSettings& s, std::shared_ptr<const Basis>) {
              return std::make_unique<ExpectedAttentionMethod>(s);
          }},
-        {"kvzip", false, false,
-         "KVzip: context-reconstruction scores (a second pass), lowest dropped across layers and heads",
+        {{"kvzip",
+          "KVzip: context-reconstruction scores (a second pass), lowest dropped across layers and heads",
+          MethodFamily::Eviction, false, false, MethodProbe::Repeat, BudgetRule::Kappa, ColourRole::Own,
+          kReadsBudget | kReadsObsWindow, BudgetCheck::None},
          [](const CodecSettings& s, std::shared_ptr<const Basis>) {
              return std::make_unique<KVzipMethod>(s);
-         },
-         MethodProbe::Repeat},
-        {"kivi2", false, false,
-         "KIVI 2-bit quantization (keys per channel, values per token, 128 recent exact)",
+         }},
+        {{"kivi2", "KIVI 2-bit quantization (keys per channel, values per token, 128 recent exact)",
+          MethodFamily::Quantization, false, false, MethodProbe::None, BudgetRule::OwnSettings,
+          ColourRole::Own, 0, BudgetCheck::None},
          [](const CodecSettings& s, std::shared_ptr<const Basis>) {
              return std::make_unique<KiviMethod>(s, 2);
-         },
-         MethodProbe::None, BudgetRule::OwnSettings},
-        {"kivi4", false, false,
-         "KIVI 4-bit quantization (keys per channel, values per token, 128 recent exact)",
+         }},
+        {{"kivi4", "KIVI 4-bit quantization (keys per channel, values per token, 128 recent exact)",
+          MethodFamily::Quantization, false, false, MethodProbe::None, BudgetRule::OwnSettings,
+          ColourRole::Own, 0, BudgetCheck::None},
          [](const CodecSettings& s, std::shared_ptr<const Basis>) {
              return std::make_unique<KiviMethod>(s, 4);
-         },
-         MethodProbe::None, BudgetRule::OwnSettings},
+         }},
     };
     return entries;
 }
 
-const Entry& find(const std::string& name) {
+const Entry* find_entry(const std::string& name) {
     for (const Entry& e : registry())
-        if (name == e.name) return e;
+        if (name == e.traits.name) return &e;
+    return nullptr;
+}
+
+const Entry& find(const std::string& name) {
+    if (const Entry* e = find_entry(name)) return *e;
     throw Error(
         fmt::format("unknown compression method '{}' (known: {})", name, fmt::join(method_names(), ", ")));
 }
 
 }  // namespace
 
+std::string to_string(MethodFamily f) {
+    switch (f) {
+        case MethodFamily::Reference:
+            return "reference";
+        case MethodFamily::LowRank:
+            return "low-rank";
+        case MethodFamily::Eviction:
+            return "eviction";
+        case MethodFamily::Quantization:
+            return "quantization";
+    }
+    return "?";
+}
+
+const MethodTraits* find_method_traits(const std::string& name) {
+    const Entry* e = find_entry(name);
+    return e ? &e->traits : nullptr;
+}
+
+const MethodTraits& method_traits(const std::string& name) {
+    return find(name).traits;
+}
+
 std::unique_ptr<CompressionMethod> make_method(const std::string& name, const CodecSettings& settings,
                                                std::shared_ptr<const Basis> basis) {
     const Entry& e = find(name);
-    if (e.needs_basis && !basis)
+    if (e.traits.needs_basis && !basis)
         throw Error(fmt::format("method '{}' needs a basis: calibrate one or pass a basis file", name));
     return e.make(settings, std::move(basis));
 }
 
 std::vector<std::string> method_names() {
     std::vector<std::string> names;
-    for (const Entry& e : registry()) names.emplace_back(e.name);
+    for (const Entry& e : registry()) names.emplace_back(e.traits.name);
     return names;
 }
 
 std::vector<std::string> default_method_names() {
     std::vector<std::string> names;
     for (const Entry& e : registry())
-        if (e.by_default) names.emplace_back(e.name);
+        if (e.traits.by_default) names.emplace_back(e.traits.name);
     return names;
 }
 
+const std::string& reference_method_name() {
+    static const std::string name = [] {
+        for (const Entry& e : registry())
+            if (e.traits.budget == BudgetRule::Uncompressed) return std::string(e.traits.name);
+        throw Error("internal: no uncompressed reference method is registered");
+    }();
+    return name;
+}
+
+const std::string& method_with_role(ColourRole role) {
+    static const std::vector<std::string> names = [] {
+        std::vector<std::string> v(5);
+        for (const Entry& e : registry())
+            if (v[static_cast<size_t>(e.traits.colour)].empty() && e.traits.colour != ColourRole::Own)
+                v[static_cast<size_t>(e.traits.colour)] = e.traits.name;
+        return v;
+    }();
+    const std::string& name = names.at(static_cast<size_t>(role));
+    if (name.empty()) throw Error("internal: no method is registered with that colour role");
+    return name;
+}
+
 bool method_needs_basis(const std::string& name) {
-    return find(name).needs_basis;
+    return find(name).traits.needs_basis;
 }
 
 std::string method_description(const std::string& name) {
-    return find(name).description;
+    return find(name).traits.description;
 }
 
 MethodProbe method_probe(const std::string& name) {
-    return find(name).probe;
+    return find(name).traits.probe;
 }
 
 BudgetRule method_budget_rule(const std::string& name) {
-    return find(name).budget;
+    return find(name).traits.budget;
 }
 
-namespace {
+void check_budget_feasible(const std::string& name, const CodecSettings& settings, int64_t n_tokens,
+                           int64_t n_layer, int64_t dim, int64_t element_size) {
+    switch (find(name).traits.budget_check) {
+        case BudgetCheck::None:
+            return;
+        case BudgetCheck::SnapKVCount:  // Ada-KV keeps SnapKV's count per head on average
+            snapkv_kept_tokens(settings, n_tokens, name);
+            return;
+        case BudgetCheck::DepthSchedule:  // the schedule's counts fall from layer 0 to the last
+            for (int64_t layer : {int64_t{0}, n_layer - 1})
+                PyramidKVMethod::layer_kept_tokens(settings, n_tokens, n_layer, layer);
+            return;
+        case BudgetCheck::Codec:
+            plan_codec_budget(settings, n_tokens, dim, element_size, name);
+            return;
+    }
+}
 
 // Summaries and records read from disk may name a method this build does not know (one that a later or
 // earlier build registered): shown as a budgeted compressor, the common case, rather than refused.
-BudgetRule rule_or_kappa(const std::string& name) {
-    for (const Entry& e : registry())
-        if (name == e.name) return e.budget;
-    return BudgetRule::Kappa;
-}
-
-}  // namespace
-
 bool method_takes_budget(const std::string& name) {
-    return rule_or_kappa(name) == BudgetRule::Kappa;
+    const Entry* e = find_entry(name);
+    return !e || e->traits.budget == BudgetRule::Kappa;
 }
 
 bool method_compresses(const std::string& name) {
-    return rule_or_kappa(name) != BudgetRule::Uncompressed;
+    const Entry* e = find_entry(name);
+    return !e || e->traits.budget != BudgetRule::Uncompressed;
 }
 
 }  // namespace varrate

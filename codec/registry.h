@@ -1,5 +1,8 @@
 #pragma once
-// Name -> method. Adding a method = one file pair + one line in registry.cpp's table.
+// Name -> method and its traits. Adding a method = one file pair + one entry in registry.cpp's table; what
+// makes a method different (its family, budget rule, feasibility check, the settings it reads, its colour
+// role, its extra pass) is in that entry, so nothing outside codec/ tests a method's name.
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,6 +38,58 @@ enum class BudgetRule {
     Uncompressed,  // nothing is compressed (full, the reference)
 };
 BudgetRule method_budget_rule(const std::string& name);  // throws Error for an unknown name, as make_method
+
+enum class MethodFamily { Reference, LowRank, Eviction, Quantization };
+std::string to_string(MethodFamily f);  // "reference", "low-rank", "eviction", "quantization"
+
+// How the views colour a method: VarRate's own colour, that of its flat ablation (what VarRate is compared
+// with), the uncompressed reference's, the eviction baseline's (SnapKV), or a hue of its own.
+enum class ColourRole { Method, Ablation, Uncompressed, Eviction, Own };
+
+// What refuses a budget before any work (the CLI checks every method before a run): nothing, the codec's
+// plan (B, anchors, metadata: codec/footprint.h), SnapKV's kept count, or PyramidKV's depth schedule.
+enum class BudgetCheck { None, Codec, SnapKVCount, DepthSchedule };
+
+// The CodecSettings fields a method reads (bits of MethodTraits::reads): what a view of its settings lists.
+enum MethodReads : uint32_t {
+    kReadsBudget = 1u << 0,
+    kReadsRankFloor = 1u << 1,
+    kReadsRank = 1u << 2,
+    kReadsStride = 1u << 3,
+    kReadsAnchors = 1u << 4,
+    kReadsWindow = 1u << 5,
+    kReadsObsWindow = 1u << 6,
+    kReadsPool = 1u << 7,
+    kReadsCoefBits = 1u << 8,
+    kReadsAccounting = 1u << 9,
+};
+
+struct MethodTraits {
+    const char* name;
+    const char* description;
+    MethodFamily family;
+    bool needs_basis;  // a calibrated (or self-calibrated) basis: the low-rank codec
+    bool by_default;   // run when no method list is given
+    MethodProbe probe;
+    // What sets the footprint: kappa (one run per budget), its own settings (KIVI's bits: one run, labelled
+    // by the footprint it measures), or nothing (the uncompressed reference).
+    BudgetRule budget;
+    ColourRole colour;
+    uint32_t reads;  // MethodReads bits
+    BudgetCheck budget_check;
+};
+const MethodTraits& method_traits(const std::string& name);  // throws Error for an unknown name
+// The same, or null for a name this build does not know (read from another build's records).
+const MethodTraits* find_method_traits(const std::string& name);
+// The uncompressed reference every comparison is made against ("full"): the BudgetRule::Uncompressed entry.
+const std::string& reference_method_name();
+// The method a view shows first and the one it compares with (varrate and flat): the entries with colour
+// role Method and Ablation.
+const std::string& method_with_role(ColourRole role);
+// Throws (InfeasibleBudget or Error, naming the method) when `settings` cannot be met at n_tokens on a model
+// of n_layer layers and D = dim cache scalars per token of element_size bytes; the method's BudgetCheck.
+void check_budget_feasible(const std::string& name, const CodecSettings& settings, int64_t n_tokens,
+                           int64_t n_layer, int64_t dim, int64_t element_size);
 // BudgetRule::Kappa / not BudgetRule::Uncompressed; a name this build does not know (read from another
 // build's records) counts as a budgeted compressor.
 bool method_takes_budget(const std::string& name);

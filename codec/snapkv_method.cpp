@@ -5,11 +5,11 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include "base/error.h"
 #include "codec/footprint.h"
 #include "codec/headwise_eviction.h"
 #include "codec/salience.h"
 #include "codec/water_filling.h"
-#include "core/base/error.h"
 
 namespace varrate {
 

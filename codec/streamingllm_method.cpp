@@ -5,9 +5,9 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include "base/error.h"
+#include "base/stopwatch.h"
 #include "codec/snapkv_method.h"
-#include "core/base/error.h"
-#include "core/base/stopwatch.h"
 
 namespace varrate {
 

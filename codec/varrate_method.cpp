@@ -9,14 +9,14 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "base/error.h"
+#include "base/stopwatch.h"
 #include "codec/anchors.h"
 #include "codec/footprint.h"
 #include "codec/gemm.h"
 #include "codec/quantize.h"
 #include "codec/salience.h"
 #include "codec/water_filling.h"
-#include "core/base/error.h"
-#include "core/base/stopwatch.h"
 #include "models/device.h"
 
 namespace varrate {

@@ -55,6 +55,17 @@ class VarRateMethod : public CompressionMethod {
                                                                const at::Tensor& salience,
                                                                double salience_ms = 0);
 
+    // Per-layer water-filling of the window salience (varrate itself; not flat, topk or the across-layer
+    // variant, whose analyses the capture does not share).
+    bool uses_window_salience() const override {
+        return signal_ == SalienceSignal::Window && allocation_ == RankAllocation::Salience &&
+               !across_layers_;
+    }
+    std::shared_ptr<const LayerAnalysis> analyse_with_window_salience(const LayerCapture& capture,
+                                                                      const at::Tensor& salience) override {
+        return analyse_with_salience(capture, salience);
+    }
+
     // The layer held compressed at its accounted size (codec/compressed_layer.h) rather than reconstructed,
     // rotated as the capture's RoPE (its frequencies and its tables' dtype).
     std::shared_ptr<const LayerPrefix> store(const LayerCapture& capture, const LayerAnalysis& analysis,

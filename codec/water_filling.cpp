@@ -3,7 +3,7 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
-#include "core/base/error.h"
+#include "base/error.h"
 
 namespace varrate {
 

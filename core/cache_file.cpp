@@ -7,11 +7,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "base/error.h"
+#include "base/hash.h"
 #include "codec/codec_json.h"
 #include "codec/prefix_io.h"
 #include "codec/registry.h"
-#include "core/base/error.h"
-#include "core/base/hash.h"
 #include "core/capture.h"
 #include "core/compare.h"
 #include "core/compare_internal.h"

@@ -26,8 +26,8 @@
 #include <ATen/core/Tensor.h>
 #include <nlohmann/json.hpp>
 
+#include "base/job.h"
 #include "codec/method.h"
-#include "core/base/job.h"
 #include "core/session.h"
 #include "models/kv_cache.h"
 

@@ -7,10 +7,9 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include "base/error.h"
+#include "base/stopwatch.h"
 #include "codec/salience.h"
-#include "codec/varrate_method.h"
-#include "core/base/error.h"
-#include "core/base/stopwatch.h"
 
 namespace varrate {
 
@@ -261,10 +260,10 @@ MethodAnalysis::MethodAnalysis(CompressionMethod& method, const PrefillCapture& 
             fmt::format("{}: the capture kept {} window queries, the method's observation window is {}",
                         method.name(), capture.obs_window, s.obs_window));
     const int64_t n_layer = static_cast<int64_t>(capture.layers.size());
-    // VarRate's salience is the capture's distortion weight when their windows agree: computed once.
-    auto* varrate = dynamic_cast<VarRateMethod*>(&method);
-    const bool reuse_salience = varrate != nullptr && method.name() == "varrate" &&
-                                s.obs_window == capture.obs_window && s.pool_kernel == capture.pool_kernel &&
+    // A window-salience method's signal is the capture's distortion weight when their windows agree:
+    // computed once.
+    const bool reuse_salience = method.uses_window_salience() && s.obs_window == capture.obs_window &&
+                                s.pool_kernel == capture.pool_kernel &&
                                 static_cast<int64_t>(capture.ids.size()) > s.obs_window;
     for (int64_t l = 0; l < n_layer; ++l) {
         check_cancel(job);
@@ -274,7 +273,7 @@ MethodAnalysis::MethodAnalysis(CompressionMethod& method, const PrefillCapture& 
             if (!a && other && &other->capture_ == &capture)
                 a = method.derive(cap, *other->layers_[static_cast<size_t>(l)]);
         if (!a && reuse_salience)
-            a = varrate->analyse_with_salience(cap, capture.references[static_cast<size_t>(l)].weights);
+            a = method.analyse_with_window_salience(cap, capture.references[static_cast<size_t>(l)].weights);
         layers_.push_back(a ? a : method.analyse(cap));
         job.report("analyse " + method.name(), l + 1, n_layer);
     }
@@ -358,9 +357,9 @@ InPrefillLayer compress_layer_in_prefill(CompressionMethod& method, const LayerC
     InPrefillLayer out;
     out.kv = method.materialise(cap, *analysis, allocation);
     allocation.diagnostics.timing.reconstruction = ms_since(t0);
-    // The distortion weights are VarRate's salience: VarRate's own when it is the method (the same call).
+    // The distortion weights are the window salience: the method's own when it allocates by it.
     const at::Tensor& own = allocation.diagnostics.salience;
-    const bool own_is_weight = method.name() == "varrate" && own.defined();
+    const bool own_is_weight = method.uses_window_salience() && own.defined();
     add_distortion(allocation.diagnostics, cap, out.kv, allocation.kept,
                    distortion_reference(cap, s.obs_window, s.pool_kernel, own_is_weight ? own : at::Tensor(),
                                         attention_output));

@@ -14,8 +14,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "base/job.h"
 #include "codec/method.h"
-#include "core/base/job.h"
 #include "models/kv_cache.h"
 #include "models/llama_model.h"
 

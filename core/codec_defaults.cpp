@@ -4,8 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "base/file_io.h"
 #include "codec/codec_json.h"
-#include "core/base/file_io.h"
 
 namespace varrate {
 

@@ -12,12 +12,12 @@
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
+#include "base/error.h"
+#include "base/json_field.h"
+#include "base/stopwatch.h"
 #include "codec/codec_json.h"
 #include "codec/pyramidkv_method.h"
 #include "codec/registry.h"
-#include "core/base/error.h"
-#include "core/base/json_field.h"
-#include "core/base/stopwatch.h"
 #include "core/capture.h"
 #include "core/compare_internal.h"
 #include "core/exploration.h"

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <set>
 
-#include "core/base/error.h"
+#include "base/error.h"
 #include "models/tokenizer.h"
 
 namespace varrate {

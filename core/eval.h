@@ -42,7 +42,8 @@ struct EvalSweepOptions {
     int64_t max_new_tokens = 0;                // 0: each task's own (RULER's)
     std::filesystem::path out_dir;
     Shard shard;
-    std::string reference = "full";  // the method every other one is compared with, sample by sample
+    // The method every other one is compared with, sample by sample (the uncompressed reference, "full").
+    std::string reference = reference_method_name();
     int64_t bootstrap_resamples = kBootstrapResamples;
     // LongBench instead of RULER: the samples of these LongBench-format JSONL files (core/longbench.h), the
     // tasks being their "dataset"s (all of them, or those of `tasks` when given), each prompt truncated from

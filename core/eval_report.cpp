@@ -8,9 +8,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "base/error.h"
+#include "base/file_io.h"
 #include "codec/registry.h"
-#include "core/base/error.h"
-#include "core/base/file_io.h"
 #include "core/eval.h"
 #include "core/niah_record.h"
 #include "core/sweep_files.h"

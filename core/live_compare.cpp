@@ -6,9 +6,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include "base/error.h"
+#include "base/stopwatch.h"
 #include "codec/registry.h"
-#include "core/base/error.h"
-#include "core/base/stopwatch.h"
 #include "core/capture.h"
 #include "core/compare_internal.h"
 #include "core/exploration.h"

@@ -8,9 +8,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "core/base/error.h"
-#include "core/base/file_io.h"
-#include "core/base/json_field.h"
+#include "base/error.h"
+#include "base/file_io.h"
+#include "base/json_field.h"
 #include "core/data_paths.h"
 #include "models/chat_template.h"
 #include "models/tokenizer.h"

@@ -8,7 +8,7 @@
 
 #include <utf8proc.h>
 
-#include "core/base/error.h"
+#include "base/error.h"
 #include "models/tokenizer_unicode.h"
 
 namespace varrate {

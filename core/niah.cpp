@@ -12,12 +12,12 @@
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
+#include "base/error.h"
+#include "base/file_io.h"
+#include "base/hash.h"
+#include "base/json_field.h"
 #include "codec/codec_json.h"
 #include "codec/registry.h"
-#include "core/base/error.h"
-#include "core/base/file_io.h"
-#include "core/base/hash.h"
-#include "core/base/json_field.h"
 #include "core/demo_corpus.h"
 #include "core/needle_probe.h"
 #include "core/prompt.h"

@@ -8,8 +8,8 @@
 
 #include <fmt/format.h>
 
-#include "core/base/error.h"
-#include "core/base/hash.h"
+#include "base/error.h"
+#include "base/hash.h"
 #include "core/demo_corpus.h"
 #include "core/prompt.h"
 #include "models/tokenizer.h"

@@ -5,10 +5,10 @@
 
 #include <fmt/format.h>
 
+#include "base/error.h"
+#include "base/file_io.h"
+#include "base/json_field.h"
 #include "codec/registry.h"
-#include "core/base/error.h"
-#include "core/base/file_io.h"
-#include "core/base/json_field.h"
 
 namespace varrate {
 

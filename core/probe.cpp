@@ -7,9 +7,9 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include "base/error.h"
+#include "base/stopwatch.h"
 #include "codec/registry.h"
-#include "core/base/error.h"
-#include "core/base/stopwatch.h"
 #include "core/prompt.h"
 #include "core/session.h"
 #include "models/tokenizer.h"

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "core/base/job.h"
+#include "base/job.h"
 #include "core/capture.h"
 
 namespace varrate {

@@ -1,6 +1,6 @@
 #include "core/prompt.h"
 
-#include "core/base/error.h"
+#include "base/error.h"
 #include "models/chat_template.h"
 #include "models/tokenizer.h"
 

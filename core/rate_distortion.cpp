@@ -9,10 +9,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "base/error.h"
+#include "base/stopwatch.h"
 #include "codec/codec_json.h"
 #include "codec/registry.h"
-#include "core/base/error.h"
-#include "core/base/stopwatch.h"
 #include "core/capture.h"
 #include "core/niah_record.h"
 #include "core/prompt.h"

@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-#include "core/base/error.h"
+#include "base/error.h"
 #include "core/data_paths.h"
 
 namespace fs = std::filesystem;

@@ -6,9 +6,9 @@
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
-#include "core/base/error.h"
-#include "core/base/file_io.h"
-#include "core/base/hash.h"
+#include "base/error.h"
+#include "base/file_io.h"
+#include "base/hash.h"
 #include "core/codec_defaults.h"
 #include "models/safetensors.h"
 

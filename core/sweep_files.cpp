@@ -5,8 +5,8 @@
 
 #include <fmt/format.h>
 
-#include "core/base/error.h"
-#include "core/base/file_io.h"
+#include "base/error.h"
+#include "base/file_io.h"
 #include "core/session.h"
 
 namespace varrate {

@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/base/error.h"
+#include "base/error.h"
 #include "models/attention_fused.h"
 #include "models/online_softmax.h"
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "core/base/error.h"
+#include "base/error.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define VARRATE_FUSED_X86 1

@@ -4,8 +4,8 @@
 #include <map>
 #include <unordered_map>
 
-#include "core/base/error.h"
-#include "core/base/file_io.h"
+#include "base/error.h"
+#include "base/file_io.h"
 #include "models/tokenizer_pretokenize.h"
 #include "models/tokenizer_unicode.h"
 

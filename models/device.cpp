@@ -16,7 +16,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "core/base/error.h"
+#include "base/error.h"
 
 namespace varrate {
 

@@ -8,8 +8,8 @@
 #include <limits>
 #include <string>
 
-#include "core/base/error.h"
-#include "core/base/stopwatch.h"
+#include "base/error.h"
+#include "base/stopwatch.h"
 #include "models/batch_cache.h"
 #include "models/host_read.h"
 

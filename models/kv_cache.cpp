@@ -6,7 +6,7 @@
 #include <limits>
 #include <string>
 
-#include "core/base/error.h"
+#include "base/error.h"
 
 namespace varrate {
 

@@ -11,7 +11,7 @@
 
 #include <fmt/format.h>
 
-#include "core/base/error.h"
+#include "base/error.h"
 #include "models/attention.h"
 #include "models/batch_cache.h"
 #include "models/host_read.h"

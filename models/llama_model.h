@@ -13,7 +13,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "core/base/job.h"
+#include "base/job.h"
 #include "models/device.h"
 #include "models/kv_cache.h"
 #include "models/model_config.h"

@@ -10,9 +10,9 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 
-#include "core/base/error.h"
-#include "core/base/file_io.h"
-#include "core/base/hash.h"
+#include "base/error.h"
+#include "base/file_io.h"
+#include "base/hash.h"
 #include "models/safetensors.h"
 
 namespace varrate {

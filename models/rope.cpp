@@ -5,7 +5,7 @@
 #include <cmath>
 #include <string>
 
-#include "core/base/error.h"
+#include "base/error.h"
 #include "models/llama_model.h"
 
 namespace varrate {

@@ -14,8 +14,8 @@
 
 #include <ATen/ATen.h>
 
-#include "core/base/error.h"
-#include "core/base/file_io.h"
+#include "base/error.h"
+#include "base/file_io.h"
 
 namespace varrate {
 

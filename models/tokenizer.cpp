@@ -6,9 +6,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/base/error.h"
-#include "core/base/file_io.h"
-#include "core/base/hash.h"
+#include "base/error.h"
+#include "base/file_io.h"
+#include "base/hash.h"
 #include "models/tokenizer_added.h"
 #include "models/tokenizer_bpe.h"
 #include "models/tokenizer_decode.h"

@@ -2,7 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/base/error.h"
+#include "base/error.h"
 
 namespace varrate::tokjson {
 

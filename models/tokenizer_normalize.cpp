@@ -2,7 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/base/error.h"
+#include "base/error.h"
 #include "models/tokenizer_json.h"
 #include "models/tokenizer_regex.h"
 #include "models/tokenizer_unicode.h"

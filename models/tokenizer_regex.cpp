@@ -5,7 +5,7 @@
 #endif
 #include <pcre2.h>
 
-#include "core/base/error.h"
+#include "base/error.h"
 
 namespace varrate {
 

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include "core/base/error.h"
+#include "base/error.h"
 
 namespace varrate::unicode {
 

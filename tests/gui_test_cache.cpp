@@ -245,9 +245,9 @@ class GuiTestCache : public QObject {
         wait_idle();
     }
 
-    // The device list: "cuda" exactly where this build's LibTorch sees a GPU (a CUDA build, README "Building
-    // against LibTorch 2.x with CUDA", with the GUI needing a C++11-ABI LibTorch), and choosing it reaches
-    // the settings with fp16 offered; "auto" stays the first dtype.
+    // The device list: "cuda" exactly where this build's LibTorch sees a GPU (a CUDA build,
+    // docs/DEVELOPING.md "Building against LibTorch 2.x with CUDA", with the GUI needing a C++11-ABI
+    // LibTorch), and choosing it reaches the settings with fp16 offered; "auto" stays the first dtype.
     void device_list_follows_the_build() {
         RunPanel panel;
         QComboBox* device = panel.findChild<QComboBox*>("device");

@@ -19,7 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/base/file_io.h"
+#include "base/file_io.h"
 #include "core/eval.h"
 #include "core/session.h"
 #include "tests/gui_test_support.h"

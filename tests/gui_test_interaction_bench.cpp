@@ -16,7 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/studio/interaction_bench.h"
-#include "core/base/error.h"
+#include "base/error.h"
 
 using namespace varrate;
 using namespace varrate::viz;

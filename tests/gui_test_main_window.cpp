@@ -19,7 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/base/file_io.h"
+#include "base/file_io.h"
 #include "core/data_paths.h"
 #include "viz/answers_table.h"
 #include "viz/app_settings.h"

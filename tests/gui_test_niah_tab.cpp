@@ -21,8 +21,8 @@
 #include <cmath>
 #include <map>
 
+#include "base/error.h"
 #include "codec/registry.h"
-#include "core/base/error.h"
 #include "viz/chart_export.h"
 #include "viz/niah_accuracy_chart.h"
 #include "viz/niah_heatmap_view.h"

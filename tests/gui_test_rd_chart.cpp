@@ -15,7 +15,7 @@
 #include <cmath>
 #include <map>
 
-#include "core/base/error.h"
+#include "base/error.h"
 #include "viz/chart_export.h"
 #include "viz/rd_chart.h"
 

@@ -22,8 +22,8 @@
 #include <map>
 #include <random>
 
-#include "core/base/error.h"
-#include "core/base/file_io.h"
+#include "base/error.h"
+#include "base/file_io.h"
 #include "core/compare.h"
 #include "core/session.h"
 #include "core/stats.h"

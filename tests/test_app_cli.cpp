@@ -1,6 +1,7 @@
 // End-to-end tests of the `varrate` executable: reference greedy ids through the CLI, and one-line errors.
 #include "tests/test_support.h"
 
+#include <algorithm>
 #include <map>
 
 #include "codec/registry.h"
@@ -9,7 +10,7 @@
 
 #include <fstream>
 
-#include "core/base/file_io.h"
+#include "base/file_io.h"
 
 using varrate::test::CliResult;
 using varrate::test::run_varrate;
@@ -269,6 +270,21 @@ class TestCli : public QObject {
         QCOMPARE(lines.size(), static_cast<qsizetype>(varrate::method_names().size()));
         for (const std::string& name : varrate::method_names())
             QVERIFY2(r.out.contains(QString::fromStdString(name) + "\t"), name.c_str());
+    }
+
+    // The README's method table is `varrate methods --markdown`, printed from the registry: a method's
+    // one-line description is written once. The README stays a guide (the reference lives in docs/).
+    void readme_method_table_is_the_registry() {
+        const CliResult r = run_varrate({"methods", "--markdown"});
+        QVERIFY2(r.exit_code == 0, qPrintable(r.err));
+        QCOMPARE(r.out.count('\n'), static_cast<qsizetype>(varrate::method_names().size() + 2));
+        const std::string readme = varrate::read_text_file(varrate::test::source_dir() / "README.md");
+        const std::string begin = "<!-- methods:begin -->\n", end = "<!-- methods:end -->";
+        const size_t b = readme.find(begin), e = readme.find(end);
+        QVERIFY2(b != std::string::npos && e != std::string::npos && e > b, "README: no methods block");
+        QCOMPARE(QString::fromStdString(readme.substr(b + begin.size(), e - b - begin.size())), r.out);
+        QVERIFY2(std::count(readme.begin(), readme.end(), '\n') <= 200,
+                 "README.md is over 200 lines: move reference material to docs/");
     }
 
     void demo_defaults_show_methods_part_ways() {

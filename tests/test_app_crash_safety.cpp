@@ -20,7 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/base/file_io.h"
+#include "base/file_io.h"
 #include "test_support.h"
 
 namespace fs = std::filesystem;

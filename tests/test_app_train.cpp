@@ -9,7 +9,7 @@
 
 #include <QProcess>
 
-#include "core/base/file_io.h"
+#include "base/file_io.h"
 #include "models/llama_model.h"
 #include "models/safetensors.h"
 #include "models/tokenizer.h"

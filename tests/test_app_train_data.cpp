@@ -9,7 +9,7 @@
 #include <map>
 
 #include "app/train/train_data.h"
-#include "core/base/error.h"
+#include "base/error.h"
 #include "core/ruler_tasks.h"
 #include "models/tokenizer.h"
 

@@ -11,14 +11,14 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include "base/error.h"
+#include "base/file_io.h"
 #include "codec/anchors.h"
 #include "codec/codec_json.h"
 #include "codec/footprint.h"
 #include "codec/gemm.h"
 #include "codec/synthetic.h"
 #include "codec/varrate_method.h"
-#include "core/base/error.h"
-#include "core/base/file_io.h"
 #include "core/compare.h"
 #include "core/session.h"
 #include "models/device.h"

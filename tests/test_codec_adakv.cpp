@@ -13,6 +13,7 @@
 #include <limits>
 #include <set>
 
+#include "base/error.h"
 #include "codec/adakv_method.h"
 #include "codec/footprint.h"
 #include "codec/headwise_eviction.h"
@@ -21,7 +22,6 @@
 #include "codec/salience.h"
 #include "codec/snapkv_method.h"
 #include "codec/synthetic.h"
-#include "core/base/error.h"
 #include "core/capture.h"
 
 using namespace varrate;

@@ -4,11 +4,11 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 
+#include "base/error.h"
 #include "codec/anchors.h"
 #include "codec/basis.h"
 #include "codec/registry.h"
 #include "codec/synthetic.h"
-#include "core/base/error.h"
 #include "models/safetensors.h"
 
 using namespace varrate;

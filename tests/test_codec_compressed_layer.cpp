@@ -10,6 +10,7 @@
 #include <cmath>
 #include <limits>
 
+#include "base/error.h"
 #include "codec/anchor_sets.h"
 #include "codec/anchors.h"
 #include "codec/compressed_layer.h"
@@ -17,7 +18,6 @@
 #include "codec/quantize.h"
 #include "codec/synthetic.h"
 #include "codec/varrate_method.h"
-#include "core/base/error.h"
 
 using namespace varrate;
 

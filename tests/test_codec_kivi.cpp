@@ -11,12 +11,12 @@
 #include <limits>
 #include <vector>
 
+#include "base/error.h"
 #include "codec/kivi_method.h"
 #include "codec/quantize.h"
 #include "codec/quantized_layer.h"
 #include "codec/registry.h"
 #include "codec/synthetic.h"
-#include "core/base/error.h"
 
 using namespace varrate;
 

@@ -11,10 +11,10 @@
 
 #include <fstream>
 
+#include "base/error.h"
 #include "codec/footprint.h"
 #include "codec/salience.h"
 #include "codec/snapkv_method.h"
-#include "core/base/error.h"
 #include "core/capture.h"
 #include "models/device.h"
 #include "models/generate.h"

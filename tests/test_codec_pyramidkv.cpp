@@ -9,12 +9,12 @@
 
 #include <cmath>
 
+#include "base/error.h"
 #include "codec/footprint.h"
 #include "codec/pyramidkv_method.h"
 #include "codec/registry.h"
 #include "codec/salience.h"
 #include "codec/synthetic.h"
-#include "core/base/error.h"
 
 using namespace varrate;
 

@@ -7,11 +7,11 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include "base/error.h"
 #include "codec/footprint.h"
 #include "codec/quantize.h"
 #include "codec/synthetic.h"
 #include "codec/varrate_method.h"
-#include "core/base/error.h"
 
 using namespace varrate;
 

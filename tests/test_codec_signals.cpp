@@ -9,13 +9,13 @@
 #include <ATen/ATen.h>
 #include <QtTest/QtTest>
 
+#include "base/error.h"
 #include "codec/allocation_signal.h"
 #include "codec/expected_attention_method.h"
 #include "codec/kvzip_method.h"
 #include "codec/salience.h"
 #include "codec/synthetic.h"
 #include "codec/varrate_method.h"
-#include "core/base/error.h"
 #include "tests/test_support.h"
 
 using namespace varrate;

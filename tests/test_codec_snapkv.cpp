@@ -7,11 +7,11 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include "base/error.h"
 #include "codec/registry.h"
 #include "codec/salience.h"
 #include "codec/snapkv_method.h"
 #include "codec/synthetic.h"
-#include "core/base/error.h"
 
 using namespace varrate;
 

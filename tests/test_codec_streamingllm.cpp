@@ -6,10 +6,10 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include "base/error.h"
 #include "codec/registry.h"
 #include "codec/streamingllm_method.h"
 #include "codec/synthetic.h"
-#include "core/base/error.h"
 
 using namespace varrate;
 

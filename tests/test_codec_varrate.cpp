@@ -6,13 +6,13 @@
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
 
+#include "base/error.h"
 #include "codec/anchors.h"
 #include "codec/codec_json.h"
 #include "codec/footprint.h"
 #include "codec/registry.h"
 #include "codec/synthetic.h"
 #include "codec/varrate_method.h"
-#include "core/base/error.h"
 
 using namespace varrate;
 

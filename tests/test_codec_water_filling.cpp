@@ -6,8 +6,8 @@
 
 #include <ATen/ATen.h>
 
+#include "base/error.h"
 #include "codec/water_filling.h"
-#include "core/base/error.h"
 
 using namespace varrate;
 

@@ -12,13 +12,13 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include "base/error.h"
+#include "base/file_io.h"
 #include "codec/codec_json.h"
 #include "codec/compressed_layer.h"
 #include "codec/headwise_eviction.h"
 #include "codec/prefix_io.h"
 #include "codec/quantize.h"
-#include "core/base/error.h"
-#include "core/base/file_io.h"
 #include "core/cache_file.h"
 #include "core/capture.h"
 #include "core/compare.h"

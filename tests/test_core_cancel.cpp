@@ -15,7 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/base/file_io.h"
+#include "base/file_io.h"
 #include "core/compare.h"
 #include "core/demo_corpus.h"
 #include "core/eval.h"

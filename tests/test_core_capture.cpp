@@ -10,10 +10,10 @@
 
 #include <ATen/ATen.h>
 
+#include "base/error.h"
+#include "base/file_io.h"
 #include "codec/anchors.h"
 #include "codec/registry.h"
-#include "core/base/error.h"
-#include "core/base/file_io.h"
 #include "core/capture.h"
 #include "core/compare.h"
 #include "core/demo_corpus.h"

@@ -4,7 +4,7 @@
 
 #include <set>
 
-#include "core/base/error.h"
+#include "base/error.h"
 #include "core/demo_corpus.h"
 #include "core/prompt.h"
 #include "models/tokenizer.h"

@@ -9,7 +9,7 @@
 
 #include <fmt/format.h>
 
-#include "core/base/error.h"
+#include "base/error.h"
 #include "core/longbench.h"
 #include "core/longbench_metrics.h"
 #include "models/tokenizer.h"

@@ -22,8 +22,8 @@
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
-#include "core/base/error.h"
-#include "core/base/file_io.h"
+#include "base/error.h"
+#include "base/file_io.h"
 #include "core/compare.h"
 #include "core/niah.h"
 #include "core/prompt.h"

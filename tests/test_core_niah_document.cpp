@@ -11,7 +11,7 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
-#include "core/base/error.h"
+#include "base/error.h"
 #include "core/needle_probe.h"
 #include "core/niah_document.h"
 #include "core/prompt.h"

@@ -8,10 +8,10 @@
 
 #include <ATen/ATen.h>
 
+#include "base/error.h"
+#include "base/file_io.h"
 #include "codec/registry.h"
 #include "codec/synthetic.h"
-#include "core/base/error.h"
-#include "core/base/file_io.h"
 #include "core/capture.h"
 #include "core/compare.h"
 #include "core/prompt.h"

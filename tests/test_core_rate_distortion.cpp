@@ -9,7 +9,7 @@
 
 #include <fmt/format.h>
 
-#include "core/base/file_io.h"
+#include "base/file_io.h"
 #include "core/compare.h"
 #include "core/rate_distortion.h"
 #include "core/session.h"

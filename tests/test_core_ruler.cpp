@@ -11,7 +11,7 @@
 
 #include <fmt/format.h>
 
-#include "core/base/error.h"
+#include "base/error.h"
 #include "core/prompt.h"
 #include "core/ruler_tasks.h"
 #include "core/ruler_words.h"

@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "core/base/error.h"
+#include "base/error.h"
 #include "core/stats.h"
 
 using namespace varrate;

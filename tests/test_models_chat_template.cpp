@@ -3,7 +3,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "core/base/error.h"
+#include "base/error.h"
 #include "core/prompt.h"
 #include "models/chat_template.h"
 #include "models/tokenizer.h"

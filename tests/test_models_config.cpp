@@ -4,8 +4,8 @@
 
 #include <fstream>
 
-#include "core/base/error.h"
-#include "core/base/file_io.h"
+#include "base/error.h"
+#include "base/file_io.h"
 #include "models/device.h"
 #include "models/model_config.h"
 

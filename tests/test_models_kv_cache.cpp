@@ -3,7 +3,7 @@
 // KVCache: appends with geometric growth, replacement (eviction), snapshot/restore and byte accounting.
 #include <ATen/ATen.h>
 
-#include "core/base/error.h"
+#include "base/error.h"
 #include "models/kv_cache.h"
 
 using namespace varrate;

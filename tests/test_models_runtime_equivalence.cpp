@@ -10,7 +10,7 @@
 #include <cmath>
 #include <fstream>
 
-#include "core/base/error.h"
+#include "base/error.h"
 #include "models/attention.h"
 #include "models/batch_cache.h"
 #include "models/device.h"

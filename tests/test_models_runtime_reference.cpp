@@ -6,7 +6,7 @@
 
 #include <fstream>
 
-#include "core/base/error.h"
+#include "base/error.h"
 #include "models/device.h"
 #include "models/generate.h"
 #include "models/llama_model.h"

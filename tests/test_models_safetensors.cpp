@@ -9,8 +9,8 @@
 
 #include <ATen/ATen.h>
 
-#include "core/base/error.h"
-#include "core/base/file_io.h"
+#include "base/error.h"
+#include "base/file_io.h"
 #include "models/model_config.h"
 #include "models/random_model.h"
 #include "models/safetensors.h"

@@ -5,8 +5,8 @@
 #include <random>
 #include <thread>
 
-#include "core/base/error.h"
-#include "core/base/file_io.h"
+#include "base/error.h"
+#include "base/file_io.h"
 #include "models/tokenizer.h"
 
 using nlohmann::json;

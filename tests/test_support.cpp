@@ -13,7 +13,7 @@
 #include <random>
 #include <stdexcept>
 
-#include "core/base/error.h"
+#include "base/error.h"
 #include "core/session.h"
 #include "models/device.h"
 

@@ -66,21 +66,25 @@ QString percent(double fraction) {
 
 QString cache_settings_text(const std::string& method, const CodecSettings& s) {
     if (!method_compresses(method)) return "uncompressed";
+    // Only what the method reads (its traits): KIVI's footprint is set by its bits, SnapKV has no basis.
+    const uint32_t reads = method_traits(method).reads;
+    if (method_budget_rule(method) == BudgetRule::OwnSettings)
+        return QString("%1's own settings (κ not read)").arg(QString::fromStdString(method));
     QStringList parts;
-    // Only what the method reads: KIVI's footprint is set by its bits, SnapKV has no basis or ranks.
-    if (method.rfind("kivi", 0) == 0) return "KIVI's own bits (κ not read)";
-    parts << QString("κ %1").arg(s.budget, 0, 'g', 4);
-    if (method_needs_basis(method)) {
-        parts << QString("r_min %1").arg(s.r_min) << QString("R %1").arg(s.rank)
-              << QString("stride %1").arg(s.stride) << QString("anchors %1").arg(s.anchors)
-              << QString("window %1").arg(s.window);
-    }
-    parts << QString("obs. window %1").arg(s.obs_window);
-    if (method == "snapkv") parts << QString("pool %1").arg(s.pool_kernel);
-    if (method_needs_basis(method))
-        parts << (s.coef_bits < 16 ? QString("%1-bit coefficients").arg(s.coef_bits)
-                                   : QString("coefficients at cache precision"));
-    if (s.paper_accounting) parts << "paper accounting";
+    auto add = [&](uint32_t bit, const QString& text) {
+        if (reads & bit) parts << text;
+    };
+    add(kReadsBudget, QString("κ %1").arg(s.budget, 0, 'g', 4));
+    add(kReadsRankFloor, QString("r_min %1").arg(s.r_min));
+    add(kReadsRank, QString("R %1").arg(s.rank));
+    add(kReadsStride, QString("stride %1").arg(s.stride));
+    add(kReadsAnchors, QString("anchors %1").arg(s.anchors));
+    add(kReadsWindow, QString("window %1").arg(s.window));
+    add(kReadsObsWindow, QString("obs. window %1").arg(s.obs_window));
+    add(kReadsPool, QString("pool %1").arg(s.pool_kernel));
+    add(kReadsCoefBits, s.coef_bits < 16 ? QString("%1-bit coefficients").arg(s.coef_bits)
+                                         : QString("coefficients at cache precision"));
+    if ((reads & kReadsAccounting) && s.paper_accounting) parts << "paper accounting";
     return parts.join(" · ");
 }
 

@@ -15,7 +15,7 @@
 #include <QSvgGenerator>
 #include <QWidget>
 
-#include "core/base/error.h"
+#include "base/error.h"
 
 namespace varrate::viz {
 

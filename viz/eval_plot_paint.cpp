@@ -14,6 +14,7 @@
 #include "codec/registry.h"
 #include "core/niah_record.h"
 #include "viz/niah_heatmap_paint.h"
+#include "viz/view_style.h"
 
 namespace varrate::viz {
 
@@ -55,13 +56,9 @@ QString task_label(const std::string& task) {
 }  // namespace
 
 QColor eval_method_colour(const std::string& method) {
-    if (method == "varrate") return {0x1F, 0x6F, 0xD1};
-    if (method == "flat") return {0xD9, 0x6C, 0x06};
-    if (method == "full") return {0x55, 0x55, 0x55};
-    if (method == "snapkv") return {0x7B, 0x3F, 0xC4};
-    uint32_t h = 0;  // as the app's method_colour: a stable hue from the name
-    for (QChar c : qs(method)) h = h * 31 + c.unicode();
-    return QColor::fromHsv(static_cast<int>(h % 360), 200, 170);
+    QPalette light;  // the app's colours on a light background (the exported plots' white)
+    light.setColor(QPalette::Window, Qt::white);
+    return method_colour(qs(method), light);
 }
 
 EvalPlotStyle EvalPlotStyle::png() {

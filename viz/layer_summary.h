@@ -8,6 +8,7 @@
 #include <QWidget>
 
 #include "viz/run_model.h"
+#include "viz/view_style.h"
 
 namespace varrate::viz {
 
@@ -44,8 +45,8 @@ class LayerSummary : public QWidget {
     int header_height() const;
     RunModel* model_;
     PositionAxis* axis_;
-    QString method_ = QStringLiteral("varrate");
-    QString reference_ = QStringLiteral("flat");
+    QString method_ = featured_method();
+    QString reference_ = compared_method();
     int layer_ = -1;
     LayerErrorMeasure measure_ = LayerErrorMeasure::MeanKV;
 };

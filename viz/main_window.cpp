@@ -32,8 +32,8 @@
 #include <QToolButton>
 #include <QVBoxLayout>
 
-#include "core/base/error.h"
-#include "core/base/file_io.h"
+#include "base/error.h"
+#include "base/file_io.h"
 #include "core/data_paths.h"
 #include "viz/answers_table.h"
 #include "viz/app_settings.h"
@@ -711,8 +711,8 @@ void MainWindow::update_view_selectors() {
         box->setCurrentIndex(-1);
         box->setCurrentIndex(std::max(0, i));
     };
-    pick(method_box_, keep_m, "varrate");
-    pick(reference_box_, keep_r, "flat");
+    pick(method_box_, keep_m, featured_method());
+    pick(reference_box_, keep_r, compared_method());
     layer_box_->setCurrentIndex(-1);
     layer_box_->setCurrentIndex(0);
 }

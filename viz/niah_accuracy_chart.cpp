@@ -12,8 +12,8 @@
 
 #include <fmt/format.h>
 
+#include "base/file_io.h"
 #include "codec/registry.h"
-#include "core/base/file_io.h"
 #include "viz/view_style.h"
 
 namespace varrate::viz {
@@ -184,7 +184,7 @@ QString NiahAccuracyChart::tooltip_at(const QPointF& pos) const {
         }
     if (text.isEmpty() && reference_ && area.adjusted(0, -kHit, 0, kHit).contains(pos) &&
         std::abs(pos.y() - y_of(accuracy_of(reference_->correct, reference_->n), area)) < kHit / 2)
-        text = point_text("full", *reference_);
+        text = point_text(reference_method_name(), *reference_);
     return text;
 }
 
@@ -242,7 +242,8 @@ void NiahAccuracyChart::paintEvent(QPaintEvent*) {
         legend(name, method_colour(name, pal), Qt::SolidLine, true);
     }
     if (reference_)
-        legend(QStringLiteral("full (reference)"), method_colour("full", pal), Qt::DashLine, false);
+        legend(QStringLiteral("full (reference)"),
+               method_colour(QString::fromStdString(reference_method_name()), pal), Qt::DashLine, false);
 
     // Axes: y 0..1, x ticks at the sweep's budgets (labels that would overlap are left out).
     for (double v : nice_ticks(0, 1, std::max(2, static_cast<int>(area.height() / (fm.height() * 2))))) {
@@ -280,7 +281,7 @@ void NiahAccuracyChart::paintEvent(QPaintEvent*) {
     p.setClipRect(area.adjusted(-kMarker - 1, -kMarker - 1, kMarker + 1, kMarker + 1));
     p.setRenderHint(QPainter::Antialiasing, true);
     if (reference_) {
-        const QColor c = method_colour("full", pal);
+        const QColor c = method_colour(QString::fromStdString(reference_method_name()), pal);
         const Interval ci = wilson_interval(reference_->correct, reference_->n);
         QColor band = c;
         band.setAlpha(40);

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <limits>
 
+#include "codec/registry.h"
 #include "viz/axis_interaction.h"
 #include "viz/view_style.h"
 
@@ -137,7 +138,8 @@ void PositionChart::reload() {
                 add_pinned(TokenMetric::Rank, &top);
                 const double floor = model_->rank_floor();
                 const double uniform = model_->uniform_rank(method_, layer_);
-                if (floor > 0 && method_ == QStringLiteral("varrate"))
+                const MethodTraits* traits = find_method_traits(method_.toStdString());
+                if (floor > 0 && traits && (traits->reads & kReadsRankFloor))
                     ref_lines_.push_back(
                         {QStringLiteral("floor r_min = %1").arg(floor), floor, StyleColour::Floor});
                 if (uniform > 0)

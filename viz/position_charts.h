@@ -66,8 +66,8 @@ class PositionChart : public QWidget {
     RunModel* model_;
     PositionAxis* axis_;
     PositionChartKind kind_;
-    QString method_ = QStringLiteral("varrate");
-    QString reference_ = QStringLiteral("flat");
+    QString method_ = featured_method();
+    QString reference_ = compared_method();
     int layer_ = -1;
     bool show_deciles_ = true;
 

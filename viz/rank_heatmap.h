@@ -10,6 +10,7 @@
 
 #include "viz/axis_interaction.h"
 #include "viz/run_model.h"
+#include "viz/view_style.h"
 
 namespace varrate::viz {
 
@@ -43,7 +44,7 @@ class RankHeatmap : public QWidget {
     RunModel* model_;
     PositionAxis* axis_;
     AxisInteraction* interaction_;
-    QString method_ = QStringLiteral("varrate");
+    QString method_ = featured_method();
     int n_tokens_ = 0, dim_ = 1;
     RankGrid grid_;
     QImage image_;

@@ -18,7 +18,8 @@
 #include <cmath>
 #include <limits>
 
-#include "core/base/error.h"
+#include "base/error.h"
+#include "codec/registry.h"
 #include "viz/axis_interaction.h"
 #include "viz/chart_export.h"
 #include "viz/view_style.h"
@@ -30,7 +31,7 @@ namespace {
 constexpr RdMeasure kMeasures[] = {RdMeasure::KvError, RdMeasure::WeightedError, RdMeasure::AttentionOutput};
 
 bool is_full(const RdChartPoint& p) {
-    return p.method == QLatin1String("full");
+    return !method_compresses(p.method.toStdString());
 }
 
 // The point's value of `m`; -1 when not measured (negative or not finite).
@@ -246,7 +247,7 @@ std::vector<const RdChartPoint*> RdChart::emphasised() const {
         if (drawable(c, measure_)) out.push_back(&c);
     if (!(current_kappa_ > 0)) return out;
     for (const QString& m : methods_) {
-        if (m == QLatin1String("full") ||
+        if (!method_compresses(m.toStdString()) ||
             std::any_of(out.begin(), out.end(), [&](const RdChartPoint* c) { return c->method == m; }))
             continue;
         const RdChartPoint* best = nullptr;
@@ -259,17 +260,9 @@ std::vector<const RdChartPoint*> RdChart::emphasised() const {
     return out;
 }
 
-// The roles the other views give methods (the chosen method blue, the reference "flat" orange); methods
-// they never show get a hue by their place in the legend.
+// The colours every view gives methods (viz/view_style.h).
 QColor RdChart::colour_of(const QString& method) const {
-    static const std::pair<const char*, StyleColour> known[] = {{"varrate", StyleColour::Method},
-                                                                {"flat", StyleColour::Reference},
-                                                                {"snapkv", StyleColour::Exact},
-                                                                {"full", StyleColour::Uniform}};
-    for (const auto& [name, role] : known)
-        if (method == QLatin1String(name)) return style_colour(role, palette());
-    const int i = static_cast<int>(std::max<qsizetype>(0, methods_.indexOf(method)));
-    return QColor::fromHsv((300 + 67 * i) % 360, 170, is_dark(palette()) ? 240 : 170);
+    return method_colour(method, palette());
 }
 
 void RdChart::draw_axes(QPainter& p, const QRectF& area) const {
@@ -324,7 +317,7 @@ QRectF RdChart::draw_legend(QPainter& p, const QRectF& area, bool current) const
             return q.method == m && !q.infeasible.isEmpty();
         });
         entries.push_back({n ? QStringLiteral("%1 (%2 infeasible)").arg(m).arg(n) : m, colour_of(m),
-                           m == QLatin1String("full") ? 1 : 0});
+                           !method_compresses(m.toStdString()) ? 1 : 0});
     }
     if (current) entries.push_back({QStringLiteral("current"), text, 2});
     if (!pinned_.empty()) entries.push_back({QStringLiteral("pinned"), text, 3});

@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/base/error.h"
+#include "base/error.h"
 #include "core/token_text.h"
 #include "models/tokenizer.h"
 

@@ -25,8 +25,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/error.h"
 #include "codec/registry.h"
-#include "core/base/error.h"
 #include "core/codec_defaults.h"
 #include "models/device.h"
 

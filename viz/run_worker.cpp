@@ -10,8 +10,8 @@
 
 #include <c10/util/Exception.h>
 
+#include "base/error.h"
 #include "codec/basis.h"
-#include "core/base/error.h"
 #include "core/codec_defaults.h"
 #include "core/prompt.h"
 #include "core/session.h"

@@ -3,9 +3,9 @@
 #include <QFile>
 #include <QSaveFile>
 
+#include "base/error.h"
+#include "base/json_field.h"
 #include "codec/codec_json.h"
-#include "core/base/error.h"
-#include "core/base/json_field.h"
 
 namespace varrate::viz {
 

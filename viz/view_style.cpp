@@ -5,6 +5,8 @@
 #include <array>
 #include <cmath>
 
+#include "codec/registry.h"
+
 namespace varrate::viz {
 
 bool is_dark(const QPalette& palette) {
@@ -38,12 +40,22 @@ QColor style_colour(StyleColour which, const QPalette& palette) {
 }
 
 QColor method_colour(const QString& method, const QPalette& palette) {
-    if (method == QLatin1String("varrate")) return style_colour(StyleColour::Method, palette);
-    if (method == QLatin1String("flat")) return style_colour(StyleColour::Reference, palette);
-    if (method == QLatin1String("full")) return style_colour(StyleColour::Uniform, palette);
     const bool dark = is_dark(palette);
-    if (method == QLatin1String("snapkv")) return dark ? QColor(0xC3, 0x8B, 0xFF) : QColor(0x7B, 0x3F, 0xC4);
-    // Methods registered later: a stable hue from the name (qHash is seeded per process, so not that).
+    // The method's colour role (codec/registry.h); methods with a hue of their own, and names this build
+    // does not know, get a stable hue from the name (qHash is seeded per process, so not that).
+    const MethodTraits* traits = find_method_traits(method.toStdString());
+    switch (traits ? traits->colour : ColourRole::Own) {
+        case ColourRole::Method:
+            return style_colour(StyleColour::Method, palette);
+        case ColourRole::Ablation:
+            return style_colour(StyleColour::Reference, palette);
+        case ColourRole::Uncompressed:
+            return style_colour(StyleColour::Uniform, palette);
+        case ColourRole::Eviction:
+            return dark ? QColor(0xC3, 0x8B, 0xFF) : QColor(0x7B, 0x3F, 0xC4);
+        case ColourRole::Own:
+            break;
+    }
     uint h = 0;
     for (QChar c : method) h = h * 31 + c.unicode();
     return QColor::fromHsv(static_cast<int>(h % 360), dark ? 150 : 200, dark ? 240 : 170);
@@ -86,9 +98,18 @@ QColor sequential_colour(double t) {
     return mix(stops[i], stops[i + 1], t - static_cast<double>(i));
 }
 
+QString featured_method() {
+    return QString::fromStdString(method_with_role(ColourRole::Method));
+}
+
+QString compared_method() {
+    return QString::fromStdString(method_with_role(ColourRole::Ablation));
+}
+
 QString default_method(const RunModel& model) {
     const QStringList methods = model.methods();
-    if (methods.contains(QStringLiteral("varrate"))) return QStringLiteral("varrate");
+    const QString featured = featured_method();
+    if (methods.contains(featured)) return featured;
     return methods.isEmpty() ? QString() : methods.front();
 }
 

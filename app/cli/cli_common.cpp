@@ -9,10 +9,9 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "base/error.h"
 #include "codec/footprint.h"
-#include "codec/pyramidkv_method.h"
 #include "codec/registry.h"
-#include "core/base/error.h"
 #include "core/codec_defaults.h"
 
 namespace varrate::cli {
@@ -174,13 +173,8 @@ bool check_methods_feasible(const std::vector<std::string>& methods, const Codec
     bool needs_basis = false;
     for (const std::string& name : methods) {
         needs_basis = needs_basis || method_needs_basis(name);  // also rejects unknown names
-        if (name == "snapkv" || name == "adakv")  // Ada-KV keeps SnapKV's count per head on average
-            snapkv_kept_tokens(settings, n_tokens, name);
-        else if (name == "pyramidkv")  // the schedule's counts fall from layer 0 to the last
-            for (int64_t layer : {int64_t{0}, cfg.n_layer - 1})
-                PyramidKVMethod::layer_kept_tokens(settings, n_tokens, cfg.n_layer, layer);
-        else if (method_needs_basis(name))
-            plan_codec_budget(settings, n_tokens, dim, element_size(model.options().dtype), name);
+        check_budget_feasible(name, settings, n_tokens, cfg.n_layer, dim,
+                              element_size(model.options().dtype));
     }
     return needs_basis;
 }

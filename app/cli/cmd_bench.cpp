@@ -13,11 +13,11 @@
 
 #include "app/cli/cli_common.h"
 #include "app/cli/commands.h"
+#include "base/error.h"
 #include "codec/codec_json.h"
 #include "codec/footprint.h"
 #include "codec/registry.h"
 #include "codec/synthetic.h"
-#include "core/base/error.h"
 #include "core/capture.h"
 #include "core/probe.h"
 #include "core/stats.h"
@@ -42,7 +42,7 @@ struct BenchCodecArgs {
     int64_t tokens = 2048;
     std::string methods = "varrate,flat,snapkv";
     bool shared = false;
-    std::string shared_methods = "full,varrate,flat,snapkv";
+    std::string shared_methods = join_method_names();
     CodecSettings settings;
     CodecFlags flags;
     std::string basis;  // basis file; empty = random orthonormal rows

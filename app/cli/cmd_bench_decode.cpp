@@ -16,13 +16,13 @@
 
 #include "app/cli/cli_common.h"
 #include "app/cli/commands.h"
+#include "base/error.h"
+#include "base/stopwatch.h"
 #include "codec/compressed_layer.h"
 #include "codec/footprint.h"
 #include "codec/quantized_layer.h"
 #include "codec/registry.h"
 #include "codec/synthetic.h"
-#include "core/base/error.h"
-#include "core/base/stopwatch.h"
 #include "core/capture.h"
 #include "core/stats.h"
 #include "models/generate.h"
@@ -35,7 +35,7 @@ struct BenchDecodeArgs {
     std::string model;
     int64_t tokens = 4096;
     int64_t new_tokens = 32;
-    std::string methods = "full,varrate,flat,snapkv";
+    std::string methods = join_method_names();
     CodecSettings settings;
     CodecFlags flags;
     int repeats = 3;

@@ -5,7 +5,7 @@
 
 #include "app/cli/cli_common.h"
 #include "app/cli/commands.h"
-#include "core/base/error.h"
+#include "base/error.h"
 #include "core/demo_corpus.h"
 #include "core/session.h"
 

@@ -10,9 +10,9 @@
 
 #include "app/cli/cli_common.h"
 #include "app/cli/commands.h"
+#include "base/error.h"
+#include "base/file_io.h"
 #include "codec/registry.h"
-#include "core/base/error.h"
-#include "core/base/file_io.h"
 #include "core/compare.h"
 
 namespace varrate::cli {

@@ -9,10 +9,10 @@
 
 #include "app/cli/cli_common.h"
 #include "app/cli/commands.h"
+#include "base/error.h"
+#include "base/file_io.h"
 #include "codec/codec_json.h"
 #include "codec/registry.h"
-#include "core/base/error.h"
-#include "core/base/file_io.h"
 #include "core/cache_file.h"
 
 namespace varrate::cli {

@@ -10,7 +10,7 @@
 
 #include "app/cli/cli_common.h"
 #include "app/cli/commands.h"
-#include "core/base/error.h"
+#include "base/error.h"
 #include "core/compare.h"
 #include "core/data_paths.h"
 #include "core/niah.h"

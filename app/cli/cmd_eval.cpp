@@ -15,10 +15,10 @@
 #include "app/cli/cli_common.h"
 #include "app/cli/commands.h"
 #include "app/cli/eval_plots.h"
+#include "base/error.h"
+#include "base/file_io.h"
 #include "codec/pyramidkv_method.h"
 #include "codec/registry.h"
-#include "core/base/error.h"
-#include "core/base/file_io.h"
 #include "core/eval.h"
 #include "core/niah_record.h"
 #include "core/session.h"
@@ -94,7 +94,7 @@ struct EvalArgs {
     std::string tasks, lengths;
     std::string methods = join_method_names();
     std::string mode = "query-agnostic";
-    std::string reference = "full";
+    std::string reference = reference_method_name();
     CodecSettings settings;
     CodecFlags codec_flags;
     std::vector<double> budgets;

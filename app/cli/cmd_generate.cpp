@@ -11,8 +11,8 @@
 
 #include "app/cli/cli_common.h"
 #include "app/cli/commands.h"
-#include "core/base/error.h"
-#include "core/base/file_io.h"
+#include "base/error.h"
+#include "base/file_io.h"
 #include "core/session.h"
 #include "models/chat_template.h"
 #include "models/generate.h"

@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/cli/commands.h"
-#include "core/base/error.h"
+#include "base/error.h"
 #include "models/model_config.h"
 #include "models/safetensors.h"
 

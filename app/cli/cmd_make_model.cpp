@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "app/cli/commands.h"
-#include "core/base/error.h"
-#include "core/base/file_io.h"
+#include "base/error.h"
+#include "base/file_io.h"
 #include "models/model_config.h"
 #include "models/random_model.h"
 

@@ -1,5 +1,6 @@
 // `varrate methods`: the registry, one `name<TAB>definition` per line (scripts read it; the default methods
-// are those a command runs without --methods).
+// are those a command runs without --methods); --markdown prints the README's method table from the same
+// entries (a test holds the README to it), so a method's one-line description is written once.
 #include <iostream>
 
 #include "app/cli/commands.h"
@@ -7,13 +8,44 @@
 
 namespace varrate::cli {
 
+namespace {
+
+std::string budget_word(BudgetRule r) {
+    switch (r) {
+        case BudgetRule::Kappa:
+            return "κ";
+        case BudgetRule::OwnSettings:
+            return "its own settings";
+        case BudgetRule::Uncompressed:
+            return "none";
+    }
+    return "?";
+}
+
+}  // namespace
+
 Command add_methods(CLI::App& root) {
     CLI::App* sub = root.add_subcommand("methods", "List the compression methods: name<TAB>definition");
-    return {sub, [] {
+    auto markdown = std::make_shared<bool>(false);
+    sub->add_flag("--markdown", *markdown,
+                  "A Markdown table: method, family, what sets its footprint, definition, whether it runs "
+                  "by default");
+    return {
+        sub, [markdown] {
+            if (!*markdown) {
                 for (const std::string& name : method_names())
                     std::cout << name << '\t' << method_description(name) << '\n';
                 return 0;
-            }};
+            }
+            std::cout << "| method | family | footprint set by | what it does |\n| --- | --- | --- | --- |\n";
+            for (const std::string& name : method_names()) {
+                const MethodTraits& t = method_traits(name);
+                std::cout << "| `" << name << "`" << (t.by_default ? " (default)" : "") << " | "
+                          << to_string(t.family) << " | " << budget_word(t.budget) << " | " << t.description
+                          << " |\n";
+            }
+            return 0;
+        }};
 }
 
 }  // namespace varrate::cli

@@ -17,10 +17,10 @@
 #include "app/cli/cli_common.h"
 #include "app/cli/commands.h"
 #include "app/cli/niah_heatmap.h"
+#include "base/error.h"
+#include "base/file_io.h"
 #include "codec/pyramidkv_method.h"
 #include "codec/registry.h"
-#include "core/base/error.h"
-#include "core/base/file_io.h"
 #include "core/niah.h"
 #include "core/session.h"
 

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/cli/commands.h"
-#include "core/base/error.h"
+#include "base/error.h"
 #include "models/tokenizer.h"
 
 namespace varrate::cli {

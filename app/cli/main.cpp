@@ -8,10 +8,10 @@
 #include <spdlog/spdlog.h>
 
 #include "app/cli/commands.h"
-#include "core/base/error.h"
-#include "core/base/job.h"
-#include "core/base/logging.h"
-#include "core/base/process_env.h"
+#include "base/error.h"
+#include "base/job.h"
+#include "base/logging.h"
+#include "base/process_env.h"
 
 int main(int argc, char** argv) {
     using namespace varrate;

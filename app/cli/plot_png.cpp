@@ -9,7 +9,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "core/base/file_io.h"
+#include "base/file_io.h"
 
 namespace varrate::cli {
 

@@ -29,7 +29,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/base/error.h"
+#include "base/error.h"
 #include "viz/document_view.h"
 #include "viz/layer_summary.h"
 #include "viz/live_explorer.h"
@@ -346,7 +346,7 @@ std::vector<InteractionStats> Bench::run_all() {
                 method_box->setCurrentIndex(next(method_box));
                 flush();
             });
-    method_box->setCurrentIndex(std::max(0, method_box->findText(QStringLiteral("varrate"))));
+    method_box->setCurrentIndex(std::max(0, method_box->findText(featured_method())));
     flush();
 
     // Live controls: a step of kappa or r_min re-allocates the kept run on the worker (no prefill) and

@@ -16,8 +16,8 @@
 #include <cstring>
 
 #include "app/studio/interaction_bench.h"
-#include "core/base/error.h"
-#include "core/base/process_env.h"
+#include "base/error.h"
+#include "base/process_env.h"
 #include "models/device.h"
 #include "viz/app_settings.h"
 #include "viz/main_window.h"

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <limits>
 
-#include "core/base/error.h"
+#include "base/error.h"
 #include "models/layer_math.h"
 #include "models/rope.h"
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "app/train/trainer.h"
-#include "core/base/error.h"
+#include "base/error.h"
 
 int main(int argc, char** argv) {
     using varrate::train::TrainOptions;

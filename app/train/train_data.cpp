@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <future>
 
-#include "core/base/error.h"
+#include "base/error.h"
 #include "core/prompt.h"
 #include "core/ruler_words.h"
 

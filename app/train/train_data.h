@@ -8,7 +8,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "core/base/hash.h"
+#include "base/hash.h"
 #include "core/demo_corpus.h"
 #include "core/ruler_tasks.h"
 #include "models/tokenizer.h"

@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/base/error.h"
+#include "base/error.h"
 
 namespace varrate::fuzz {
 
@@ -23,7 +23,7 @@ inline std::string text(const uint8_t* data, size_t size) {
 }
 
 // The bytes as JSON, or nullopt when they are not JSON: the project's readers parse with
-// nlohmann::json::parse and turn its parse_error into an Error (core/base/file_io.cpp), so a target that
+// nlohmann::json::parse and turn its parse_error into an Error (base/file_io.cpp), so a target that
 // hands parsed JSON to an entry point starts the same way.
 inline std::optional<nlohmann::json> parse_json(const uint8_t* data, size_t size) {
     nlohmann::json j = nlohmann::json::parse(data, data + size, nullptr, /*allow_exceptions=*/false);

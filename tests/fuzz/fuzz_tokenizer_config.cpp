@@ -1,6 +1,6 @@
 // tokenizer_config.json over the demo model's tokenizer.json: bos/eos tokens (strings or AddedToken objects),
 // add_bos_token / add_eos_token, chat_template (a string or a list of named templates), clean-up flag.
-#include "core/base/file_io.h"
+#include "base/file_io.h"
 #include "models/tokenizer.h"
 #include "tests/fuzz/fuzz_support.h"
 

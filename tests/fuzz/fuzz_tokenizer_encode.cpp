@@ -3,7 +3,7 @@
 // tokenizer target), each with and without special tokens, then decoded.
 #include <vector>
 
-#include "core/base/file_io.h"
+#include "base/file_io.h"
 #include "models/tokenizer.h"
 #include "tests/fuzz/fuzz_support.h"
 

@@ -1,4 +1,4 @@
-#include "core/base/process_env.h"
+#include "base/process_env.h"
 
 #include <cstdlib>
 

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/base/error.h"
+#include "base/error.h"
 
 namespace varrate {
 

@@ -1,4 +1,4 @@
-#include "core/base/file_io.h"
+#include "base/file_io.h"
 
 #include <atomic>
 #include <cerrno>
@@ -12,7 +12,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
-#include "core/base/error.h"
+#include "base/error.h"
 
 namespace varrate {
 

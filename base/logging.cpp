@@ -1,9 +1,9 @@
-#include "core/base/logging.h"
+#include "base/logging.h"
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
-#include "core/base/error.h"
+#include "base/error.h"
 
 namespace varrate {
 
