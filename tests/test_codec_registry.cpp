@@ -12,9 +12,9 @@
 #include <set>
 #include <sstream>
 
+#include "base/error.h"
 #include "codec/registry.h"
 #include "codec/synthetic.h"
-#include "base/error.h"
 
 using namespace varrate;
 
@@ -36,6 +36,21 @@ CodecSettings settings(double kappa) {
     s.r_min = 4;
     s.rank = 64;
     return s;
+}
+
+// A synthetic layer with what a prefill and the probes add: query statistics (Expected Attention), the
+// context's ids, the question's attention and KVzip's repeat scores.
+LayerCapture capture(uint64_t seed) {
+    const SyntheticShape sh = shape();
+    LayerCapture c = synthetic_capture(sh, seed, 1);
+    at::manual_seed(seed);
+    c.query_mean = at::randn({sh.n_head, sh.head_dim});
+    c.query_cov = at::eye(sh.head_dim).expand({sh.n_head, sh.head_dim, sh.head_dim}).contiguous();
+    c.token_ids = at::randint(0, 50, {sh.n_tokens}, at::kLong);  // varrate-rare's once-only ids
+    // The extra passes' outputs (core/probe.h): the question's attention and KVzip's repeat scores.
+    c.question_attention = at::randn({sh.n_head, sh.n_tokens}).softmax(-1);
+    c.repeat_scores = at::rand({sh.n_kv_head, sh.n_tokens});
+    return c;
 }
 
 }  // namespace
@@ -70,7 +85,7 @@ class TestCodecRegistry : public QObject {
         QCOMPARE(to_string(MethodFamily::Eviction), std::string("eviction"));
     }
 
-    // Every method without an extra pass, on the same synthetic layers: a budgeted one meets kappa (its
+    // Every method, on the same synthetic layers (with the probes' outputs): a budgeted one meets kappa (its
     // accounted footprint within it) or its BudgetCheck refuses kappa before any work; the reference is the
     // capture; a quantizer's footprint does not move with kappa.
     void every_method_meets_or_refuses_its_budget() {
@@ -79,13 +94,12 @@ class TestCodecRegistry : public QObject {
         auto basis = random_basis(2, dim, 64, 16, 4, 9);
         for (const std::string& name : method_names()) {
             const MethodTraits& t = method_traits(name);
-            if (t.probe != MethodProbe::None) continue;  // needs the question or the repeat pass
             const QByteArray n = QByteArray::fromStdString(name);
             std::map<double, double> footprint;
             for (double kappa : {0.25, 0.5}) {
                 check_budget_feasible(name, settings(kappa), sh.n_tokens, sh.n_layers, dim, 4);
                 auto m = make_method(name, settings(kappa), t.needs_basis ? basis : nullptr);
-                const LayerCapture cap = synthetic_capture(sh, 31, 1);
+                const LayerCapture cap = capture(31);
                 const LayerResult r = m->compress(cap);
                 footprint[kappa] = r.diagnostics.footprint;
                 QCOMPARE(r.kv.keys.size(0), cap.keys.size(0));
@@ -114,7 +128,7 @@ class TestCodecRegistry : public QObject {
     void reads_are_what_changes_the_output() {
         const SyntheticShape sh = shape();
         auto basis = random_basis(2, 64, 64, 16, 4, 9);
-        const LayerCapture cap = synthetic_capture(sh, 33, 1);
+        const LayerCapture cap = capture(33);
         struct Knob {
             uint32_t bit;
             void (*apply)(CodecSettings&);

@@ -14,7 +14,7 @@
 #include "codec/registry.h"
 #include "core/niah_record.h"
 #include "viz/niah_heatmap_paint.h"
-#include "viz/view_style.h"
+#include "viz/palette.h"
 
 namespace varrate::viz {
 

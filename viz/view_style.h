@@ -7,22 +7,11 @@
 
 #include <vector>
 
+#include "viz/palette.h"
 #include "viz/run_model.h"
 
 namespace varrate::viz {
 
-enum class StyleColour { Method, Reference, Exact, Needle, Floor, Uniform, Grid, Pinned };
-
-bool is_dark(const QPalette& palette);
-QColor style_colour(StyleColour which, const QPalette& palette);
-// One colour per compression method, so that a method reads the same in every chart that shows several:
-// varrate and flat keep the position charts' Method and Reference colours, full is the grey of a reference
-// (Uniform); other methods get fixed hues of their own.
-QColor method_colour(const QString& method, const QPalette& palette);
-// The method the views show first and the one they compare it with (codec/registry.h's colour roles Method
-// and Ablation: "varrate" and "flat").
-QString featured_method();
-QString compared_method();
 // Shading hue of a document metric (mixed with the base colour by value).
 QColor metric_colour(TokenMetric metric);
 // a + t (b - a) per channel, t in [0, 1].

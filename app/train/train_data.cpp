@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <functional>
 #include <future>
 
 #include "base/error.h"
@@ -218,6 +219,16 @@ Sequence DemoData::ruler_sequence(const RulerSample& sample, int copy_heads) con
 
 namespace {
 
+// Runs make(begin, stride) on min(n, threads) threads, worker w taking items w, w + stride, ...: the items
+// are independent, so the result does not depend on the thread count.
+void run_strided(size_t n, int threads, const std::function<void(size_t, size_t)>& make) {
+    const size_t workers = std::min<size_t>(n, static_cast<size_t>(std::max(1, threads)));
+    std::vector<std::future<void>> jobs;
+    for (size_t w = 1; w < workers; ++w) jobs.push_back(std::async(std::launch::async, make, w, workers));
+    make(0, workers);
+    for (auto& j : jobs) j.get();
+}
+
 // One generator per thread (it caches the word lists and is not thread-safe), remade when the tokenizer or
 // the seed changes.
 RulerGenerator& thread_generator(const Tokenizer& tok, uint64_t seed) {
@@ -253,11 +264,7 @@ std::vector<Sequence> DemoData::ruler_step(uint64_t seed, int64_t step, int64_t 
         for (size_t i = begin; i < specs.size(); i += stride)
             out[i] = ruler_sequence(g.generate(specs[i].first, length, specs[i].second), c.copy_heads);
     };
-    const size_t workers = std::min<size_t>(specs.size(), static_cast<size_t>(std::max(1, threads)));
-    std::vector<std::future<void>> jobs;
-    for (size_t w = 1; w < workers; ++w) jobs.push_back(std::async(std::launch::async, make, w, workers));
-    make(0, workers);
-    for (auto& j : jobs) j.get();
+    run_strided(specs.size(), threads, make);
     return out;
 }
 
@@ -292,11 +299,7 @@ std::vector<Sequence> DemoData::training_step(uint64_t seed, int64_t step, int64
             out[i] = training_sequence(specs[i].doc_seed, length, specs[i].distractors, specs[i].depth,
                                        c.max_questions, c.repeat_share, c.copy_heads);
     };
-    const size_t workers = std::min<size_t>(specs.size(), static_cast<size_t>(std::max(1, threads)));
-    std::vector<std::future<void>> jobs;
-    for (size_t w = 1; w < workers; ++w) jobs.push_back(std::async(std::launch::async, make, w, workers));
-    make(0, workers);
-    for (auto& j : jobs) j.get();
+    run_strided(specs.size(), threads, make);
     return out;
 }
 
