@@ -15,6 +15,7 @@
 #include "core/niah_record.h"
 #include "viz/niah_heatmap_paint.h"
 #include "viz/palette.h"
+#include "viz/plot_marks.h"
 
 namespace varrate::viz {
 
@@ -28,10 +29,6 @@ constexpr double kMarker = 3.5, kDodge = 5;
 
 QString qs(const std::string& s) {
     return QString::fromStdString(s);
-}
-
-bool same_budget(double a, double b) {
-    return std::abs(a - b) <= 1e-9 * std::max(1.0, std::abs(b));
 }
 
 std::vector<double> sorted_budgets(const std::vector<double>& in) {
@@ -283,32 +280,20 @@ void EvalScorePainter::paint(QPainter& p) const {
         // Whiskers and lines first, markers last.
         for (size_t k = 0; k < panel.lines.size(); ++k) {
             const QColor c = st.colour_of(panel.lines[k].method);
-            QPainterPath path;
-            size_t prev = budgets_.size();  // a budget without a point breaks the line
+            BudgetLine line(budgets_);
             for (const EvalCell& pt : panel.lines[k].points) {
                 const double x = x_of(pt.budget, area) + dodge(panel, k), y = y_of(pt.mean, area);
                 const PairedComparison& d = pt.vs_reference;
                 if (panel.reference && d.n > 0) {
                     p.setPen(QPen(c, 1));
-                    const double lo = y_of(ref_mean + d.interval.low, area);
-                    const double hi = y_of(ref_mean + d.interval.high, area);
-                    p.drawLine(QPointF(x, lo), QPointF(x, hi));
-                    p.drawLine(QPointF(x - 3, lo), QPointF(x + 3, lo));
-                    p.drawLine(QPointF(x - 3, hi), QPointF(x + 3, hi));
+                    paint_whisker(p, x, y_of(ref_mean + d.interval.low, area),
+                                  y_of(ref_mean + d.interval.high, area));
                 }
-                const size_t at =
-                    static_cast<size_t>(std::find_if(budgets_.begin(), budgets_.end(),
-                                                     [&](double b) { return same_budget(b, pt.budget); }) -
-                                        budgets_.begin());
-                if (prev + 1 == at)
-                    path.lineTo(x, y);
-                else
-                    path.moveTo(x, y);
-                prev = at;
+                line.add(pt.budget, x, y);
             }
             p.setPen(QPen(c, 1.5));
             p.setBrush(Qt::NoBrush);
-            p.drawPath(path);
+            p.drawPath(line.path());
         }
         for (size_t k = 0; k < panel.lines.size(); ++k) {
             const QColor c = st.colour_of(panel.lines[k].method);
@@ -433,18 +418,9 @@ void EvalHeatmapPainter::paint(QPainter& p) const {
                    Qt::AlignHCenter | Qt::AlignTop, QStringLiteral("budget \u03BA"));
     }
     // Colour bar: the fixed 0-100 scale.
-    const int bx = kMargin + per_row_ * panel_w_ + 10, by = kHeader + kHmTop;
-    const int bh = std::max(60, ch_ * static_cast<int>(s_.methods.size()));
-    for (int y = 0; y < bh; ++y) {
-        p.setPen(niah_colour(1.0 - static_cast<double>(y) / (bh - 1)));
-        p.drawLine(bx, by + y, bx + 16, by + y);
-    }
-    p.setPen(st.ink);
-    p.setFont(st.font);
-    p.drawText(QRect(bx + 20, by - 8, 50, 16), Qt::AlignLeft | Qt::AlignVCenter, "100");
-    p.drawText(QRect(bx + 20, by + bh / 2 - 8, 50, 16), Qt::AlignLeft | Qt::AlignVCenter, "50");
-    p.drawText(QRect(bx + 20, by + bh - 8, 50, 16), Qt::AlignLeft | Qt::AlignVCenter, "0");
-    p.drawText(QRect(bx - 4, by - 26, 80, 16), Qt::AlignLeft | Qt::AlignVCenter, "score");
+    paint_colour_bar(p, kMargin + per_row_ * panel_w_ + 10, kHeader + kHmTop,
+                     std::max(60, ch_ * static_cast<int>(s_.methods.size())), {"100", "50", "0"}, "score",
+                     st.ink, st.font);
 }
 
 QImage EvalHeatmapPainter::render() const {

@@ -14,6 +14,7 @@
 
 #include "base/file_io.h"
 #include "codec/registry.h"
+#include "viz/plot_marks.h"
 #include "viz/view_style.h"
 
 namespace varrate::viz {
@@ -295,27 +296,16 @@ void NiahAccuracyChart::paintEvent(QPaintEvent*) {
     // Whiskers and lines first, markers last, so that no line runs over a marker's centre.
     for (size_t i = 0; i < lines_.size(); ++i) {
         const QColor c = method_colour(QString::fromStdString(lines_[i].method), pal);
-        QPainterPath path;
-        size_t prev = budgets_.size();  // index in budgets_ of the previous point: a gap breaks the line
+        BudgetLine line(budgets_);
         for (const Point& pt : lines_[i].points) {
             const double x = x_of(pt.budget, area) + dodge(i), y = y_of(accuracy_of(pt.correct, pt.n), area);
             const Interval ci = wilson_interval(pt.correct, pt.n);
             p.setPen(QPen(c, 1));
-            p.drawLine(QPointF(x, y_of(ci.low, area)), QPointF(x, y_of(ci.high, area)));
-            for (double e : {ci.low, ci.high})
-                p.drawLine(QPointF(x - 3, y_of(e, area)), QPointF(x + 3, y_of(e, area)));
-            const size_t at =
-                static_cast<size_t>(std::find_if(budgets_.begin(), budgets_.end(),
-                                                 [&](double b) { return same_budget(b, pt.budget); }) -
-                                    budgets_.begin());
-            if (prev + 1 == at)
-                path.lineTo(x, y);
-            else
-                path.moveTo(x, y);
-            prev = at;
+            paint_whisker(p, x, y_of(ci.low, area), y_of(ci.high, area));
+            line.add(pt.budget, x, y);
         }
         p.setPen(QPen(c, 1.5));
-        p.drawPath(path);
+        p.drawPath(line.path());
     }
     for (size_t i = 0; i < lines_.size(); ++i) {
         const QColor c = method_colour(QString::fromStdString(lines_[i].method), pal);

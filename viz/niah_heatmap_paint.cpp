@@ -166,17 +166,22 @@ void NiahHeatmapPainter::paint(QPainter& p) const {
     }
 
     // Colour bar: the fixed 0-1 scale.
-    const int bx = kMargin + per_row_ * panel_w_ + 10, by = kHeader + kTop, bh = std::max(60, ch_ * n_depth_);
-    for (int y = 0; y < bh; ++y) {
-        p.setPen(niah_colour(1.0 - static_cast<double>(y) / (bh - 1)));
-        p.drawLine(bx, by + y, bx + 16, by + y);
+    paint_colour_bar(p, kMargin + per_row_ * panel_w_ + 10, kHeader + kTop, std::max(60, ch_ * n_depth_),
+                     {"1.0", "0.5", "0.0"}, "accuracy", st.ink, st.font);
+}
+
+void paint_colour_bar(QPainter& p, int x, int y, int height, const std::array<QString, 3>& labels,
+                      const QString& title, const QColor& ink, const QFont& font) {
+    for (int i = 0; i < height; ++i) {
+        p.setPen(niah_colour(1.0 - static_cast<double>(i) / (height - 1)));
+        p.drawLine(x, y + i, x + 16, y + i);
     }
-    p.setPen(st.ink);
-    p.setFont(st.font);
-    p.drawText(QRect(bx + 20, by - 8, 50, 16), Qt::AlignLeft | Qt::AlignVCenter, "1.0");
-    p.drawText(QRect(bx + 20, by + bh / 2 - 8, 50, 16), Qt::AlignLeft | Qt::AlignVCenter, "0.5");
-    p.drawText(QRect(bx + 20, by + bh - 8, 50, 16), Qt::AlignLeft | Qt::AlignVCenter, "0.0");
-    p.drawText(QRect(bx - 4, by - 26, 80, 16), Qt::AlignLeft | Qt::AlignVCenter, "accuracy");
+    p.setPen(ink);
+    p.setFont(font);
+    for (int k = 0; k < 3; ++k)
+        p.drawText(QRect(x + 20, y + k * height / 2 - 8, 50, 16), Qt::AlignLeft | Qt::AlignVCenter,
+                   labels[static_cast<size_t>(k)]);
+    p.drawText(QRect(x - 4, y - 26, 80, 16), Qt::AlignLeft | Qt::AlignVCenter, title);
 }
 
 QImage NiahHeatmapPainter::render() const {

@@ -10,6 +10,7 @@
 #include <QRect>
 #include <QSize>
 #include <QString>
+#include <array>
 
 #include "core/niah.h"
 
@@ -20,6 +21,10 @@ namespace varrate::viz {
 // The colour of an accuracy in [0, 1] (clamped): #F0496E at 0, #EBB839 at 0.5, #0CD79F at 1. Invalid for a
 // negative or NaN accuracy (a cell without records).
 QColor niah_colour(double accuracy);
+// The heatmaps' colour bar: niah_colour from 1 (top) to 0 (bottom) over x .. x + 16 and y .. y + height,
+// labelled at its top, middle and bottom, titled above.
+void paint_colour_bar(QPainter& p, int x, int y, int height, const std::array<QString, 3>& labels,
+                      const QString& title, const QColor& ink, const QFont& font);
 
 // How the heatmap looks; png() is the CLI's fixed white image, the app sets its palette and fonts.
 struct NiahHeatmapStyle {
