@@ -255,7 +255,7 @@ const std::string& reference_method_name() {
 
 const std::string& method_with_role(ColourRole role) {
     static const std::vector<std::string> names = [] {
-        std::vector<std::string> v(5);
+        std::vector<std::string> v(static_cast<size_t>(ColourRole::Own) + 1);  // one per role
         for (const Entry& e : registry())
             if (v[static_cast<size_t>(e.traits.colour)].empty() && e.traits.colour != ColourRole::Own)
                 v[static_cast<size_t>(e.traits.colour)] = e.traits.name;

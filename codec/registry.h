@@ -44,7 +44,7 @@ std::string to_string(MethodFamily f);  // "reference", "low-rank", "eviction", 
 
 // How the views colour a method: VarRate's own colour, that of its flat ablation (what VarRate is compared
 // with), the uncompressed reference's, the eviction baseline's (SnapKV), or a hue of its own.
-enum class ColourRole { Method, Ablation, Uncompressed, Eviction, Own };
+enum class ColourRole { Method, Ablation, Uncompressed, Eviction, Own };  // Own last (method_with_role)
 
 // What refuses a budget before any work (the CLI checks every method before a run): nothing, the codec's
 // plan (B, anchors, metadata: codec/footprint.h), SnapKV's kept count, or PyramidKV's depth schedule.

@@ -67,8 +67,9 @@ QString percent(double fraction) {
 QString cache_settings_text(const std::string& method, const CodecSettings& s) {
     if (!method_compresses(method)) return "uncompressed";
     // Only what the method reads (its traits): KIVI's footprint is set by its bits, SnapKV has no basis.
-    const uint32_t reads = method_traits(method).reads;
-    if (method_budget_rule(method) == BudgetRule::OwnSettings)
+    const MethodTraits& traits = method_traits(method);
+    const uint32_t reads = traits.reads;
+    if (traits.budget == BudgetRule::OwnSettings)
         return QString("%1's own settings (κ not read)").arg(QString::fromStdString(method));
     QStringList parts;
     auto add = [&](uint32_t bit, const QString& text) {
