@@ -5,7 +5,7 @@
 #include <fmt/format.h>
 
 #include "base/error.h"
-#include "codec/expected_attention_method.h"
+#include "codec/methods/expected_attention_method.h"
 #include "codec/salience.h"
 
 namespace varrate {

@@ -9,31 +9,11 @@
 
 #include "base/error.h"
 #include "base/json_field.h"
-#include "codec/quantize.h"
+#include "codec/settings_table.h"
 
 namespace varrate {
 
 namespace {
-
-struct IntegerField {
-    const char* key;
-    int64_t CodecSettings::*field;
-    int64_t min;
-};
-constexpr IntegerField kIntegerFields[] = {{"r_min", &CodecSettings::r_min, 0},
-                                           {"rank", &CodecSettings::rank, 1},
-                                           {"stride", &CodecSettings::stride, 1},
-                                           {"anchors", &CodecSettings::anchors, 1},
-                                           {"window", &CodecSettings::window, 0},
-                                           {"obs_window", &CodecSettings::obs_window, 1},
-                                           {"pool_kernel", &CodecSettings::pool_kernel, 1},
-                                           {"coef_bits", &CodecSettings::coef_bits, 2}};
-struct BoolField {
-    const char* key;
-    bool CodecSettings::*field;
-};
-constexpr BoolField kBoolFields[] = {{"paper_accounting", &CodecSettings::paper_accounting},
-                                     {"precise_timing", &CodecSettings::precise_timing}};
 
 // Per-token vectors: NaN/inf become null (what nlohmann writes for them anyway), and read back as NaN.
 nlohmann::json float_vector_json(const at::Tensor& t) {
@@ -84,9 +64,15 @@ at::Tensor long_tensor(const nlohmann::json& j) {
 }  // namespace
 
 nlohmann::json to_json(const CodecSettings& s) {
-    nlohmann::json j = {{"budget", s.budget}};
-    for (const auto& f : kIntegerFields) j[f.key] = s.*(f.field);
-    for (const auto& f : kBoolFields) j[f.key] = s.*(f.field);
+    nlohmann::json j = nlohmann::json::object();
+    for (const CodecSettingSpec& spec : codec_setting_specs()) {
+        if (spec.real)
+            j[spec.key] = s.*(spec.real);
+        else if (spec.integer)
+            j[spec.key] = s.*(spec.integer);
+        else
+            j[spec.key] = s.*(spec.boolean);
+    }
     return j;
 }
 
@@ -95,43 +81,30 @@ CodecSettings codec_settings_from_json(const nlohmann::json& j, const std::strin
     if (!j.is_object()) throw Error(where + ": expected a JSON object of codec settings");
     CodecSettings s = base;
     for (const auto& item : j.items()) {
-        // Named, not a structured binding: C++17 lambdas (the find_if below) cannot capture those (clang).
         const std::string& key = item.key();
         const nlohmann::json& value = item.value();
         if (std::find(ignored.begin(), ignored.end(), key) != ignored.end()) continue;
-        if (key == "budget") {
-            if (!value.is_number() || !(value.get<double>() > 0.0 && value.get<double>() <= 1.0))
-                throw Error(
-                    fmt::format("{}: \"budget\" must be a number in (0, 1], got {}", where, value.dump()));
-            s.budget = value.get<double>();
-            continue;
+        const CodecSettingSpec* spec = find_codec_setting(key);
+        if (!spec) {
+            std::vector<std::string> known;
+            for (const CodecSettingSpec& f : codec_setting_specs()) known.push_back(f.key);
+            known.insert(known.end(), ignored.begin(), ignored.end());
+            throw Error(
+                fmt::format("{}: unknown field \"{}\" (known: {})", where, key, fmt::join(known, ", ")));
         }
-        const auto integer = std::find_if(std::begin(kIntegerFields), std::end(kIntegerFields),
-                                          [&](const IntegerField& f) { return key == f.key; });
-        if (integer != std::end(kIntegerFields)) {
-            if (!value.is_number_integer() || value.get<int64_t>() < integer->min)
-                throw Error(fmt::format("{}: \"{}\" must be an integer >= {}, got {}", where, key,
-                                        integer->min, value.dump()));
-            s.*(integer->field) = value.get<int64_t>();
-            if (key == "coef_bits" && s.coef_bits != 16 && !is_supported_bits(s.coef_bits))
-                throw Error(
-                    fmt::format("{}: \"coef_bits\" must be 2, 3, 4, 8 or 16, got {}", where, s.coef_bits));
-            continue;
+        // The JSON type first (an integer setting given 2.5 or "4" is named as such), then the table's range.
+        const bool typed = spec->kind == SettingKind::Flag       ? value.is_boolean()
+                           : spec->kind == SettingKind::Fraction ? value.is_number()
+                                                                 : value.is_number_integer();
+        const double v = !typed               ? 0.0
+                         : value.is_boolean() ? (value.get<bool>() ? 1.0 : 0.0)
+                                              : value.get<double>();
+        if (!typed || !setting_violation(*spec, v).empty()) {
+            const std::string allowed = setting_violation(*spec, typed ? v : std::nan(""));
+            throw Error(fmt::format("{}: \"{}\" must be {}, got {}", where, key,
+                                    allowed.empty() ? "a number" : allowed, value.dump()));
         }
-        const auto flag = std::find_if(std::begin(kBoolFields), std::end(kBoolFields),
-                                       [&](const BoolField& f) { return key == f.key; });
-        if (flag != std::end(kBoolFields)) {
-            if (!value.is_boolean())
-                throw Error(
-                    fmt::format("{}: \"{}\" must be true or false, got {}", where, key, value.dump()));
-            s.*(flag->field) = value.get<bool>();
-            continue;
-        }
-        std::vector<std::string> known = {"budget"};
-        for (const auto& f : kIntegerFields) known.push_back(f.key);
-        for (const auto& f : kBoolFields) known.push_back(f.key);
-        known.insert(known.end(), ignored.begin(), ignored.end());
-        throw Error(fmt::format("{}: unknown field \"{}\" (known: {})", where, key, fmt::join(known, ", ")));
+        set_setting_value(*spec, s, v);
     }
     return s;
 }

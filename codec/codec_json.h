@@ -10,8 +10,8 @@
 
 namespace varrate {
 
-// Every field of CodecSettings: budget, r_min, rank, stride, anchors, window, obs_window, pool_kernel,
-// paper_accounting, precise_timing.
+// Every field of CodecSettings (codec/settings_table.h's rows, by their JSON keys):
+// budget, r_min, rank, ..., paper_accounting, precise_timing.
 nlohmann::json to_json(const CodecSettings& s);
 
 // Fields present in `j` applied over `base`, each range-checked (budget in (0, 1], integers >= their

@@ -11,6 +11,7 @@
 #include "codec/anchor_sets.h"
 #include "codec/anchors.h"
 #include "codec/quantize.h"
+#include "codec/settings_table.h"
 
 namespace varrate {
 
@@ -162,8 +163,7 @@ CodecBudget plan_codec_budget(const CodecSettings& s, int64_t n_tokens, int64_t 
                   "the smallest feasible kappa for L={} (D={}, {} exact + {} coded tokens at "
                   "r_min={}) is {:.4f}",
                   n_tokens, dim, b.n_exact, b.n_coded, s.r_min, b.min_feasible_budget);
-    if (!(s.budget > 0.0 && s.budget <= 1.0))
-        throw Error(fmt::format("{}: budget kappa={} is outside (0, 1]; {}", who, s.budget, hint));
+    check_budget(s.budget, who, hint);
     const int64_t total = floor_scalars(s.budget, n_tokens, dim);
     const int64_t left = total - b.n_exact * dim - b.index_scalars - b.basis_scalars;
     b.budget_B = coefficients_in(b, left);
@@ -203,11 +203,8 @@ int64_t snapkv_kept_tokens(const CodecSettings& s, int64_t n_tokens, const std::
             fmt::format("{}: a context of L={} tokens is not longer than the observation window {}; "
                         "no kappa is feasible for this L",
                         who, n_tokens, w));
-    if (!(s.budget > 0.0 && s.budget <= 1.0))
-        throw Error(
-            fmt::format("{}: budget kappa={} is outside (0, 1]; the smallest feasible kappa for L={} is "
-                        "{:.4f}",
-                        who, s.budget, n_tokens, k_min));
+    check_budget(s.budget, who,
+                 fmt::format("the smallest feasible kappa for L={} is {:.4f}", n_tokens, k_min));
     const int64_t kept = static_cast<int64_t>(static_cast<double>(n_tokens) * s.budget);
     if (kept < w)
         throw InfeasibleBudget(

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "base/error.h"
+#include "codec/settings_table.h"
 #include "models/host_read.h"
 
 namespace varrate {
@@ -64,13 +65,7 @@ LayerResult CompressionMethod::compress(const LayerCapture& capture) {
 }
 
 std::string structural_difference(const CodecSettings& a, const CodecSettings& b) {
-    if (a.stride != b.stride) return fmt::format("stride {} vs {}", a.stride, b.stride);
-    if (a.anchors != b.anchors) return fmt::format("anchors {} vs {}", a.anchors, b.anchors);
-    if (a.window != b.window) return fmt::format("window {} vs {}", a.window, b.window);
-    if (a.obs_window != b.obs_window) return fmt::format("obs_window {} vs {}", a.obs_window, b.obs_window);
-    if (a.pool_kernel != b.pool_kernel)
-        return fmt::format("pool_kernel {} vs {}", a.pool_kernel, b.pool_kernel);
-    return "";
+    return setting_difference(a, b, SettingTier::Structural);
 }
 
 void sync_for_timing(const at::Tensor& t, bool enabled) {

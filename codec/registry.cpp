@@ -5,16 +5,16 @@
 #include <fmt/format.h>
 
 #include "base/error.h"
-#include "codec/adakv_method.h"
-#include "codec/expected_attention_method.h"
 #include "codec/footprint.h"
-#include "codec/full_method.h"
-#include "codec/kivi_method.h"
-#include "codec/kvzip_method.h"
-#include "codec/pyramidkv_method.h"
-#include "codec/snapkv_method.h"
-#include "codec/streamingllm_method.h"
-#include "codec/varrate_method.h"
+#include "codec/methods/adakv_method.h"
+#include "codec/methods/expected_attention_method.h"
+#include "codec/methods/full_method.h"
+#include "codec/methods/kivi_method.h"
+#include "codec/methods/kvzip_method.h"
+#include "codec/methods/pyramidkv_method.h"
+#include "codec/methods/snapkv_method.h"
+#include "codec/methods/streamingllm_method.h"
+#include "codec/methods/varrate_method.h"
 
 namespace varrate {
 

@@ -7,7 +7,8 @@
 
 #include "base/error.h"
 #include "base/stopwatch.h"
-#include "codec/snapkv_method.h"
+#include "codec/methods/snapkv_method.h"
+#include "codec/settings_table.h"
 
 namespace varrate {
 
@@ -28,8 +29,7 @@ double smallest_kappa_keeping_more_than(int64_t floor, int64_t n_tokens) {
 }
 
 int64_t ScorerEviction::kappa_tokens(int64_t n_tokens, double kappa) const {
-    if (!(kappa > 0.0 && kappa <= 1.0))
-        throw Error(fmt::format("{}: budget kappa={} is outside (0, 1]", name_, kappa));
+    check_budget(kappa, name_);
     return static_cast<int64_t>(static_cast<double>(n_tokens) * kappa);
 }
 

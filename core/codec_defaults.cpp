@@ -1,11 +1,14 @@
 #include "core/codec_defaults.h"
 
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "base/file_io.h"
 #include "codec/codec_json.h"
+#include "codec/settings_table.h"
 
 namespace varrate {
 
@@ -39,20 +42,16 @@ CodecSettings default_codec_settings(const std::filesystem::path& model_dir) {
 
 std::string describe_codec_defaults(int64_t joint_dim, const std::optional<CodecSettings>& recorded) {
     const CodecSettings s = recorded ? *recorded : width_codec_defaults(joint_dim);
+    std::vector<std::string> values;  // the settings a model's defaults set, as the table names them
+    for (const CodecSettingSpec& spec : codec_setting_specs())
+        if (spec.model_default) values.push_back(fmt::format("{} {}", spec.key, format_setting(spec, s)));
+    const std::string list = fmt::format("{}", fmt::join(values, ", "));
     if (recorded)
-        return fmt::format(
-            "This model's defaults ({}, D = {}): budget {:g}, r_min {}, rank {}, stride {}, anchors {}, "
-            "window "
-            "{}, obs window {}",
-            kCodecDefaultsFile, joint_dim, s.budget, s.r_min, s.rank, s.stride, s.anchors, s.window,
-            s.obs_window);
-    const std::string values =
-        fmt::format("budget {:g}, r_min {}, rank {}, stride {}, window {}, obs window {}", s.budget, s.r_min,
-                    s.rank, s.stride, s.window, s.obs_window);
-    if (joint_dim <= 0) return "Paper defaults (no model loaded): " + values;
-    if (joint_dim >= 1024) return fmt::format("Paper defaults for D = {}: {}", joint_dim, values);
+        return fmt::format("This model's defaults ({}, D = {}): {}", kCodecDefaultsFile, joint_dim, list);
+    if (joint_dim <= 0) return "Paper defaults (no model loaded): " + list;
+    if (joint_dim >= 1024) return fmt::format("Paper defaults for D = {}: {}", joint_dim, list);
     return fmt::format("Small-model defaults for D = {} (< 1024, paper defaults infeasible): {}", joint_dim,
-                       values);
+                       list);
 }
 
 std::optional<CodecSettings> read_codec_defaults(const std::filesystem::path& model_dir,

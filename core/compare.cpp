@@ -16,8 +16,9 @@
 #include "base/json_field.h"
 #include "base/stopwatch.h"
 #include "codec/codec_json.h"
-#include "codec/pyramidkv_method.h"
+#include "codec/methods/pyramidkv_method.h"
 #include "codec/registry.h"
+#include "codec/settings_table.h"
 #include "core/capture.h"
 #include "core/compare_internal.h"
 #include "core/exploration.h"
@@ -103,11 +104,9 @@ bool answer_matches(const std::string& response, const std::string& expected) {
 }
 
 std::vector<double> request_budgets(const std::vector<double>& budgets, const CodecSettings& settings) {
+    check_codec_settings(settings, "codec settings");
     std::vector<double> out = budgets.empty() ? std::vector<double>{settings.budget} : budgets;
-    for (double b : out)
-        if (!(b > 0.0 && b <= 1.0))
-            throw Error(
-                fmt::format("budget {} is outside (0, 1]: kappa is the fraction of the cache kept", b));
+    for (double b : out) check_setting(*find_codec_setting("budget"), b, "budget list");
     return out;
 }
 

@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "base/stopwatch.h"
 #include "codec/registry.h"
+#include "codec/settings_table.h"
 
 namespace varrate {
 
@@ -36,8 +37,7 @@ CaptureExploration::CaptureExploration(const Session& session, std::shared_ptr<c
     : session_(session), basis_(std::move(basis)), capture_(std::move(capture)) {}
 
 bool CaptureExploration::same_analysis(const CodecSettings& a, const CodecSettings& b) {
-    return structural_difference(a, b).empty() && a.rank == b.rank &&
-           a.paper_accounting == b.paper_accounting;
+    return setting_difference(a, b, SettingTier::Analysis).empty();
 }
 
 void CaptureExploration::retain_analyses(const CodecSettings& settings) {

@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "base/stopwatch.h"
 #include "codec/registry.h"
+#include "codec/settings_table.h"
 #include "core/capture.h"
 #include "core/compare_internal.h"
 #include "core/exploration.h"
@@ -101,8 +102,9 @@ namespace {
 bool basis_refit(const ComparePlan& plan, const CodecSettings& from, const CodecSettings& to) {
     if (!plan.basis || !plan.basis->info().self_calibrated) return false;
     const BasisInfo& info = plan.basis->info();
-    return from.stride != to.stride || from.anchors != to.anchors || from.window != to.window ||
-           std::min(to.rank, info.dim) > info.rank;
+    for (const CodecSettingSpec& spec : codec_setting_specs())
+        if (spec.shapes_basis && setting_value(spec, from) != setting_value(spec, to)) return true;
+    return std::min(to.rank, info.dim) > info.rank;
 }
 
 }  // namespace

@@ -12,7 +12,7 @@
 #include "codec/registry.h"
 #include "core/prompt.h"
 #include "core/session.h"
-#include "models/tokenizer.h"
+#include "models/tokenizer/tokenizer.h"
 
 namespace varrate {
 

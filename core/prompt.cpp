@@ -1,8 +1,8 @@
 #include "core/prompt.h"
 
 #include "base/error.h"
-#include "models/chat_template.h"
-#include "models/tokenizer.h"
+#include "models/tokenizer/chat_template.h"
+#include "models/tokenizer/tokenizer.h"
 
 namespace varrate {
 

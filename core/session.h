@@ -12,7 +12,7 @@
 #include "codec/basis.h"
 #include "codec/method.h"
 #include "models/llama_model.h"
-#include "models/tokenizer.h"
+#include "models/tokenizer/tokenizer.h"
 
 namespace varrate {
 

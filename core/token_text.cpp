@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "models/tokenizer.h"
+#include "models/tokenizer/tokenizer.h"
 
 namespace varrate {
 

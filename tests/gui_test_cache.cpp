@@ -263,6 +263,47 @@ class GuiTestCache : public QObject {
         QVERIFY(dtype->findText("fp16") >= 0);
     }
 
+    // The codec group is made from the settings table: one editor per field (named by its JSON key; the list
+    // here is written by hand), and every field goes through set_settings, settings() and a session file.
+    void run_panel_has_an_editor_per_setting() {
+        RunPanel panel;
+        for (const char* key : {"budget", "r_min", "rank", "stride", "anchors", "window", "obs_window",
+                                "pool_kernel", "coef_bits", "paper_accounting", "precise_timing"}) {
+            QWidget* editor = panel.codec_editor(key);
+            QVERIFY2(editor, key);
+            QCOMPARE(editor->objectName(), QString(key));
+            QVERIFY2(!editor->toolTip().isEmpty(), key);
+        }
+        RunSettings s = panel.settings();
+        s.codec.budget = 0.35;
+        s.codec.r_min = 5;
+        s.codec.rank = 77;
+        s.codec.stride = 9;
+        s.codec.anchors = 3;
+        s.codec.window = 11;
+        s.codec.obs_window = 13;
+        s.codec.pool_kernel = 7;
+        s.codec.coef_bits = 4;
+        s.codec.paper_accounting = true;
+        s.codec.precise_timing = true;
+        panel.set_settings(s);
+        const RunSettings back = run_settings_from_json(to_json(panel.settings()), "test");
+        QVERIFY2(setting_difference(back.codec, s.codec, SettingTier::Runtime).empty(),
+                 setting_difference(back.codec, s.codec, SettingTier::Runtime).c_str());
+        QCOMPARE(back.codec.precise_timing, true);
+        QCOMPARE(back.codec.pool_kernel, int64_t{7});
+        // A model's defaults change the rows the table marks as the model's and keep the user's regime.
+        CodecSettings model;
+        model.budget = 0.25;
+        model.stride = 32;
+        panel.apply_model_defaults(model, false, "defaults");
+        QCOMPARE(panel.settings().codec.budget, 0.25);
+        QCOMPARE(panel.settings().codec.stride, int64_t{32});
+        QCOMPARE(panel.settings().codec.pool_kernel, int64_t{7});
+        QCOMPARE(panel.settings().codec.coef_bits, int64_t{4});
+        QCOMPARE(panel.settings().codec.paper_accounting, true);
+    }
+
     // The control: every choice reaches CodecSettings, set_settings shows it, the session file keeps it.
     void coef_bits_control_reaches_codec_settings() {
         RunPanel panel;

@@ -20,8 +20,8 @@
 #include <nlohmann/json.hpp>
 
 #include "base/file_io.h"
-#include "core/eval.h"
 #include "core/session.h"
+#include "core/suites/eval.h"
 #include "tests/gui_test_support.h"
 #include "viz/eval_plot_paint.h"
 #include "viz/eval_record_dialog.h"

@@ -26,7 +26,7 @@
 #include "base/file_io.h"
 #include "core/compare.h"
 #include "core/session.h"
-#include "core/stats.h"
+#include "core/suites/stats.h"
 #include "viz/axis_interaction.h"
 #include "viz/chart_export.h"
 #include "viz/document_view.h"

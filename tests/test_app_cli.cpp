@@ -405,6 +405,78 @@ class TestCli : public QObject {
                                QString::fromStdString(ctx.string()), "--question", "Who?"},
                               "\"budget\" must be a number in (0, 1]");
     }
+
+    // Every codec setting is a flag (made from codec/settings_table.h) that reaches the output JSON; the list
+    // here is written by hand, so a row missing from the table fails it. Bad values are refused by the
+    // table's check, in one line naming the flag.
+    void every_codec_setting_is_a_flag_that_reaches_the_json() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        const QStringList flags = {"--budget",           "--rmin",          "--rank",
+                                   "--stride",           "--anchors",       "--window",
+                                   "--obs-window",       "--pool-kernel",   "--coef-bits",
+                                   "--paper-accounting", "--precise-timing"};
+        const CliResult help = run_varrate({"compare", "--help"});
+        QCOMPARE(help.exit_code, 0);
+        for (const QString& f : flags) QVERIFY2(help.out.contains(f + " "), qPrintable(f));
+
+        const auto tmp = varrate::test::temp_dir("cli-codec-flags");
+        const auto ctx = tmp / "context.txt";
+        varrate::write_file_atomic(ctx,
+                                   "Once upon a time, there was a little girl named Lily. She loved to "
+                                   "play outside in the park with her big red ball.");
+        const auto out = tmp / "compare.json";
+        const QString m = QString::fromStdString(dir.string());
+        const QStringList base = {"compare",
+                                  "--model",
+                                  m,
+                                  "--context-file",
+                                  QString::fromStdString(ctx.string()),
+                                  "--question",
+                                  "Who had the ball?",
+                                  "--methods",
+                                  "full",
+                                  "--max-new-tokens",
+                                  "2",
+                                  "--json",
+                                  QString::fromStdString(out.string())};
+        const CliResult r = run_varrate(base + QStringList{"--budget",
+                                                           "0.45",
+                                                           "--rmin",
+                                                           "3",
+                                                           "--rank",
+                                                           "40",
+                                                           "--stride",
+                                                           "8",
+                                                           "--anchors",
+                                                           "2",
+                                                           "--window",
+                                                           "12",
+                                                           "--obs-window",
+                                                           "10",
+                                                           "--pool-kernel",
+                                                           "3",
+                                                           "--coef-bits",
+                                                           "8",
+                                                           "--paper-accounting",
+                                                           "--precise-timing"});
+        QVERIFY2(r.exit_code == 0, qPrintable(r.err));
+        const nlohmann::json s = varrate::read_json_file(out)["settings"];
+        QCOMPARE(s.value("budget", 0.0), 0.45);
+        QCOMPARE(s.value("r_min", 0), 3);
+        QCOMPARE(s.value("rank", 0), 40);
+        QCOMPARE(s.value("stride", 0), 8);
+        QCOMPARE(s.value("anchors", 0), 2);
+        QCOMPARE(s.value("window", 0), 12);
+        QCOMPARE(s.value("obs_window", 0), 10);
+        QCOMPARE(s.value("pool_kernel", 0), 3);
+        QCOMPARE(s.value("coef_bits", 0), 8);
+        QCOMPARE(s.value("paper_accounting", false), true);
+        QCOMPARE(s.value("precise_timing", false), true);
+
+        expect_one_line_error(base + QStringList{"--rmin", "-1"}, "--rmin must be an integer in [0, 65536]");
+        expect_one_line_error(base + QStringList{"--coef-bits", "5"}, "--coef-bits must be 2, 3, 4, 8 or 16");
+        expect_one_line_error(base + QStringList{"--anchors", "x"}, "--anchors must be an integer");
+    }
 };
 
 QTEST_GUILESS_MAIN(TestCli)

@@ -12,7 +12,7 @@
 #include "base/file_io.h"
 #include "models/llama_model.h"
 #include "models/safetensors.h"
-#include "models/tokenizer.h"
+#include "models/tokenizer/tokenizer.h"
 
 namespace {
 

@@ -10,8 +10,8 @@
 
 #include "app/train/train_data.h"
 #include "base/error.h"
-#include "core/ruler_tasks.h"
-#include "models/tokenizer.h"
+#include "core/suites/ruler_tasks.h"
+#include "models/tokenizer/tokenizer.h"
 
 using namespace varrate;
 using namespace varrate::train;

@@ -14,13 +14,13 @@
 #include <set>
 
 #include "base/error.h"
-#include "codec/adakv_method.h"
 #include "codec/footprint.h"
 #include "codec/headwise_eviction.h"
+#include "codec/methods/adakv_method.h"
+#include "codec/methods/snapkv_method.h"
 #include "codec/prefix_io.h"
 #include "codec/registry.h"
 #include "codec/salience.h"
-#include "codec/snapkv_method.h"
 #include "codec/synthetic.h"
 #include "core/capture.h"
 

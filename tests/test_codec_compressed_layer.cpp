@@ -15,9 +15,9 @@
 #include "codec/anchors.h"
 #include "codec/compressed_layer.h"
 #include "codec/footprint.h"
+#include "codec/methods/varrate_method.h"
 #include "codec/quantize.h"
 #include "codec/synthetic.h"
-#include "codec/varrate_method.h"
 
 using namespace varrate;
 

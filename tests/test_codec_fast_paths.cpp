@@ -12,9 +12,9 @@
 #include <ATen/Parallel.h>
 
 #include "codec/anchors.h"
+#include "codec/methods/varrate_method.h"
 #include "codec/salience.h"
 #include "codec/synthetic.h"
-#include "codec/varrate_method.h"
 #include "models/rope.h"
 
 using namespace varrate;

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "base/error.h"
-#include "codec/kivi_method.h"
+#include "codec/methods/kivi_method.h"
 #include "codec/quantize.h"
 #include "codec/quantized_layer.h"
 #include "codec/registry.h"

@@ -13,8 +13,8 @@
 
 #include "base/error.h"
 #include "codec/footprint.h"
+#include "codec/methods/snapkv_method.h"
 #include "codec/salience.h"
-#include "codec/snapkv_method.h"
 #include "core/capture.h"
 #include "models/device.h"
 #include "models/generate.h"

@@ -15,8 +15,8 @@
 // (obs_window 0: kvpress pins only the sinks). Per layer and KV head the kept positions are identical.
 #include <ATen/ATen.h>
 
-#include "codec/expected_attention_method.h"
-#include "codec/kvzip_method.h"
+#include "codec/methods/expected_attention_method.h"
+#include "codec/methods/kvzip_method.h"
 #include "codec/registry.h"
 #include "core/capture.h"
 #include "core/probe.h"

@@ -11,7 +11,7 @@
 
 #include "base/error.h"
 #include "codec/footprint.h"
-#include "codec/pyramidkv_method.h"
+#include "codec/methods/pyramidkv_method.h"
 #include "codec/registry.h"
 #include "codec/salience.h"
 #include "codec/synthetic.h"
@@ -175,7 +175,8 @@ class TestCodecPyramidKV : public QObject {
         cap.n_layers = 1;
         EXPECT_ERROR(make_method("pyramidkv", settings(0.1, 64))->compress(cap), "fewer than the always-kept",
                      "smallest feasible kappa");
-        EXPECT_ERROR(make_method("pyramidkv", settings(1.5, 64))->compress(cap), "outside (0, 1]");
+        EXPECT_ERROR(make_method("pyramidkv", settings(1.5, 64))->compress(cap),
+                     "must be a number in (0, 1]");
         cap.layer = 3;
         EXPECT_ERROR(make_method("pyramidkv", settings(0.5, 64))->compress(cap), "layer 3", "1 layers");
     }

@@ -9,9 +9,9 @@
 
 #include "base/error.h"
 #include "codec/footprint.h"
+#include "codec/methods/varrate_method.h"
 #include "codec/quantize.h"
 #include "codec/synthetic.h"
-#include "codec/varrate_method.h"
 
 using namespace varrate;
 

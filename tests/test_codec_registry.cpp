@@ -192,6 +192,50 @@ class TestCodecRegistry : public QObject {
         QVERIFY(std::regex_search(std::string("m != \"varrate:oracle\""), compare));
         QVERIFY(!std::regex_search(std::string("const char* f = \"varrate-codec.json\";"), compare));
     }
+
+    // The structure drawing (docs/ARCHITECTURE.md) has no arrow running back up: each layer's sources include
+    // nothing of the layers above it (the pipeline nothing of its suites).
+    void layers_include_only_downward() {
+        const std::filesystem::path root = VARRATE_SOURCE_DIR;
+        struct Layer {
+            const char* dir;
+            std::vector<std::string> forbidden;  // include prefixes
+            const char* except = nullptr;        // a subfolder that is a layer of its own
+        };
+        const std::vector<Layer> layers = {
+            {"base", {"models/", "codec/", "core/", "viz/", "app/"}},
+            {"models", {"codec/", "core/", "viz/", "app/"}},
+            {"codec", {"core/", "viz/", "app/"}},
+            {"core", {"core/suites/", "viz/", "app/"}, "suites"},
+            {"core/suites", {"viz/", "app/"}},
+        };
+        const std::regex include("^\\s*#\\s*include\\s*\"([^\"]+)\"");
+        std::vector<std::string> hits;
+        int files = 0;
+        for (const Layer& layer : layers) {
+            for (const auto& e : std::filesystem::recursive_directory_iterator(root / layer.dir)) {
+                const auto ext = e.path().extension();
+                if (ext != ".cpp" && ext != ".h") continue;
+                const std::string rel = std::filesystem::relative(e.path(), root / layer.dir).string();
+                if (layer.except && rel.rfind(std::string(layer.except) + "/", 0) == 0) continue;
+                ++files;
+                std::ifstream in(e.path());
+                std::string line;
+                std::smatch m;
+                for (int n = 1; std::getline(in, line); ++n) {
+                    if (!std::regex_search(line, m, include)) continue;
+                    for (const std::string& f : layer.forbidden)
+                        if (m[1].str().rfind(f, 0) == 0)
+                            hits.push_back(std::string(layer.dir) + "/" + rel + ":" + std::to_string(n) +
+                                           ": " + line);
+                }
+            }
+        }
+        QVERIFY(files > 100);
+        std::string all;
+        for (const auto& h : hits) all += h + "\n";
+        QVERIFY2(hits.empty(), all.c_str());
+    }
 };
 
 QTEST_GUILESS_MAIN(TestCodecRegistry)

@@ -11,11 +11,11 @@
 
 #include "base/error.h"
 #include "codec/allocation_signal.h"
-#include "codec/expected_attention_method.h"
-#include "codec/kvzip_method.h"
+#include "codec/methods/expected_attention_method.h"
+#include "codec/methods/kvzip_method.h"
+#include "codec/methods/varrate_method.h"
 #include "codec/salience.h"
 #include "codec/synthetic.h"
-#include "codec/varrate_method.h"
 #include "tests/test_support.h"
 
 using namespace varrate;

@@ -8,9 +8,9 @@
 #include <ATen/Parallel.h>
 
 #include "base/error.h"
+#include "codec/methods/snapkv_method.h"
 #include "codec/registry.h"
 #include "codec/salience.h"
-#include "codec/snapkv_method.h"
 #include "codec/synthetic.h"
 
 using namespace varrate;

@@ -7,8 +7,8 @@
 #include <ATen/Parallel.h>
 
 #include "base/error.h"
+#include "codec/methods/streamingllm_method.h"
 #include "codec/registry.h"
-#include "codec/streamingllm_method.h"
 #include "codec/synthetic.h"
 
 using namespace varrate;

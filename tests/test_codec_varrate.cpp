@@ -10,9 +10,9 @@
 #include "codec/anchors.h"
 #include "codec/codec_json.h"
 #include "codec/footprint.h"
+#include "codec/methods/varrate_method.h"
 #include "codec/registry.h"
 #include "codec/synthetic.h"
-#include "codec/varrate_method.h"
 
 using namespace varrate;
 

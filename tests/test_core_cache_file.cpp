@@ -22,8 +22,8 @@
 #include "core/cache_file.h"
 #include "core/capture.h"
 #include "core/compare.h"
-#include "core/demo_corpus.h"
 #include "core/session.h"
+#include "core/suites/demo_corpus.h"
 #include "models/random_model.h"
 #include "models/safetensors.h"
 

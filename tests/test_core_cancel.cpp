@@ -17,10 +17,10 @@
 
 #include "base/file_io.h"
 #include "core/compare.h"
-#include "core/demo_corpus.h"
-#include "core/eval.h"
-#include "core/niah.h"
 #include "core/session.h"
+#include "core/suites/demo_corpus.h"
+#include "core/suites/eval.h"
+#include "core/suites/niah.h"
 #include "test_support.h"
 
 namespace fs = std::filesystem;

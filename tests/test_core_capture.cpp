@@ -16,11 +16,11 @@
 #include "codec/registry.h"
 #include "core/capture.h"
 #include "core/compare.h"
-#include "core/demo_corpus.h"
 #include "core/exploration.h"
 #include "core/live_compare.h"
 #include "core/prompt.h"
 #include "core/session.h"
+#include "core/suites/demo_corpus.h"
 #include "models/rope.h"
 
 using namespace varrate;
@@ -322,7 +322,7 @@ class TestCapture : public QObject {
         bad.context = context_;
         bad.settings = test::small_codec_settings(0.6);
         LiveCompare live(s, bad);
-        EXPECT_ERROR(live.update(bad.settings, {0.5, 1.5}), "budget 1.5 is outside (0, 1]");
+        EXPECT_ERROR(live.update(bad.settings, {0.5, 1.5}), "\"budget\" must be a number in (0, 1], got 1.5");
     }
 
     void perplexity_runs_every_budget_from_one_capture() {

@@ -12,18 +12,18 @@
 #include <sstream>
 #include <typeinfo>
 
+#include "codec/methods/varrate_method.h"
 #include "codec/registry.h"
 #include "codec/synthetic.h"
-#include "codec/varrate_method.h"
 #include "core/capture.h"
 #include "core/data_paths.h"
-#include "core/niah_document.h"
 #include "core/probe.h"
+#include "core/suites/niah_document.h"
 #include "models/generate.h"
 #include "models/host_read.h"
 #include "models/llama_model.h"
 #include "models/rope.h"
-#include "models/tokenizer.h"
+#include "models/tokenizer/tokenizer.h"
 
 using namespace varrate;
 

@@ -5,9 +5,9 @@
 #include <set>
 
 #include "base/error.h"
-#include "core/demo_corpus.h"
 #include "core/prompt.h"
-#include "models/tokenizer.h"
+#include "core/suites/demo_corpus.h"
+#include "models/tokenizer/tokenizer.h"
 
 using namespace varrate;
 

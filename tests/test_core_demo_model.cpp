@@ -4,8 +4,8 @@
 #include "tests/test_support.h"
 
 #include "core/compare.h"
-#include "core/demo_corpus.h"
 #include "core/session.h"
+#include "core/suites/demo_corpus.h"
 
 using namespace varrate;
 

@@ -13,12 +13,12 @@
 #include "base/error.h"
 #include "base/file_io.h"
 #include "core/compare.h"
-#include "core/eval.h"
-#include "core/longbench.h"
-#include "core/longbench_metrics.h"
-#include "core/niah_record.h"
 #include "core/session.h"
-#include "core/stats.h"
+#include "core/suites/eval.h"
+#include "core/suites/longbench.h"
+#include "core/suites/longbench_metrics.h"
+#include "core/suites/niah_record.h"
+#include "core/suites/stats.h"
 
 namespace fs = std::filesystem;
 using namespace varrate;

@@ -10,9 +10,9 @@
 #include <fmt/format.h>
 
 #include "base/error.h"
-#include "core/longbench.h"
-#include "core/longbench_metrics.h"
-#include "models/tokenizer.h"
+#include "core/suites/longbench.h"
+#include "core/suites/longbench_metrics.h"
+#include "models/tokenizer/tokenizer.h"
 
 namespace fs = std::filesystem;
 using namespace varrate;

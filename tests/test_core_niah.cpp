@@ -25,11 +25,11 @@
 #include "base/error.h"
 #include "base/file_io.h"
 #include "core/compare.h"
-#include "core/niah.h"
 #include "core/prompt.h"
 #include "core/session.h"
-#include "core/stats.h"
-#include "models/tokenizer.h"
+#include "core/suites/niah.h"
+#include "core/suites/stats.h"
+#include "models/tokenizer/tokenizer.h"
 
 namespace fs = std::filesystem;
 using namespace varrate;
@@ -346,7 +346,7 @@ class TestNiah : public QObject {
         o.budgets = {0.2, 0.2};
         EXPECT_ERROR(run_niah_sweep(*session, o, {}), "--budget", "0.2 is listed twice");
         o.budgets = {0.2, 0};
-        EXPECT_ERROR(run_niah_sweep(*session, o, {}), "--budget", "not a fraction");
+        EXPECT_ERROR(run_niah_sweep(*session, o, {}), "--budget", "must be a number in (0, 1]");
         fs::remove_all(out);
     }
 

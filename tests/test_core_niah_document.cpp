@@ -12,10 +12,10 @@
 #include <fmt/format.h>
 
 #include "base/error.h"
-#include "core/needle_probe.h"
-#include "core/niah_document.h"
 #include "core/prompt.h"
-#include "models/tokenizer.h"
+#include "core/suites/needle_probe.h"
+#include "core/suites/niah_document.h"
+#include "models/tokenizer/tokenizer.h"
 
 namespace fs = std::filesystem;
 using namespace varrate;

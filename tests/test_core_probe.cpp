@@ -17,7 +17,7 @@
 #include "core/prompt.h"
 #include "core/session.h"
 #include "models/rope.h"
-#include "models/tokenizer.h"
+#include "models/tokenizer/tokenizer.h"
 
 using namespace varrate;
 

@@ -11,9 +11,9 @@
 
 #include "base/file_io.h"
 #include "core/compare.h"
-#include "core/rate_distortion.h"
 #include "core/session.h"
-#include "core/stats.h"
+#include "core/suites/rate_distortion.h"
+#include "core/suites/stats.h"
 
 using namespace varrate;
 using varrate::test::CliResult;

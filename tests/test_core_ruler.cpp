@@ -13,9 +13,9 @@
 
 #include "base/error.h"
 #include "core/prompt.h"
-#include "core/ruler_tasks.h"
-#include "core/ruler_words.h"
-#include "models/tokenizer.h"
+#include "core/suites/ruler_tasks.h"
+#include "core/suites/ruler_words.h"
+#include "models/tokenizer/tokenizer.h"
 
 namespace fs = std::filesystem;
 using namespace varrate;

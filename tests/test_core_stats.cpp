@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "base/error.h"
-#include "core/stats.h"
+#include "core/suites/stats.h"
 
 using namespace varrate;
 

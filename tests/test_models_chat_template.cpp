@@ -5,8 +5,8 @@
 
 #include "base/error.h"
 #include "core/prompt.h"
-#include "models/chat_template.h"
-#include "models/tokenizer.h"
+#include "models/tokenizer/chat_template.h"
+#include "models/tokenizer/tokenizer.h"
 
 using nlohmann::json;
 using varrate::ChatFormat;

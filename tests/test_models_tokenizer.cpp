@@ -7,7 +7,7 @@
 
 #include "base/error.h"
 #include "base/file_io.h"
-#include "models/tokenizer.h"
+#include "models/tokenizer/tokenizer.h"
 
 using nlohmann::json;
 using varrate::Tokenizer;

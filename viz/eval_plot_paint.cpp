@@ -12,7 +12,7 @@
 #include <fmt/format.h>
 
 #include "codec/registry.h"
-#include "core/niah_record.h"
+#include "core/suites/niah_record.h"
 #include "viz/niah_heatmap_paint.h"
 #include "viz/palette.h"
 #include "viz/plot_marks.h"

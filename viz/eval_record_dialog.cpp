@@ -16,7 +16,7 @@
 #include "base/error.h"
 #include "base/file_io.h"
 #include "codec/registry.h"
-#include "core/niah_record.h"
+#include "core/suites/niah_record.h"
 
 namespace varrate::viz {
 

@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>  // core/eval.h declares json members with json_fwd.hpp only
 
-#include "core/eval.h"
+#include "core/suites/eval.h"
 
 class QLabel;
 class QPlainTextEdit;

@@ -4,7 +4,7 @@
 #include <QFont>
 
 #include "codec/registry.h"
-#include "core/niah_record.h"
+#include "core/suites/niah_record.h"
 #include "viz/niah_heatmap_paint.h"
 
 namespace varrate::viz {

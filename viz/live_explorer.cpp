@@ -1,20 +1,15 @@
 #include "viz/live_explorer.h"
 
+#include "codec/settings_table.h"
 #include "viz/run_panel.h"
 
 namespace varrate::viz {
 
-std::vector<double> live_rd_kappas() {
-    return {0.02, 0.03, 0.05, 0.075, 0.1, 0.125, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75};
-}
-
 namespace {
 
-// The settings a grid depends on: all but kappa (and the stage timing, which changes no number). The
-// coefficient bits change every footprint and error of VarRate and flat.
+// The settings a grid depends on: all but the budget (its axis) and the stage timing (changes no number).
 bool same_grid_settings(const CodecSettings& a, const CodecSettings& b) {
-    return structural_difference(a, b).empty() && a.r_min == b.r_min && a.rank == b.rank &&
-           a.paper_accounting == b.paper_accounting && a.coef_bits == b.coef_bits;
+    return setting_difference(a, b, SettingTier::Allocation).empty();
 }
 
 }  // namespace
@@ -118,7 +113,7 @@ void LiveExplorer::request_grid(bool attention_output) {
         return;  // what is shown already answers
     grid_settings_ = now;
     grid_queued_ = true;
-    worker_->live_rate_distortion(live_rd_kappas(), attention_output);
+    worker_->live_rate_distortion(default_budget_grid(), attention_output);
     Q_EMIT job_posted(JobKind::Explore);
 }
 

@@ -19,9 +19,6 @@ namespace varrate::viz {
 
 class RunPanel;
 
-// The kappa grid the rate-distortion chart is measured on.
-std::vector<double> live_rd_kappas();
-
 class LiveExplorer : public QObject {
     Q_OBJECT
   public:

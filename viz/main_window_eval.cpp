@@ -7,8 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/eval.h"
-#include "core/ruler_tasks.h"
+#include "core/suites/eval.h"
+#include "core/suites/ruler_tasks.h"
 #include "viz/eval_tab.h"
 #include "viz/main_window.h"
 #include "viz/run_panel.h"

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/niah.h"
+#include "core/suites/niah.h"
 
 namespace varrate::viz {
 

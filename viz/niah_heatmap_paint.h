@@ -12,7 +12,7 @@
 #include <QString>
 #include <array>
 
-#include "core/niah.h"
+#include "core/suites/niah.h"
 
 class QPainter;
 

@@ -6,7 +6,7 @@
 #include <QColor>
 #include <QWidget>
 
-#include "core/niah.h"
+#include "core/suites/niah.h"
 #include "viz/niah_heatmap_paint.h"
 
 namespace varrate::viz {

@@ -8,7 +8,7 @@
 
 #include <vector>
 
-#include "core/niah.h"
+#include "core/suites/niah.h"
 #include "viz/run_panel.h"
 #include "viz/run_worker.h"
 

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "core/niah_record.h"
+#include "core/suites/niah_record.h"
 
 namespace varrate::viz {
 

@@ -10,7 +10,7 @@
 
 #include "base/error.h"
 #include "core/token_text.h"
-#include "models/tokenizer.h"
+#include "models/tokenizer/tokenizer.h"
 
 namespace varrate::viz {
 

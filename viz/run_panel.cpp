@@ -29,22 +29,9 @@
 #include "codec/registry.h"
 #include "core/codec_defaults.h"
 #include "models/device.h"
+#include "viz/run_settings.h"
 
 namespace varrate::viz {
-
-CompareRequest RunSettings::request(const std::string& context) const {
-    CompareRequest r;
-    r.context = context;
-    r.questions = questions;
-    r.answers = answers;
-    r.answer_prefixes = answer_prefixes;
-    r.methods = methods;
-    r.settings = codec;
-    r.mode = mode;
-    r.max_new_tokens = max_new_tokens;
-    r.chat = chat;
-    return r;
-}
 
 namespace {
 
@@ -122,84 +109,19 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
     }
     root->addWidget(mbox);
 
-    // Codec settings.
+    // Codec settings: one editor per row of codec/settings_table.h, in its order.
     auto* cbox = new QGroupBox("Codec");
     auto* cf = new QFormLayout(cbox);
-    budget_ = new QDoubleSpinBox;
-    budget_->setObjectName("budget");
-    budget_->setRange(0.01, 1.0);
-    budget_->setSingleStep(0.05);
-    budget_->setDecimals(3);
-    budget_->setToolTip("kappa: fraction of the full cache kept");
-    r_min_ = int_box(0, 65536, "rank floor of every coded token");
-    rank_ = int_box(1, 1 << 20, "R: basis rank and per-token rank cap (clamped to D)");
-    // kappa, r_min and R are live after a run: slider and spin box move together, and every step
-    // re-allocates the kept run (live_settings_changed). Slider units: kappa in thousandths.
-    kappa_slider_ = new QSlider(Qt::Horizontal);
-    kappa_slider_->setObjectName("kappa_slider");
-    kappa_slider_->setRange(10, 1000);
-    r_min_slider_ = new QSlider(Qt::Horizontal);
-    r_min_slider_->setObjectName("r_min_slider");
-    r_min_slider_->setRange(0, 128);
-    rank_slider_ = new QSlider(Qt::Horizontal);
-    rank_slider_->setObjectName("rank_slider");
-    rank_slider_->setRange(1, 1024);
-    const auto slider_row = [](QSlider* slider, QWidget* box) {
-        auto* row = new QWidget;
-        auto* l = new QHBoxLayout(row);
-        l->setContentsMargins(0, 0, 0, 0);
-        l->addWidget(slider, 1);
-        box->setMinimumWidth(76);
-        l->addWidget(box);
-        return row;
-    };
-    connect(kappa_slider_, &QSlider::valueChanged, this, [this](int v) { budget_->setValue(v / 1000.0); });
-    connect(budget_, &QDoubleSpinBox::valueChanged, this, [this](double v) {
-        const QSignalBlocker b(kappa_slider_);
-        kappa_slider_->setValue(static_cast<int>(std::lround(v * 1000)));
-    });
-    for (auto [slider, box] : {std::pair{r_min_slider_, r_min_}, std::pair{rank_slider_, rank_}}) {
-        connect(slider, &QSlider::valueChanged, box, &QSpinBox::setValue);
-        connect(box, &QSpinBox::valueChanged, slider, [slider](int v) {
-            const QSignalBlocker b(slider);
-            slider->setValue(v);
-        });
+    codec_.resize(codec_setting_specs().size());
+    for (size_t i = 0; i < codec_.size(); ++i) {
+        CodecEditor& e = codec_[i];
+        e.spec = &codec_setting_specs()[i];
+        QWidget* row = make_codec_editor(e);
+        if (e.flag)
+            cf->addRow(row);
+        else
+            cf->addRow(QString::fromUtf8(e.spec->label), row);
     }
-    cf->addRow("Budget κ", slider_row(kappa_slider_, budget_));
-    stride_ = int_box(1, 1 << 20, "Δ: anchors at 0, Δ, 2Δ, ... are stored exactly");
-    anchors_ = int_box(1, 64, "c: a coded token is predicted by the mean of its c nearest anchors");
-    window_ = int_box(0, 1 << 20, "w: the last w tokens are stored exactly");
-    obs_window_ = int_box(1, 1 << 20, "w_obs: queries of the last w_obs tokens score salience");
-    pool_kernel_ = int_box(1, 255, "SnapKV average-pool kernel");
-    rank_->setObjectName("rank");
-    r_min_->setObjectName("r_min");
-    stride_->setObjectName("stride");
-    window_->setObjectName("window");
-    obs_window_->setObjectName("obs_window");
-    anchors_->setObjectName("anchors");
-    pool_kernel_->setObjectName("pool_kernel");
-    cf->addRow("r_min", slider_row(r_min_slider_, r_min_));
-    cf->addRow("Rank R", slider_row(rank_slider_, rank_));
-    cf->addRow("Stride Δ", stride_);
-    cf->addRow("Anchors c", anchors_);
-    cf->addRow("Window w", window_);
-    cf->addRow("Obs. window", obs_window_);
-    cf->addRow("Pool kernel", pool_kernel_);
-    // A budget-level setting (allocate() reads it, the analyses do not depend on it): live like kappa.
-    coef_bits_ = new QComboBox;
-    coef_bits_->setObjectName("coef_bits");
-    coef_bits_->addItem("16 (cache precision)", 16);
-    for (int bits : {8, 4, 3, 2}) coef_bits_->addItem(QString::number(bits), bits);
-    coef_bits_->setToolTip(
-        "Bits per stored VarRate/flat coefficient. 16 keeps them at the cache's precision; 8, 4, 3 or 2 "
-        "quantizes them in groups of 32 along each token's rank (fp16 scale and minimum per group), and "
-        "the budget, counted in bits, then holds more rank. Live after a run: re-allocates like κ. "
-        "SnapKV and full ignore it; kivi2 / kivi4 have their own bits.");
-    cf->addRow("Coefficient bits", coef_bits_);
-    paper_accounting_ = new QCheckBox("Paper accounting (indices free)");
-    precise_timing_ = new QCheckBox("Precise stage timing");
-    cf->addRow(paper_accounting_);
-    cf->addRow(precise_timing_);
     defaults_ = new QLabel;
     defaults_->setObjectName("defaults_label");
     defaults_->setWordWrap(true);
@@ -211,17 +133,6 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
     live_hint_->setStyleSheet("font-size: 11px;");
     cf->addRow(live_hint_);
     root->addWidget(cbox);
-    // Every codec setting is live once a run is kept; Enter in any of them asks for the answers at once.
-    for (QAbstractSpinBox* box : std::initializer_list<QAbstractSpinBox*>{
-             budget_, r_min_, rank_, stride_, anchors_, window_, obs_window_, pool_kernel_}) {
-        box->installEventFilter(this);
-        if (auto* d = qobject_cast<QDoubleSpinBox*>(box))
-            connect(d, &QDoubleSpinBox::valueChanged, this, &RunPanel::emit_live_change);
-        else
-            connect(qobject_cast<QSpinBox*>(box), &QSpinBox::valueChanged, this, &RunPanel::emit_live_change);
-    }
-    connect(paper_accounting_, &QCheckBox::toggled, this, &RunPanel::emit_live_change);
-    connect(coef_bits_, &QComboBox::currentIndexChanged, this, &RunPanel::emit_live_change);
 
     // Run settings.
     auto* rbox = new QGroupBox("Run");
@@ -320,12 +231,9 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
 
     // One change signal for every editor, so that views that show these settings (the NIAH tab) follow them.
     for (QCheckBox* c : methods_) connect(c, &QCheckBox::toggled, this, &RunPanel::settings_changed);
-    for (QCheckBox* c : {paper_accounting_, precise_timing_, chat_})
-        connect(c, &QCheckBox::toggled, this, &RunPanel::settings_changed);
-    connect(budget_, &QDoubleSpinBox::valueChanged, this, &RunPanel::settings_changed);
-    for (QSpinBox* b : {r_min_, rank_, stride_, anchors_, window_, obs_window_, pool_kernel_, max_new_})
-        connect(b, &QSpinBox::valueChanged, this, &RunPanel::settings_changed);
-    for (QComboBox* b : {mode_, device_, dtype_, basis_, coef_bits_})
+    connect(chat_, &QCheckBox::toggled, this, &RunPanel::settings_changed);
+    connect(max_new_, &QSpinBox::valueChanged, this, &RunPanel::settings_changed);
+    for (QComboBox* b : {mode_, device_, dtype_, basis_})
         connect(b, &QComboBox::currentIndexChanged, this, &RunPanel::settings_changed);
     connect(basis_file_, &QLineEdit::textChanged, this, &RunPanel::settings_changed);
     connect(questions_, &QTableWidget::cellChanged, this, &RunPanel::settings_changed);
@@ -385,17 +293,7 @@ RunSettings RunPanel::settings() const {
     s.methods.clear();
     for (const QCheckBox* c : methods_)
         if (c->isChecked()) s.methods.push_back(c->text().toStdString());
-    s.codec.budget = budget_->value();
-    s.codec.r_min = r_min_->value();
-    s.codec.rank = rank_->value();
-    s.codec.stride = stride_->value();
-    s.codec.anchors = anchors_->value();
-    s.codec.window = window_->value();
-    s.codec.obs_window = obs_window_->value();
-    s.codec.pool_kernel = pool_kernel_->value();
-    s.codec.coef_bits = coef_bits_->currentData().toInt();
-    s.codec.paper_accounting = paper_accounting_->isChecked();
-    s.codec.precise_timing = precise_timing_->isChecked();
+    for (const CodecEditor& e : codec_) set_setting_value(*e.spec, s.codec, e.value());
     s.mode = parse_mode(mode_->currentText().toStdString());
     s.max_new_tokens = max_new_->value();
     s.chat = chat_->isChecked();
@@ -425,11 +323,12 @@ void RunPanel::set_live(bool live, const QString& hint) {
 
 void RunPanel::set_rank_limit(int dim) {
     if (dim <= 0) return;
-    const QSignalBlocker b1(rank_slider_), b2(r_min_slider_);
-    rank_slider_->setRange(1, dim);
-    r_min_slider_->setRange(0, dim);
-    rank_slider_->setValue(rank_->value());
-    r_min_slider_->setValue(r_min_->value());
+    for (const CodecEditor& e : codec_) {
+        if (!e.spec->dim_bounded || !e.slider) continue;
+        const QSignalBlocker b(e.slider);
+        e.slider->setRange(static_cast<int>(e.spec->min), dim);
+        e.slider->setValue(e.integer->value());
+    }
 }
 
 void RunPanel::set_settings(const RunSettings& s) {
@@ -439,18 +338,7 @@ void RunPanel::set_settings(const RunSettings& s) {
     for (QCheckBox* c : methods_)
         c->setChecked(std::find(s.methods.begin(), s.methods.end(), c->text().toStdString()) !=
                       s.methods.end());
-    budget_->setValue(s.codec.budget);
-    r_min_->setValue(static_cast<int>(s.codec.r_min));
-    rank_->setValue(static_cast<int>(s.codec.rank));
-    stride_->setValue(static_cast<int>(s.codec.stride));
-    anchors_->setValue(static_cast<int>(s.codec.anchors));
-    window_->setValue(static_cast<int>(s.codec.window));
-    obs_window_->setValue(static_cast<int>(s.codec.obs_window));
-    pool_kernel_->setValue(static_cast<int>(s.codec.pool_kernel));
-    // Any other value was refused when the settings were read (codec_json): 16 is the codec's default.
-    coef_bits_->setCurrentIndex(std::max(0, coef_bits_->findData(static_cast<int>(s.codec.coef_bits))));
-    paper_accounting_->setChecked(s.codec.paper_accounting);
-    precise_timing_->setChecked(s.codec.precise_timing);
+    for (const CodecEditor& e : codec_) e.set_value(setting_value(*e.spec, s.codec));
     mode_->setCurrentText(QString::fromStdString(to_string(s.mode)));
     max_new_->setValue(static_cast<int>(s.max_new_tokens));
     chat_->setChecked(s.chat);
@@ -467,15 +355,11 @@ void RunPanel::set_settings(const RunSettings& s) {
 
 void RunPanel::apply_model_defaults(const CodecSettings& defaults, bool recorded,
                                     const QString& description) {
+    (void)recorded;  // a recorded file and the width-based defaults set the same rows
     RunSettings s = settings();
-    s.codec = defaults;
-    // Keep the user's paper-accounting / timing / SnapKV / coefficient-bits choices (a regime, not a property
-    // of the model); only the width-dependent ones change.
-    s.codec.paper_accounting = paper_accounting_->isChecked();
-    s.codec.precise_timing = precise_timing_->isChecked();
-    s.codec.pool_kernel = pool_kernel_->value();
-    s.codec.coef_bits = coef_bits_->currentData().toInt();
-    if (!recorded) s.codec.anchors = anchors_->value();
+    // The settings the table marks as the model's change; the others are a regime the user picked.
+    for (const CodecSettingSpec& spec : codec_setting_specs())
+        if (spec.model_default) set_setting_value(spec, s.codec, setting_value(spec, defaults));
     set_settings(s);
     defaults_->setText(description);
 }
@@ -536,6 +420,136 @@ void RunPanel::set_progress(const QString& stage, qint64 done, qint64 total) {
 
 QString RunPanel::stage_text() const {
     return stage_->text();
+}
+
+QWidget* RunPanel::CodecEditor::widget() const {
+    if (real) return real;
+    if (integer) return integer;
+    if (choice) return choice;
+    return flag;
+}
+
+double RunPanel::CodecEditor::value() const {
+    if (real) return real->value();
+    if (integer) return integer->value();
+    if (choice) return choice->currentData().toDouble();
+    return flag->isChecked() ? 1.0 : 0.0;
+}
+
+void RunPanel::CodecEditor::set_value(double v) const {
+    if (real)
+        real->setValue(v);
+    else if (integer)
+        integer->setValue(static_cast<int>(std::lround(v)));
+    else if (choice)  // any other value was refused when the settings were read (codec_json)
+        choice->setCurrentIndex(std::max(0, choice->findData(static_cast<int>(std::lround(v)))));
+    else
+        flag->setChecked(v != 0.0);
+}
+
+QWidget* RunPanel::make_codec_editor(CodecEditor& e) {
+    const CodecSettingSpec& spec = *e.spec;
+    const QString tip = QString::fromUtf8(spec.help);
+    const auto clamp_int = [](double v) { return static_cast<int>(std::min<double>(v, 1 << 24)); };
+    switch (spec.kind) {
+        case SettingKind::Fraction:
+            e.real = new QDoubleSpinBox;
+            e.real->setDecimals(3);
+            e.real->setRange(spec.min + 0.01, spec.max);  // the box's smallest step above the open end
+            e.real->setSingleStep(0.05);
+            break;
+        case SettingKind::Integer:
+            e.integer = new QSpinBox;
+            e.integer->setRange(clamp_int(spec.min), clamp_int(spec.max));
+            break;
+        case SettingKind::Choice:
+            e.choice = new QComboBox;
+            for (int64_t c : spec.choices) e.choice->addItem(QString::number(c), static_cast<int>(c));
+            break;
+        case SettingKind::Flag:
+            e.flag = new QCheckBox(QString::fromUtf8(spec.label));
+            break;
+    }
+    QWidget* editor = e.widget();
+    editor->setObjectName(QString::fromUtf8(spec.key));
+    editor->setToolTip(tip);
+    // Every setting that changes a number is live once a run is kept (the tier says at what cost); Enter in
+    // a box asks for the answers at once.
+    const bool live = spec.tier != SettingTier::Runtime;
+    const auto changed = [this, live] {
+        Q_EMIT settings_changed();
+        if (live) emit_live_change();
+    };
+    if (e.real) connect(e.real, &QDoubleSpinBox::valueChanged, this, changed);
+    if (e.integer) connect(e.integer, &QSpinBox::valueChanged, this, changed);
+    if (e.choice) connect(e.choice, &QComboBox::currentIndexChanged, this, changed);
+    if (e.flag) connect(e.flag, &QCheckBox::toggled, this, changed);
+    if (auto* box = qobject_cast<QAbstractSpinBox*>(editor)) box->installEventFilter(this);
+    if (!spec.slider) return editor;
+
+    // Slider and box move together; a Fraction's slider counts thousandths.
+    e.slider = new QSlider(Qt::Horizontal);
+    e.slider->setObjectName(QString::fromUtf8(spec.key) + "_slider");
+    if (e.real) {
+        e.slider->setRange(static_cast<int>(std::lround(e.real->minimum() * 1000)),
+                           static_cast<int>(std::lround(spec.max * 1000)));
+        QDoubleSpinBox* box = e.real;
+        QSlider* slider = e.slider;
+        connect(slider, &QSlider::valueChanged, box, [box](int v) { box->setValue(v / 1000.0); });
+        connect(box, &QDoubleSpinBox::valueChanged, slider, [slider](double v) {
+            const QSignalBlocker b(slider);
+            slider->setValue(static_cast<int>(std::lround(v * 1000)));
+        });
+    } else {
+        // Until a model says its D (set_rank_limit): the paper's widths.
+        e.slider->setRange(clamp_int(spec.min), spec.dim_bounded && spec.min == 0 ? 128 : 1024);
+        QSpinBox* box = e.integer;
+        QSlider* slider = e.slider;
+        connect(slider, &QSlider::valueChanged, box, &QSpinBox::setValue);
+        connect(box, &QSpinBox::valueChanged, slider, [slider](int v) {
+            const QSignalBlocker b(slider);
+            slider->setValue(v);
+        });
+    }
+    auto* row = new QWidget;
+    auto* l = new QHBoxLayout(row);
+    l->setContentsMargins(0, 0, 0, 0);
+    l->addWidget(e.slider, 1);
+    editor->setMinimumWidth(76);
+    l->addWidget(editor);
+    return row;
+}
+
+const RunPanel::CodecEditor* RunPanel::find_codec_editor(const std::string& key) const {
+    for (const CodecEditor& e : codec_)
+        if (key == e.spec->key) return &e;
+    return nullptr;
+}
+
+QWidget* RunPanel::codec_editor(const std::string& key) const {
+    const CodecEditor* e = find_codec_editor(key);
+    return e ? e->widget() : nullptr;
+}
+
+QSlider* RunPanel::codec_slider(const std::string& key) const {
+    const CodecEditor* e = find_codec_editor(key);
+    return e ? e->slider : nullptr;
+}
+
+QDoubleSpinBox* RunPanel::budget_box() const {
+    return qobject_cast<QDoubleSpinBox*>(codec_editor("budget"));
+}
+
+QSpinBox* RunPanel::r_min_box() const {
+    return qobject_cast<QSpinBox*>(codec_editor("r_min"));
+}
+
+QSpinBox* RunPanel::rank_box() const {
+    return qobject_cast<QSpinBox*>(codec_editor("rank"));
+}
+
+QComboBox* RunPanel::coef_bits_box() const {
+    return qobject_cast<QComboBox*>(codec_editor("coef_bits"));
 }
 
 }  // namespace varrate::viz

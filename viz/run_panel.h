@@ -7,11 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "codec/method.h"
-#include "core/compare.h"
-#include "core/session.h"
-#include "models/device.h"
+#include "codec/settings_table.h"
+#include "viz/run_settings.h"
 
+class QAbstractSpinBox;
 class QCheckBox;
 class QComboBox;
 class QDoubleSpinBox;
@@ -25,22 +24,6 @@ class QTableWidget;
 
 namespace varrate::viz {
 
-// Everything the panel edits; the document comes from the main window.
-struct RunSettings {
-    std::vector<std::string> questions, answers;  // answers: empty, or one per question
-    std::vector<std::string> answer_prefixes;     // the start of each reply: empty, or one per question
-    std::vector<std::string> methods = default_method_names();
-    CodecSettings codec;
-    CompressionMode mode = CompressionMode::QueryAgnostic;
-    int64_t max_new_tokens = 32;
-    bool chat = false;
-    std::string device = "cpu", dtype = "auto";  // models/device.h's policy, as the CLI's default
-    BasisChoice basis = BasisChoice::Shipped;
-    std::string basis_file;
-
-    CompareRequest request(const std::string& context) const;
-};
-
 class RunPanel : public QWidget {
     Q_OBJECT
   public:
@@ -49,9 +32,9 @@ class RunPanel : public QWidget {
     RunSettings settings() const;
     void set_settings(const RunSettings& s);
     // Applies a model's codec defaults (core/codec_defaults.h: recorded beside the model, else width-based)
-    // and shows `description`, which says which are in force. Paper accounting, stage timing, the
-    // coefficient bits and the SnapKV pool kernel keep the user's choice; so do the anchors unless the model
-    // records them.
+    // to the settings the table marks as the model's, and shows `description`, which says which are in
+    // force; the others (paper accounting, stage timing, coefficient bits, pool kernel) keep the user's
+    // choice.
     void apply_model_defaults(const CodecSettings& defaults, bool recorded, const QString& description);
     QString defaults_text() const;
 
@@ -76,13 +59,16 @@ class RunPanel : public QWidget {
     QString live_hint() const;
     // The model's D bounds the r_min and R sliders.
     void set_rank_limit(int dim);
-    QSlider* kappa_slider() const { return kappa_slider_; }
-    QSlider* r_min_slider() const { return r_min_slider_; }
-    QSlider* rank_slider() const { return rank_slider_; }
-    QDoubleSpinBox* budget_box() const { return budget_; }
-    QSpinBox* r_min_box() const { return r_min_; }
-    QSpinBox* rank_box() const { return rank_; }
-    QComboBox* coef_bits_box() const { return coef_bits_; }
+    // The editor of a codec setting (its object name is the table's key) and its slider (null: none).
+    QWidget* codec_editor(const std::string& key) const;
+    QSlider* codec_slider(const std::string& key) const;
+    QSlider* kappa_slider() const { return codec_slider("budget"); }
+    QSlider* r_min_slider() const { return codec_slider("r_min"); }
+    QSlider* rank_slider() const { return codec_slider("rank"); }
+    QDoubleSpinBox* budget_box() const;
+    QSpinBox* r_min_box() const;
+    QSpinBox* rank_box() const;
+    QComboBox* coef_bits_box() const;
 
   Q_SIGNALS:
     void run_requested();
@@ -97,24 +83,35 @@ class RunPanel : public QWidget {
     bool eventFilter(QObject* watched, QEvent* e) override;
 
   private:
+    // One per row of codec/settings_table.h, made from it.
+    struct CodecEditor {
+        const CodecSettingSpec* spec = nullptr;
+        QDoubleSpinBox* real = nullptr;
+        QSpinBox* integer = nullptr;
+        QComboBox* choice = nullptr;
+        QCheckBox* flag = nullptr;
+        QSlider* slider = nullptr;
+        QWidget* widget() const;
+        double value() const;
+        void set_value(double v) const;
+    };
+    QWidget* make_codec_editor(CodecEditor& e);
+    const CodecEditor* find_codec_editor(const std::string& key) const;
     void emit_live_change();
     void add_question_row(const QString& q, const QString& prefix, const QString& a);
     void update_dtypes();
 
     QTableWidget* questions_ = nullptr;
-    QDoubleSpinBox* budget_ = nullptr;
-    QSpinBox *r_min_ = nullptr, *rank_ = nullptr, *stride_ = nullptr, *anchors_ = nullptr, *window_ = nullptr,
-             *obs_window_ = nullptr, *pool_kernel_ = nullptr, *max_new_ = nullptr;
-    QCheckBox *paper_accounting_ = nullptr, *precise_timing_ = nullptr, *chat_ = nullptr;
+    std::vector<CodecEditor> codec_;
+    QSpinBox* max_new_ = nullptr;
+    QCheckBox* chat_ = nullptr;
     std::vector<QCheckBox*> methods_;
-    QComboBox *mode_ = nullptr, *device_ = nullptr, *dtype_ = nullptr, *basis_ = nullptr,
-              *coef_bits_ = nullptr;
+    QComboBox *mode_ = nullptr, *device_ = nullptr, *dtype_ = nullptr, *basis_ = nullptr;
     QLineEdit* basis_file_ = nullptr;
     QPushButton* basis_browse_ = nullptr;
     QLabel *defaults_ = nullptr, *basis_status_ = nullptr, *stage_ = nullptr;
     QPushButton *run_ = nullptr, *cancel_ = nullptr;
     QProgressBar* progress_ = nullptr;
-    QSlider *kappa_slider_ = nullptr, *r_min_slider_ = nullptr, *rank_slider_ = nullptr;
     QLabel* live_hint_ = nullptr;
     QString current_method_;
     bool running_ = false, self_calibrated_ = false, live_ = false;

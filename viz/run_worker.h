@@ -19,7 +19,7 @@
 #include "core/cache_file.h"
 #include "core/compare.h"
 #include "core/live_compare.h"
-#include "core/niah.h"
+#include "core/suites/niah.h"
 #include "viz/run_panel.h"
 
 class QThread;

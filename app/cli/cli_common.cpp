@@ -1,7 +1,9 @@
 #include "app/cli/cli_common.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <iostream>
 #include <sstream>
 
 #include <unistd.h>
@@ -10,8 +12,10 @@
 #include <spdlog/spdlog.h>
 
 #include "base/error.h"
+#include "base/file_io.h"
 #include "codec/footprint.h"
 #include "codec/registry.h"
+#include "codec/settings_table.h"
 #include "core/codec_defaults.h"
 
 namespace varrate::cli {
@@ -45,6 +49,7 @@ std::unique_ptr<LlamaModel> load_model_for_cli(const std::filesystem::path& dir,
 }
 
 std::vector<double> parse_budget_list(const std::string& text) {
+    const CodecSettingSpec& budget = *find_codec_setting("budget");
     std::vector<double> out;
     std::stringstream ss(text);
     for (std::string item; std::getline(ss, item, ',');) {
@@ -58,7 +63,7 @@ std::vector<double> parse_budget_list(const std::string& text) {
         } catch (const std::exception&) {
             used = 0;
         }
-        if (item.empty() || used != item.size() || !(v > 0 && v <= 1))
+        if (item.empty() || used != item.size() || !setting_violation(budget, v).empty())
             throw Error("--budget: '" + item + "' in '" + text +
                         "' is not a fraction of the cache in (0, 1]");
         out.push_back(v);
@@ -67,48 +72,75 @@ std::vector<double> parse_budget_list(const std::string& text) {
     return out;
 }
 
-CodecFlags add_codec_options(CLI::App& sub, CodecSettings& s, std::vector<double>* budget_list) {
+namespace {
+
+// The table's check of one setting, as CLI11 runs it on the argument before converting it.
+CLI::Validator setting_validator(const CodecSettingSpec& spec) {
+    return CLI::Validator(
+        [&spec](std::string& text) -> std::string {
+            size_t used = 0;
+            double v = 0;
+            try {
+                v = std::stod(text, &used);
+            } catch (const std::exception&) {
+                used = 0;
+            }
+            const std::string allowed =
+                used == text.size() && used > 0 ? setting_violation(spec, v) : setting_violation(spec, NAN);
+            return allowed.empty() ? "" : fmt::format("{} must be {}, got '{}'", spec.flag, allowed, text);
+        },
+        "", spec.key);
+}
+
+}  // namespace
+
+bool CodecFlags::given(const CodecSettingSpec& spec) const {
+    for (const auto& [row, option] : options)
+        if (row == &spec) return option != nullptr && option->count() > 0;
+    return false;
+}
+
+CodecFlags add_codec_options(CLI::App& sub, CodecSettings& s, BudgetOption budget,
+                             std::vector<double>* budget_list) {
     CodecFlags f;
     f.budgets = budget_list;
-    if (budget_list) {
-        // A string option: CLI11 would split a double list itself but not name the bad entry.
-        f.budget = sub.add_option_function<std::string>(
-                          "--budget",
-                          [&s, budget_list](const std::string& text) {
-                              try {
-                                  *budget_list = parse_budget_list(text);
-                              } catch (const Error& e) {
-                                  throw CLI::ValidationError(e.what());  // reported like any bad argument
-                              }
-                              s.budget = budget_list->front();
-                          },
-                          "kappa: fractions of the KV cache kept, in (0, 1], comma-separated (one run per "
-                          "budget)")
-                       ->default_str(fmt::format("{:g}", s.budget));
-    } else {
-        f.budget = sub.add_option("--budget", s.budget, "kappa: fraction of the KV cache kept, in (0, 1]")
-                       ->capture_default_str();
+    for (const CodecSettingSpec& spec : codec_setting_specs()) {
+        CLI::Option* o = nullptr;
+        if (spec.real == &CodecSettings::budget) {
+            if (budget == BudgetOption::None) continue;  // the command sweeps its own grid
+            if (budget_list) {
+                // A string option: CLI11 would split a double list itself but not name the bad entry.
+                o = sub.add_option_function<std::string>(
+                           spec.flag,
+                           [&s, budget_list](const std::string& text) {
+                               try {
+                                   *budget_list = parse_budget_list(text);
+                               } catch (const Error& e) {
+                                   throw CLI::ValidationError(e.what());  // reported like any bad argument
+                               }
+                               s.budget = budget_list->front();
+                           },
+                           std::string(spec.help) + ", comma-separated (one run per budget)")
+                        ->default_str(format_setting(spec, s));
+            } else {
+                o = sub.add_option(spec.flag, s.*(spec.real), spec.help)
+                        ->capture_default_str()
+                        ->check(setting_validator(spec));
+            }
+            f.budget = o;
+        } else if (spec.kind == SettingKind::Flag) {
+            o = sub.add_flag(spec.flag, s.*(spec.boolean), spec.help);
+        } else if (spec.real) {
+            o = sub.add_option(spec.flag, s.*(spec.real), spec.help)
+                    ->capture_default_str()
+                    ->check(setting_validator(spec));
+        } else {
+            o = sub.add_option(spec.flag, s.*(spec.integer), spec.help)
+                    ->capture_default_str()
+                    ->check(setting_validator(spec));
+        }
+        f.options.emplace_back(&spec, o);
     }
-    f.r_min = sub.add_option("--rmin", s.r_min, "rank floor of every coded token")->capture_default_str();
-    f.rank = sub.add_option("--rank", s.rank, "R: basis rank and per-token rank cap (clamped to D)")
-                 ->capture_default_str();
-    f.stride = sub.add_option("--stride", s.stride, "anchor stride Delta")->capture_default_str();
-    f.anchors =
-        sub.add_option("--anchors", s.anchors, "c: nearest anchors per coded token")->capture_default_str();
-    f.window = sub.add_option("--window", s.window, "w: recent tokens kept exactly")->capture_default_str();
-    f.obs_window =
-        sub.add_option("--obs-window", s.obs_window, "w_obs: observation window queries for salience")
-            ->capture_default_str();
-    sub.add_option(
-           "--coef-bits", s.coef_bits,
-           "bits per stored VarRate/flat coefficient: 2, 3, 4 or 8 quantizes them (groups of 32 along "
-           "each token's rank, fp16 scale and minimum; the budget counts bits); 16 keeps the cache "
-           "precision")
-        ->check(CLI::IsMember({2, 3, 4, 8, 16}))
-        ->capture_default_str();
-    sub.add_flag("--paper-accounting", s.paper_accounting,
-                 "charge neither anchor indices nor a self-calibrated basis to the budget (the paper's "
-                 "accounting; footprint slightly above kappa, runs labelled \"basis not charged\")");
     sub.footer("Codec settings not given come from MODEL/" + std::string(kCodecDefaultsFile) +
                " when the model directory has one (the shipped demo model does), else from the model's "
                "width: the paper's for D = 2 x n_kv_head x head_dim >= 1024, scaled down below (as the "
@@ -123,31 +155,25 @@ void apply_model_codec_defaults(const CodecFlags& given, const std::filesystem::
     const std::optional<CodecSettings> recorded =
         read_codec_defaults(model_dir, width_codec_defaults(joint_dim(cfg)));
     const CodecSettings d = default_codec_settings(cfg, recorded);
-    auto take = [](const CLI::Option* o) { return o == nullptr || o->count() == 0; };
-    if (take(given.budget)) s.budget = d.budget;
+    for (const CodecSettingSpec& spec : codec_setting_specs())
+        if (spec.model_default && !given.given(spec)) set_setting_value(spec, s, setting_value(spec, d));
     if (given.budgets) {
         // A budget list: every entry checked here, so that a bad one is named before any prefill.
-        if (take(given.budget)) *given.budgets = {s.budget};
+        if (!given.budget || given.budget->count() == 0) *given.budgets = {s.budget};
         if (given.budgets->empty()) throw Error("--budget: no budget given");
-        for (double b : *given.budgets)
-            if (!(b > 0.0 && b <= 1.0))
-                throw Error(
-                    fmt::format("--budget {}: kappa is the fraction of the cache kept, in (0, 1]", b));
+        for (double b : *given.budgets) check_setting(*find_codec_setting("budget"), b, "--budget");
         s.budget = given.budgets->front();
     }
-    if (take(given.r_min)) s.r_min = d.r_min;
-    if (take(given.rank)) s.rank = d.rank;
-    if (take(given.stride)) s.stride = d.stride;
-    if (take(given.anchors)) s.anchors = d.anchors;
-    if (take(given.window)) s.window = d.window;
-    if (take(given.obs_window)) s.obs_window = d.obs_window;
-    spdlog::info(
-        "codec settings (flags over {}): budget {} r_min {} rank {} stride {} anchors {} window {} "
-        "obs-window {}",
-        recorded ? (model_dir / kCodecDefaultsFile).string()
-                 : fmt::format("the width-based defaults for D = {}", joint_dim(cfg)),
-        given.budgets ? fmt::format("{}", fmt::join(*given.budgets, ",")) : fmt::format("{}", s.budget),
-        s.r_min, s.rank, s.stride, s.anchors, s.window, s.obs_window);
+    std::string values;
+    for (const CodecSettingSpec& spec : codec_setting_specs())
+        values += fmt::format(" {} {}", spec.key,
+                              spec.real == &CodecSettings::budget && given.budgets
+                                  ? fmt::format("{}", fmt::join(*given.budgets, ","))
+                                  : format_setting(spec, s));
+    spdlog::info("codec settings (flags over {}):{}",
+                 recorded ? (model_dir / kCodecDefaultsFile).string()
+                          : fmt::format("the width-based defaults for D = {}", joint_dim(cfg)),
+                 values);
 }
 
 JobControl terminal_job() {
@@ -197,6 +223,14 @@ std::vector<std::string> parse_methods(const std::string& list) {
         method_needs_basis(name);  // throws for an unknown name, listing the known ones
     if (out.empty()) throw Error("--methods: no method named");
     return out;
+}
+
+std::string read_filler_file(const std::string& path, const std::string& what, std::string& name) {
+    std::string text = read_document_file(path);
+    if (text.find_first_not_of(" \t\r\n") == std::string::npos)
+        throw Error(path + ": the " + what + " file is empty");
+    name = std::filesystem::path(path).filename().string();
+    return text;
 }
 
 std::vector<int64_t> parse_id_list(const std::string& text, const std::string& what) {
@@ -289,6 +323,32 @@ SweepProgressFn sweep_progress_printer(const std::string& name) {
         std::fprintf(stderr, "\r\033[K%s", line.c_str());
         std::fflush(stderr);
     };
+}
+
+bool run_sweep_command(const std::string& name, const std::string& out_dir, const Shard& shard,
+                       const JobControl& job,
+                       const std::function<SweepStats(const JobControl&, const SweepProgressFn&)>& run,
+                       SweepStats& stats, const std::function<void()>& on_interrupt) {
+    try {
+        stats = run(job, sweep_progress_printer(name));
+    } catch (const Cancelled&) {
+        clear_progress_line();
+        if (on_interrupt) on_interrupt();
+        std::fprintf(
+            stderr,
+            "varrate %s: interrupted; finished records are kept in %s, run the same command again to "
+            "resume\n",
+            name.c_str(), out_dir.c_str());
+        throw;
+    }
+    clear_progress_line();
+    if (shard.whole()) return true;
+    // The other shards may still be running: the summary is made once, from the shared folder.
+    std::cout << fmt::format(
+        "shard {}: {} records: {} computed, {} reused ({} documents); when every shard has finished: varrate "
+        "summarize {}\n",
+        shard.label(), stats.total, stats.computed, stats.skipped, stats.documents, out_dir);
+    return false;
 }
 
 }  // namespace varrate::cli

@@ -13,7 +13,7 @@
 #include "codec/codec_json.h"
 #include "codec/registry.h"
 #include "core/cache_file.h"
-#include "models/tokenizer.h"
+#include "models/tokenizer/tokenizer.h"
 
 namespace varrate::cli {
 

@@ -20,7 +20,7 @@
 #include "codec/synthetic.h"
 #include "core/capture.h"
 #include "core/probe.h"
-#include "core/stats.h"
+#include "core/suites/stats.h"
 #include "models/flops.h"
 
 namespace varrate::cli {

@@ -24,7 +24,7 @@
 #include "codec/registry.h"
 #include "codec/synthetic.h"
 #include "core/capture.h"
-#include "core/stats.h"
+#include "core/suites/stats.h"
 #include "models/generate.h"
 
 namespace varrate::cli {

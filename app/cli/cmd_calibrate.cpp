@@ -6,8 +6,8 @@
 #include "app/cli/cli_common.h"
 #include "app/cli/commands.h"
 #include "base/error.h"
-#include "core/demo_corpus.h"
 #include "core/session.h"
+#include "core/suites/demo_corpus.h"
 
 namespace varrate::cli {
 

@@ -36,7 +36,7 @@ void add_session_options(CLI::App& sub, SessionArgs& a) {
     sub.add_option("--methods", a.methods,
                    "comma-separated methods (" + fmt::format("{}", fmt::join(method_names(), ", ")) + ")")
         ->capture_default_str();
-    a.codec_flags = add_codec_options(sub, a.settings, &a.budgets);
+    a.codec_flags = add_codec_options(sub, a.settings, BudgetOption::One, &a.budgets);
     add_runtime_options(sub, a.runtime);
 }
 

@@ -13,8 +13,8 @@
 #include "base/error.h"
 #include "core/compare.h"
 #include "core/data_paths.h"
-#include "core/niah.h"
 #include "core/session.h"
+#include "core/suites/niah.h"
 
 namespace varrate::cli {
 

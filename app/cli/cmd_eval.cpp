@@ -17,11 +17,11 @@
 #include "app/cli/eval_plots.h"
 #include "base/error.h"
 #include "base/file_io.h"
-#include "codec/pyramidkv_method.h"
+#include "codec/methods/pyramidkv_method.h"
 #include "codec/registry.h"
-#include "core/eval.h"
-#include "core/niah_record.h"
 #include "core/session.h"
+#include "core/suites/eval.h"
+#include "core/suites/niah_record.h"
 
 namespace varrate::cli {
 
@@ -120,12 +120,7 @@ EvalSweepOptions options_from(const EvalArgs& a) {
     o.mode = parse_mode(a.mode);
     o.ruler.seed = a.seed;
     o.ruler.chat = a.chat;
-    if (!a.essay_file.empty()) {
-        o.ruler.essay_text = read_document_file(a.essay_file);
-        if (o.ruler.essay_text.find_first_not_of(" \t\r\n") == std::string::npos)
-            throw Error(a.essay_file + ": the essay file is empty");
-        o.haystack_name = std::filesystem::path(a.essay_file).filename().string();
-    }
+    if (!a.essay_file.empty()) o.ruler.essay_text = read_filler_file(a.essay_file, "essay", o.haystack_name);
     o.max_new_tokens = a.max_new_tokens;
     o.out_dir = a.out;
     o.reference = a.reference;
@@ -147,26 +142,11 @@ int run_eval_cmd(const EvalArgs& a) {
     JobControl job;
     job.cancel = &sigint_flag();
     auto session = Session::open(a.model, runtime_options(a.runtime), a.basis, job);
-    EvalSweepStats stats;
-    try {
-        stats = run_eval_sweep(*session, o, job, sweep_progress_printer("eval"));
-    } catch (const Cancelled&) {
-        clear_progress_line();
-        std::fprintf(
-            stderr,
-            "varrate eval: interrupted; finished records are kept in %s, run the same command again to "
-            "resume\n",
-            a.out.c_str());
-        throw;
-    }
-    clear_progress_line();
-    if (!o.shard.whole()) {
-        std::cout << fmt::format(
-            "shard {}: {} records: {} computed, {} reused ({} documents); when every shard has finished: "
-            "varrate summarize {}\n",
-            o.shard.label(), stats.total, stats.computed, stats.skipped, stats.documents, a.out);
-        return 0;
-    }
+    SweepStats stats;
+    const auto run = [&](const JobControl& j, const SweepProgressFn& progress) {
+        return run_eval_sweep(*session, o, j, progress);
+    };
+    if (!run_sweep_command("eval", a.out, o.shard, job, run, stats)) return 0;
     const EvalSummary summary = summarize_eval(o);
     write_eval_summary(summary, o);
     print_summary(summary);
@@ -226,7 +206,7 @@ Command add_eval(CLI::App& root) {
                     "comma-separated methods (" + fmt::format("{}", fmt::join(method_names(), ", ")) + ")")
         ->capture_default_str();
     sub->add_option("--mode", a->mode, "query-aware or query-agnostic")->capture_default_str();
-    a->codec_flags = add_codec_options(*sub, a->settings, &a->budgets);
+    a->codec_flags = add_codec_options(*sub, a->settings, BudgetOption::One, &a->budgets);
     sub->add_option("--reference", a->reference,
                     "the method every other one is compared with, sample by sample")
         ->capture_default_str();

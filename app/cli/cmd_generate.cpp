@@ -14,9 +14,9 @@
 #include "base/error.h"
 #include "base/file_io.h"
 #include "core/session.h"
-#include "models/chat_template.h"
 #include "models/generate.h"
-#include "models/tokenizer.h"
+#include "models/tokenizer/chat_template.h"
+#include "models/tokenizer/tokenizer.h"
 
 namespace varrate::cli {
 

@@ -19,10 +19,10 @@
 #include "app/cli/niah_heatmap.h"
 #include "base/error.h"
 #include "base/file_io.h"
-#include "codec/pyramidkv_method.h"
+#include "codec/methods/pyramidkv_method.h"
 #include "codec/registry.h"
-#include "core/niah.h"
 #include "core/session.h"
+#include "core/suites/niah.h"
 
 namespace varrate::cli {
 
@@ -160,12 +160,8 @@ int run_niah_cmd(const NiahArgs& a) {
     o.doc.seed = a.seed;
     o.doc.distractors = a.distractors;
     o.doc.chat = a.chat;
-    if (!a.haystack_file.empty()) {
-        o.doc.haystack_text = read_document_file(a.haystack_file);
-        if (o.doc.haystack_text.find_first_not_of(" \t\r\n") == std::string::npos)
-            throw Error(a.haystack_file + ": the haystack file is empty");
-        o.haystack_name = std::filesystem::path(a.haystack_file).filename().string();
-    }
+    if (!a.haystack_file.empty())
+        o.doc.haystack_text = read_filler_file(a.haystack_file, "haystack", o.haystack_name);
     o.max_new_tokens = a.max_new_tokens;
     o.out_dir = a.out;
     if (!a.shard.empty()) o.shard = parse_shard(a.shard);
@@ -184,27 +180,15 @@ int run_niah_cmd(const NiahArgs& a) {
         fmt::format("the longest document ({} tokens) plus its question and up to {} generated tokens",
                     longest, o.max_new_tokens));
     if (!beyond.empty()) spdlog::warn("{}", beyond);
-    NiahSweepStats stats;
-    try {
-        stats = run_niah_sweep(*session, o, job, sweep_progress_printer("niah"));
-    } catch (const Cancelled&) {
-        clear_progress_line();
+    SweepStats stats;
+    const auto run = [&](const JobControl& j, const SweepProgressFn& progress) {
+        return run_niah_sweep(*session, o, j, progress);
+    };
+    // Interrupted, the whole sweep's summary covers the records written so far.
+    const auto summarise_so_far = [&] {
         if (o.shard.whole()) write_outputs(o);
-        std::fprintf(stderr,
-                     "varrate niah: interrupted; finished records are kept in %s, run the same command again "
-                     "to resume\n",
-                     a.out.c_str());
-        throw;
-    }
-    clear_progress_line();
-    if (!o.shard.whole()) {
-        // The other shards may still be running: the summary is made once, from the shared folder.
-        std::cout << fmt::format(
-            "shard {}: {} records: {} computed, {} reused ({} documents); when every shard has finished: "
-            "varrate summarize {}\n",
-            o.shard.label(), stats.total, stats.computed, stats.skipped, stats.documents, a.out);
-        return 0;
-    }
+    };
+    if (!run_sweep_command("niah", a.out, o.shard, job, run, stats, summarise_so_far)) return 0;
     const NiahSummary summary = write_outputs(o);
     print_summary(summary);
     std::cout << fmt::format("{} records: {} computed, {} reused ({} documents); wrote {}\n", stats.total,
@@ -246,7 +230,7 @@ Command add_niah(CLI::App& root) {
                     "comma-separated methods (" + fmt::format("{}", fmt::join(method_names(), ", ")) + ")")
         ->capture_default_str();
     sub->add_option("--mode", a->mode, "query-aware or query-agnostic")->capture_default_str();
-    a->codec_flags = add_codec_options(*sub, a->settings, &a->budgets);
+    a->codec_flags = add_codec_options(*sub, a->settings, BudgetOption::One, &a->budgets);
     sub->add_option("--distractors", a->distractors, "extra needles with other keys")
         ->capture_default_str()
         ->check(CLI::Range(int64_t{0}, int64_t{1000}));

@@ -14,8 +14,8 @@
 #include "base/error.h"
 #include "base/file_io.h"
 #include "codec/registry.h"
-#include "core/rate_distortion.h"
 #include "core/session.h"
+#include "core/suites/rate_distortion.h"
 
 namespace varrate::cli {
 
@@ -25,7 +25,7 @@ struct RdArgs {
     std::string model, basis, out;
     RuntimeArgs runtime;
     std::string methods = join_method_names();  // the default methods, `full` as the reference
-    std::vector<double> kappas = default_rd_kappas();
+    std::vector<double> kappas = default_budget_grid();
     std::vector<double> answer_at;  // empty: the default points that lie on the grid
     CLI::Option* answer_at_opt = nullptr;
     std::string mode = "query-agnostic";
@@ -227,10 +227,7 @@ Command add_rd(CLI::App& root) {
                         "on the grid)")
             ->delimiter(',');
     sub->add_option("--mode", a->mode, "query-agnostic or query-aware")->capture_default_str();
-    a->codec_flags = add_codec_options(*sub, a->settings);
-    // The grid replaces the single budget.
-    sub->remove_option(a->codec_flags.budget);
-    a->codec_flags.budget = nullptr;
+    a->codec_flags = add_codec_options(*sub, a->settings, BudgetOption::None);  // the grid replaces --budget
     sub->add_option("--max-new-tokens", a->max_new_tokens, "tokens per answer")
         ->capture_default_str()
         ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));

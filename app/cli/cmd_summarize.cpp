@@ -8,8 +8,8 @@
 
 #include "app/cli/commands.h"
 #include "base/error.h"
-#include "core/niah.h"
-#include "core/sweep_files.h"
+#include "core/suites/niah.h"
+#include "core/suites/sweep_files.h"
 
 namespace varrate::cli {
 

@@ -8,7 +8,7 @@
 
 #include "app/cli/commands.h"
 #include "base/error.h"
-#include "models/tokenizer.h"
+#include "models/tokenizer/tokenizer.h"
 
 namespace varrate::cli {
 

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>  // core/eval.h declares json members with json_fwd.hpp only
 
-#include "core/eval.h"
+#include "core/suites/eval.h"
 
 namespace varrate::cli {
 

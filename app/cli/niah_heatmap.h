@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <string>
 
-#include "core/niah.h"
+#include "core/suites/niah.h"
 
 namespace varrate::cli {
 

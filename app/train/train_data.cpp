@@ -8,7 +8,7 @@
 
 #include "base/error.h"
 #include "core/prompt.h"
-#include "core/ruler_words.h"
+#include "core/suites/ruler_words.h"
 
 namespace varrate::train {
 

@@ -9,9 +9,9 @@
 #include <ATen/core/Tensor.h>
 
 #include "base/hash.h"
-#include "core/demo_corpus.h"
-#include "core/ruler_tasks.h"
-#include "models/tokenizer.h"
+#include "core/suites/demo_corpus.h"
+#include "core/suites/ruler_tasks.h"
+#include "models/tokenizer/tokenizer.h"
 
 namespace varrate::train {
 

@@ -13,9 +13,9 @@
 
 #include "base/error.h"
 #include "base/file_io.h"
-#include "models/bpe_trainer.h"
 #include "models/device.h"
 #include "models/safetensors.h"
+#include "models/tokenizer/bpe_trainer.h"
 
 namespace varrate::train {
 

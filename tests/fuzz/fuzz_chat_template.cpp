@@ -3,7 +3,7 @@
 // text (python_json_dumps, the template's tojson).
 #include <vector>
 
-#include "models/chat_template.h"
+#include "models/tokenizer/chat_template.h"
 #include "tests/fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

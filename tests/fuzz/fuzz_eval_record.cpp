@@ -1,5 +1,5 @@
 // One evaluation record (records/<series>/<task>/L.._S...json), as summaries and the Evaluation tab read it.
-#include "core/eval.h"
+#include "core/suites/eval.h"
 #include "tests/fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

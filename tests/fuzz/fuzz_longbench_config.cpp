@@ -1,6 +1,6 @@
 // A LongBench config (resources/eval/longbench.json's format): datasets, prompt templates, metrics, flags;
 // then every dataset's prompt for a fixed sample (the template's placeholders filled in).
-#include "core/longbench.h"
+#include "core/suites/longbench.h"
 #include "tests/fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -1,6 +1,6 @@
 // A LongBench dataset file (JSONL, one sample a line), then each sample's prompt built from the shipped
 // config (resources/eval/longbench.json; the Python format string with the sample's fields).
-#include "core/longbench.h"
+#include "core/suites/longbench.h"
 #include "tests/fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

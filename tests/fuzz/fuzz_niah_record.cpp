@@ -1,5 +1,5 @@
 // One NIAH record (records/<series>/L.._D.._S...json), as summaries and resumed sweeps read it back.
-#include "core/niah_record.h"
+#include "core/suites/niah_record.h"
 #include "tests/fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

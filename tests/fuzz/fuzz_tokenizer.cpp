@@ -1,6 +1,6 @@
 // tokenizer.json (without a tokenizer_config.json): model, vocab and merges, added tokens, normaliser,
 // pre-tokenizer, decoder and post_processor; a tokenizer that loads then encodes and decodes a fixed text.
-#include "models/tokenizer.h"
+#include "models/tokenizer/tokenizer.h"
 #include "tests/fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

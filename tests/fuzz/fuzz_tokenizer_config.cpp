@@ -1,7 +1,7 @@
 // tokenizer_config.json over the demo model's tokenizer.json: bos/eos tokens (strings or AddedToken objects),
 // add_bos_token / add_eos_token, chat_template (a string or a list of named templates), clean-up flag.
 #include "base/file_io.h"
-#include "models/tokenizer.h"
+#include "models/tokenizer/tokenizer.h"
 #include "tests/fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "base/file_io.h"
-#include "models/tokenizer.h"
+#include "models/tokenizer/tokenizer.h"
 #include "tests/fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
