@@ -9,11 +9,14 @@
 #include "codec/methods/adakv_method.h"
 #include "codec/methods/expected_attention_method.h"
 #include "codec/methods/full_method.h"
+#include "codec/methods/keydiff_method.h"
 #include "codec/methods/kivi_method.h"
+#include "codec/methods/knorm_method.h"
 #include "codec/methods/kvzip_method.h"
 #include "codec/methods/pyramidkv_method.h"
 #include "codec/methods/snapkv_method.h"
 #include "codec/methods/streamingllm_method.h"
+#include "codec/methods/tova_method.h"
 #include "codec/methods/varrate_method.h"
 
 namespace varrate {
@@ -155,6 +158,25 @@ const std::vector<Entry>& registry() {
           kReadsBudget, BudgetCheck::None},
          [](const CodecSettings& s, std::shared_ptr<const Basis>) {
              return std::make_unique<StreamingLLMMethod>(s);
+         }},
+        {{"knorm", "Knorm: per KV head, the keys of smallest L2 norm kept (kvpress's KnormPress)",
+          MethodFamily::Eviction, false, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
+          kReadsBudget, BudgetCheck::None},
+         [](const CodecSettings& s, std::shared_ptr<const Basis>) {
+             return std::make_unique<KnormMethod>(s);
+         }},
+        {{"keydiff", "KeyDiff: per KV head, the keys least like the head's mean key direction kept (cosine)",
+          MethodFamily::Eviction, false, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
+          kReadsBudget, BudgetCheck::None},
+         [](const CodecSettings& s, std::shared_ptr<const Basis>) {
+             return std::make_unique<KeyDiffMethod>(s);
+         }},
+        {{"tova",
+          "TOVA: tokens ranked by the last token's attention over all heads, one ranking for every KV head",
+          MethodFamily::Eviction, false, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
+          kReadsBudget, BudgetCheck::None},
+         [](const CodecSettings& s, std::shared_ptr<const Basis>) {
+             return std::make_unique<TovaMethod>(s);
          }},
         {{"expected-attention",
           "Expected Attention inside Ada-KV: keys scored by the statistics of future queries (epsilon 0.01)",

@@ -15,7 +15,8 @@ eager path, which reads the model's attention weights, must keep the same); the 
 layer and KV head, the scores, the greedy answer ids and one bf16 case are recorded. On the same checkpoint and
 ids, kvpress's StreamingLLMPress, PyramidKVPress and AdaKVPress(SnapKVPress) record their kept positions per
 layer and KV head and their greedy answers (kvpress_presses.json; both modes, the same ratios, and for the
-SnapKV-based presses the default window and a small one).
+SnapKV-based presses the default window and a small one). The scorer presses KnormPress, KeyDiffPress and
+TOVAPress do the same (kvpress_scorers.json, target "kvpress-scorers", scorers_reference.py).
 On the same checkpoint and ids again, kvpress's AdaKVPress(ExpectedAttentionPress(epsilon=1e-2)) (defaults
 otherwise: n_future_positions 512, n_sink 4, covariance and value norms on) and KVzipPress (n_sink 4, one
 selection across layers) record their kept positions per layer and KV head, both modes, ratios 0.5 and 0.75
@@ -70,6 +71,7 @@ from kvpress.pipeline import KVPressTextGenerationPipeline  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import chat_reference  # noqa: E402
 import longbench_reference  # noqa: E402
+import scorers_reference  # noqa: E402
 import signals_arch  # noqa: E402
 import tokenizers_reference  # noqa: E402
 from oracle_rng import splitmix64  # noqa: E402
@@ -737,7 +739,7 @@ def main():
                          "build/bin/varrate, relative to the repository)")
     ap.add_argument("--only", nargs="*",
                     help="model names to regenerate, or kvpress (SnapKV), kvpress-presses (StreamingLLM, "
-                         "PyramidKV, Ada-KV), kvpress-signals (Expected Attention in Ada-KV, KVzip), "
+                         "PyramidKV, Ada-KV), kvpress-scorers (Knorm, KeyDiff, TOVA), kvpress-signals (Expected Attention in Ada-KV, KVzip), "
                          "kvpress-signals-arch (Expected Attention with a q bias and q_norm, KVzip with a chat prefix), tokenizers, chat31 "
                          "or longbench (default: everything; longbench only with --longbench)")
     ap.add_argument("--longbench",
@@ -778,6 +780,8 @@ def main():
         write_json(DATA / "kvpress_snapkv.json", kvpress_reference())
     if not args.only or "kvpress-presses" in args.only:
         write_json(DATA / "kvpress_presses.json", kvpress_presses_reference())
+    if not args.only or "kvpress-scorers" in args.only:
+        write_json(DATA / "kvpress_scorers.json", scorers_reference.reference(sys.modules[__name__]))
     if not args.only or "kvpress-signals" in args.only:
         write_json(DATA / "kvpress_signals.json", kvpress_signals_reference())
     if not args.only or "kvpress-signals-arch" in args.only:

@@ -1,0 +1,70 @@
+"""kvpress's scorer presses on the SnapKV case's checkpoint and ids (kvpress_scorers.json, target
+"kvpress-scorers" of generate.py): KnormPress, KeyDiffPress and TOVAPress, unchanged, run through kvpress's
+pipeline code in both modes at the SnapKV case's ratios. Each records the entries its compress() kept per layer
+and KV head (matched by rows, as the other presses' references are) and the greedy answer decoded from the
+compressed cache. sdpa attention: TOVAPress then computes the last token's attention itself
+(SnapKVPress.compute_window_attention with a window of one), as it does in kvpress's default setup.
+"""
+
+import torch
+from kvpress import KeyDiffPress, KnormPress, TOVAPress
+from transformers import AutoModelForCausalLM
+
+SCORERS = {"KnormPress": KnormPress, "KeyDiffPress": KeyDiffPress, "TOVAPress": TOVAPress}
+
+
+def _recording(cls, g):
+    class Recording(cls):
+        """The press, unchanged, recording the entries its compress() kept per layer and KV head."""
+
+        def __post_init__(self):
+            super().__post_init__()
+            self.records = []
+
+        def compress(self, module, hidden_states, keys, values, attentions, kwargs):
+            new_keys, new_values = super().compress(module, hidden_states, keys, values, attentions, kwargs)
+            self.records.append({"layer": int(module.layer_idx), "kept": g.kept_by_matching(keys, new_keys)})
+            return new_keys, new_values
+
+    return Recording
+
+
+def reference(g):
+    model_dir = g.DATA / g.SNAPKV_MODEL
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="sdpa")
+    model.eval()
+    vocab = model.config.vocab_size
+    ids = g.id_sequence(g.SNAPKV_SEED, g.SNAPKV_CONTEXT + g.SNAPKV_QUESTION + g.SNAPKV_SUFFIX, vocab, first=1)
+    context = ids[:g.SNAPKV_CONTEXT]
+    question = ids[g.SNAPKV_CONTEXT:g.SNAPKV_CONTEXT + g.SNAPKV_QUESTION]
+    suffix = ids[g.SNAPKV_CONTEXT + g.SNAPKV_QUESTION:]
+    ref = {
+        "generator": g.generator_info(),
+        "model": g.SNAPKV_MODEL,
+        "model_safetensors_sha256": g.sha256(model_dir / "model.safetensors"),
+        "pipeline": "kvpress.pipeline.KVPressTextGenerationPipeline._forward + generate_answer on ids "
+                    "(no tokenizer), CPU",
+        "dtype": "fp32",
+        "attn_implementation": "sdpa",
+        "answer_tokens": g.SNAPKV_ANSWER_TOKENS,
+        "eos_token_id": model.generation_config.eos_token_id,
+        "context_ids": context,
+        "question_ids": question,
+        "suffix_ids": suffix,
+        "cases": [],
+    }
+    for name, cls in SCORERS.items():
+        for mode in ("query-agnostic", "query-aware"):
+            for ratio in g.SNAPKV_RATIOS:
+                compressed = context if mode == "query-agnostic" else context + question
+                prompt = question + suffix if mode == "query-agnostic" else suffix
+                press = _recording(cls, g)(compression_ratio=ratio)
+                answer = g.kvpress_run(model, press, compressed, prompt)
+                assert len(press.records) == model.config.num_hidden_layers
+                case = {"press": name, "mode": mode, "compression_ratio": ratio, "n_tokens": len(compressed),
+                        "n_kept": [[len(k) for k in r["kept"]] for r in press.records],
+                        "answer_ids": answer, "layers": press.records}
+                ref["cases"].append(case)
+                print(f"kvpress {name} {mode} ratio {ratio}: kept {case['n_kept'][0][0]} of {len(compressed)} "
+                      f"per head, answer {answer}", flush=True)
+    return ref
