@@ -18,6 +18,7 @@
 #include "codec/registry.h"
 #include "codec/settings_table.h"
 #include "core/prompt.h"
+#include "core/suites/budget_list.h"
 #include "core/suites/longbench_metrics.h"
 #include "core/suites/niah_record.h"
 #include "core/suites/sweep_files.h"
@@ -124,13 +125,7 @@ void validate(const EvalSweepOptions& o) {
             fmt::format("--reference: '{}' is not one of --methods (the paired statistics compare every "
                         "method with it)",
                         o.reference));
-    const std::vector<double> budgets = eval_budgets(o);
-    for (size_t i = 0; i < budgets.size(); ++i) {
-        check_budget(budgets[i], "--budget");
-        for (size_t j = 0; j < i; ++j)
-            if (same_budget(budgets[j], budgets[i]))
-                throw Error(fmt::format("--budget: {:g} is listed twice", budgets[i]));
-    }
+    check_budget_list(eval_budgets(o));
     if (o.out_dir.empty()) throw Error("--out: no output directory given");
     if (o.max_new_tokens < 0) throw Error("--max-new-tokens must not be negative");
     if (o.bootstrap_resamples < kMinBootstrapResamples)

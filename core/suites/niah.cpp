@@ -20,6 +20,7 @@
 #include "codec/registry.h"
 #include "codec/settings_table.h"
 #include "core/prompt.h"
+#include "core/suites/budget_list.h"
 #include "core/suites/demo_corpus.h"
 #include "core/suites/needle_probe.h"
 #include "core/suites/stats.h"
@@ -45,13 +46,7 @@ void validate(const NiahSweepOptions& o) {
     if (o.samples < 1) throw Error("--samples must be at least 1");
     if (o.methods.empty()) throw Error("--methods: no method named");
     for (const auto& m : o.methods) method_needs_basis(m);  // throws for an unknown name
-    const std::vector<double> budgets = niah_budgets(o);
-    for (size_t i = 0; i < budgets.size(); ++i) {
-        check_budget(budgets[i], "--budget");
-        for (size_t j = 0; j < i; ++j)
-            if (same_budget(budgets[j], budgets[i]))
-                throw Error(fmt::format("--budget: {:g} is listed twice", budgets[i]));
-    }
+    check_budget_list(niah_budgets(o));
     if (o.out_dir.empty()) throw Error("--out: no output directory given");
     if (o.max_new_tokens < 1) throw Error("--max-new-tokens must be at least 1");
 }

@@ -9,7 +9,9 @@
 #include "base/error.h"
 #include "base/file_io.h"
 #include "codec/registry.h"
+#include "codec/settings_table.h"
 #include "core/session.h"
+#include "core/suites/budget_list.h"
 #include "core/suites/niah_record.h"
 
 namespace varrate {
@@ -25,6 +27,15 @@ std::vector<SweepSeries> sweep_series(const std::vector<std::string>& methods,
         for (double b : budgets) out.push_back({m, b});
     }
     return out;
+}
+
+void check_budget_list(const std::vector<double>& budgets) {
+    for (size_t i = 0; i < budgets.size(); ++i) {
+        check_budget(budgets[i], "--budget");
+        for (size_t j = 0; j < i; ++j)
+            if (same_budget(budgets[j], budgets[i]))
+                throw Error(fmt::format("--budget: {:g} is listed twice", budgets[i]));
+    }
 }
 
 void check_record_identity(const nlohmann::json& record_sweep, const nlohmann::json& identity,
