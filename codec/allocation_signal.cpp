@@ -36,6 +36,8 @@ std::string signal_requirement(SalienceSignal signal) {
             return "the prefill's query statistics";
         case SalienceSignal::RareFloor:
             return "the context's token ids (a prefill that began on an empty cache)";
+        case SalienceSignal::Scorer:
+            return "a method's score function (varrate@<method>)";
         default:
             return "";
     }
@@ -88,6 +90,9 @@ at::Tensor allocation_salience(SalienceSignal signal, const LayerCapture& captur
             const at::Tensor rare = rare_token_mask(ids.to(window.device()), kRareMaxCount);
             return at::where(rare, at::maximum(window, floor.to(window.dtype())), window);
         }
+        case SalienceSignal::Scorer:
+            throw Error(
+                fmt::format("layer {}: this signal needs {}", capture.layer, signal_requirement(signal)));
     }
     throw Error("allocation_salience: unknown signal");
 }

@@ -4,6 +4,7 @@
 // One function maps a signal and a layer's capture to a raw salience [L]; the codec normalises it over the
 // coded tokens as it does the window salience.
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include <ATen/core/Tensor.h>
@@ -26,7 +27,12 @@ enum class SalienceSignal {
                 // kRareMaxCount occurrences) raised to at least the kRareQuantile quantile of the layer's
                 // window salience: a rank floor for digits, names and other one-off ids, whatever the window
                 // looked at; needs LayerCapture::token_ids
+    Scorer,     // another method's per-token scores (varrate@<method>): the method's TokenSalience
 };
+
+// A registered method's per-token scores as a raw salience [L] fp32 (on the capture's device) of a layer:
+// what varrate@<method> water-fills ranks by (codec/registry.h makes the entries).
+using TokenSalience = std::function<at::Tensor(const LayerCapture&, const CodecSettings&)>;
 
 // The rank floor of SalienceSignal::RareFloor: an id is rare when it occurs at most this many times among the
 // context's ids, and a rare token's salience is at least this quantile of the layer's window salience.

@@ -1,5 +1,6 @@
 #include "codec/registry.h"
 
+#include <deque>
 #include <functional>
 
 #include <fmt/format.h>
@@ -7,13 +8,17 @@
 #include "base/error.h"
 #include "codec/footprint.h"
 #include "codec/methods/adakv_method.h"
+#include "codec/methods/chunkkv_method.h"
+#include "codec/methods/cur_method.h"
 #include "codec/methods/expected_attention_method.h"
 #include "codec/methods/full_method.h"
 #include "codec/methods/keydiff_method.h"
 #include "codec/methods/kivi_method.h"
 #include "codec/methods/knorm_method.h"
 #include "codec/methods/kvzip_method.h"
+#include "codec/methods/lagkv_method.h"
 #include "codec/methods/pyramidkv_method.h"
+#include "codec/methods/random_method.h"
 #include "codec/methods/snapkv_method.h"
 #include "codec/methods/streamingllm_method.h"
 #include "codec/methods/tova_method.h"
@@ -23,194 +28,264 @@ namespace varrate {
 
 namespace {
 
-using Factory =
-    std::function<std::unique_ptr<CompressionMethod>(const CodecSettings&, std::shared_ptr<const Basis>)>;
-
-// A registered method: its traits (what the rest of the program asks about it) and how to make it.
-struct Entry {
-    MethodTraits traits;
-    Factory make;
-};
-
 constexpr uint32_t kCodecReads = kReadsBudget | kReadsRankFloor | kReadsRank | kReadsStride | kReadsAnchors |
                                  kReadsWindow | kReadsObsWindow | kReadsPool | kReadsCoefBits |
                                  kReadsAccounting;
 
-const std::vector<Entry>& registry() {
-    static const std::vector<Entry> entries = {
-        {{"full", "no compression (the ceiling)", MethodFamily::Reference, false, true, MethodProbe::None,
-          BudgetRule::Uncompressed, ColourRole::Uncompressed, 0, BudgetCheck::None},
-         [](const CodecSettings& s, std::shared_ptr<const Basis>) {
-             return std::make_unique<FullMethod>(s);
-         }},
-        {{"varrate", "variable-rate low-rank codec, ranks water-filled by SnapKV salience",
-          MethodFamily::LowRank, true, true, MethodProbe::None, BudgetRule::Kappa, ColourRole::Method,
-          kCodecReads, BudgetCheck::Codec},
-         [](const CodecSettings& s, std::shared_ptr<const Basis> b) {
-             return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Salience);
-         }},
-        {{"flat", "the same codec with uniform ranks (ablation)", MethodFamily::LowRank, true, true,
-          MethodProbe::None, BudgetRule::Kappa, ColourRole::Ablation, kCodecReads, BudgetCheck::Codec},
-         [](const CodecSettings& s, std::shared_ptr<const Basis> b) {
-             return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Uniform);
-         }},
-        {{"varrate:random", "ablation: VarRate's codec, ranks water-filled by i.i.d. random salience",
-          MethodFamily::LowRank, true, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
-          kCodecReads, BudgetCheck::Codec},
-         [](const CodecSettings& s, std::shared_ptr<const Basis> b) {
-             return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Salience,
-                                                    SalienceSignal::Random, "varrate:random");
-         }},
-        {{"varrate:shuffle",
-          "ablation: VarRate's window salience permuted over positions (its distribution, no meaning)",
-          MethodFamily::LowRank, true, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
-          kCodecReads, BudgetCheck::Codec},
-         [](const CodecSettings& s, std::shared_ptr<const Basis> b) {
-             return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Salience,
-                                                    SalienceSignal::Shuffle, "varrate:shuffle");
-         }},
-        {{"varrate:position", "ablation: ranks water-filled by recency (salience t / L)",
-          MethodFamily::LowRank, true, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
-          kCodecReads, BudgetCheck::Codec},
-         [](const CodecSettings& s, std::shared_ptr<const Basis> b) {
-             return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Salience,
-                                                    SalienceSignal::Position, "varrate:position");
-         }},
-        {{"varrate:oracle",
-          "ablation: ranks water-filled by the actual question's attention over the context (an upper bound)",
-          MethodFamily::LowRank, true, false, MethodProbe::Question, BudgetRule::Kappa, ColourRole::Own,
-          kCodecReads, BudgetCheck::Codec},
-         [](const CodecSettings& s, std::shared_ptr<const Basis> b) {
-             return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Salience,
-                                                    SalienceSignal::Question, "varrate:oracle");
-         }},
-        {{"varrate:topk", "ablation: binary ranks, the most salient tokens at R and the others at r_min",
-          MethodFamily::LowRank, true, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
-          kCodecReads, BudgetCheck::Codec},
-         [](const CodecSettings& s, std::shared_ptr<const Basis> b) {
-             return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::TopK,
-                                                    SalienceSignal::Window, "varrate:topk");
-         }},
-        {{"varrate-kvzip",
-          "VarRate with KVzip's context-reconstruction scores as salience (query-agnostic; a second pass)",
-          MethodFamily::LowRank, true, false, MethodProbe::Repeat, BudgetRule::Kappa, ColourRole::Own,
-          kCodecReads, BudgetCheck::Codec},
-         [](const CodecSettings& s, std::shared_ptr<const Basis> b) {
-             return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Salience,
-                                                    SalienceSignal::Repeat, "varrate-kvzip");
-         }},
-        {{"varrate-layers",
-          "VarRate with per-layer budgets: one water-filling of the total over every layer's tokens by "
-          "salience",
-          MethodFamily::LowRank, true, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
-          kCodecReads, BudgetCheck::Codec},
-         [](const CodecSettings& s, std::shared_ptr<const Basis> b) {
-             return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Salience,
-                                                    SalienceSignal::Window, "varrate-layers", true);
-         }},
-        {{"varrate-kvzip-layers",
-          "varrate-kvzip with per-layer budgets from one water-filling of its scores over every layer",
-          MethodFamily::LowRank, true, false, MethodProbe::Repeat, BudgetRule::Kappa, ColourRole::Own,
-          kCodecReads, BudgetCheck::Codec},
-         [](const CodecSettings& s, std::shared_ptr<const Basis> b) {
-             return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Salience,
-                                                    SalienceSignal::Repeat, "varrate-kvzip-layers", true);
-         }},
-        {{"varrate-ea", "VarRate with Expected Attention's future-query scores as salience",
-          MethodFamily::LowRank, true, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
-          kCodecReads, BudgetCheck::Codec},
-         [](const CodecSettings& s, std::shared_ptr<const Basis> b) {
-             return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Salience,
-                                                    SalienceSignal::Expected, "varrate-ea");
-         }},
-        {{"varrate-rare",
-          "VarRate with a rank floor for ids rare in the context: a once-only id gets at least the "
-          "90th-percentile "
-          "salience",
-          MethodFamily::LowRank, true, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
-          kCodecReads, BudgetCheck::Codec},
-         [](const CodecSettings& s, std::shared_ptr<const Basis> b) {
-             return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Salience,
-                                                    SalienceSignal::RareFloor, "varrate-rare");
-         }},
-        {{"snapkv", "SnapKV eviction, kvpress scoring (window 64, pool 5)", MethodFamily::Eviction, false,
-          true, MethodProbe::None, BudgetRule::Kappa, ColourRole::Eviction,
-          kReadsBudget | kReadsObsWindow | kReadsPool, BudgetCheck::SnapKVCount},
-         [](const CodecSettings& s, std::shared_ptr<const Basis>) {
-             return std::make_unique<SnapKVMethod>(s);
-         }},
-        {{"pyramidkv",
-          "PyramidKV: SnapKV's scores, kept count per layer on a linear depth schedule at SnapKV's mean",
-          MethodFamily::Eviction, false, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
-          kReadsBudget | kReadsObsWindow | kReadsPool, BudgetCheck::DepthSchedule},
-         [](const CodecSettings& s, std::shared_ptr<const Basis>) {
-             return std::make_unique<PyramidKVMethod>(s);
-         }},
-        {{"adakv",
-          "Ada-KV over SnapKV: per-head safeguard (20 %), the rest by one top-k over all heads of a layer",
-          MethodFamily::Eviction, false, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
-          kReadsBudget | kReadsObsWindow | kReadsPool, BudgetCheck::SnapKVCount},
-         [](const CodecSettings& s, std::shared_ptr<const Basis>) {
-             return std::make_unique<AdaKVMethod>(s);
-         }},
-        {{"streamingllm", "StreamingLLM: the first 4 tokens (sinks) and the most recent ones",
-          MethodFamily::Eviction, false, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
-          kReadsBudget, BudgetCheck::None},
-         [](const CodecSettings& s, std::shared_ptr<const Basis>) {
-             return std::make_unique<StreamingLLMMethod>(s);
-         }},
-        {{"knorm", "Knorm: per KV head, the keys of smallest L2 norm kept (kvpress's KnormPress)",
-          MethodFamily::Eviction, false, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
-          kReadsBudget, BudgetCheck::None},
-         [](const CodecSettings& s, std::shared_ptr<const Basis>) {
-             return std::make_unique<KnormMethod>(s);
-         }},
-        {{"keydiff", "KeyDiff: per KV head, the keys least like the head's mean key direction kept (cosine)",
-          MethodFamily::Eviction, false, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
-          kReadsBudget, BudgetCheck::None},
-         [](const CodecSettings& s, std::shared_ptr<const Basis>) {
-             return std::make_unique<KeyDiffMethod>(s);
-         }},
-        {{"tova",
-          "TOVA: tokens ranked by the last token's attention over all heads, one ranking for every KV head",
-          MethodFamily::Eviction, false, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
-          kReadsBudget, BudgetCheck::None},
-         [](const CodecSettings& s, std::shared_ptr<const Basis>) {
-             return std::make_unique<TovaMethod>(s);
-         }},
-        {{"expected-attention",
-          "Expected Attention inside Ada-KV: keys scored by the statistics of future queries (epsilon 0.01)",
-          MethodFamily::Eviction, false, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
-          kReadsBudget, BudgetCheck::None},
-         [](const CodecSettings& s, std::shared_ptr<const Basis>) {
-             return std::make_unique<ExpectedAttentionMethod>(s);
-         }},
-        {{"kvzip",
-          "KVzip: context-reconstruction scores (a second pass), lowest dropped across layers and heads",
-          MethodFamily::Eviction, false, false, MethodProbe::Repeat, BudgetRule::Kappa, ColourRole::Own,
-          kReadsBudget | kReadsObsWindow, BudgetCheck::None},
-         [](const CodecSettings& s, std::shared_ptr<const Basis>) {
-             return std::make_unique<KVzipMethod>(s);
-         }},
-        {{"kivi2", "KIVI 2-bit quantization (keys per channel, values per token, 128 recent exact)",
-          MethodFamily::Quantization, false, false, MethodProbe::None, BudgetRule::OwnSettings,
-          ColourRole::Own, 0, BudgetCheck::None},
-         [](const CodecSettings& s, std::shared_ptr<const Basis>) {
-             return std::make_unique<KiviMethod>(s, 2);
-         }},
-        {{"kivi4", "KIVI 4-bit quantization (keys per channel, values per token, 128 recent exact)",
-          MethodFamily::Quantization, false, false, MethodProbe::None, BudgetRule::OwnSettings,
-          ColourRole::Own, 0, BudgetCheck::None},
-         [](const CodecSettings& s, std::shared_ptr<const Basis>) {
-             return std::make_unique<KiviMethod>(s, 4);
-         }},
+// Makes a method from its settings, a basis (the low-rank codec's) and the name it was asked for (an alias
+// keeps its own name, so that saved sessions and sweeps naming it still match).
+using Factory = std::function<std::unique_ptr<CompressionMethod>(
+    const CodecSettings&, std::shared_ptr<const Basis>, const std::string&)>;
+
+// A registered method: its traits (what the rest of the program asks about it), how to make it, and, for a
+// method whose per-token scores can drive VarRate's ranks, those scores as a salience (registry() then adds
+// varrate@<name>, and varrate-layers@<name> when the scores are attention mass, comparable across layers).
+struct Entry {
+    MethodTraits traits;
+    Factory make;
+    TokenSalience salience = {};
+    bool salience_is_mass = false;
+};
+
+// Old names kept so that saved sessions, sweeps and scripts still open: alias -> registered name.
+const std::vector<std::pair<std::string, std::string>>& aliases() {
+    static const std::vector<std::pair<std::string, std::string>> a = {
+        {"varrate-kvzip", "varrate@kvzip"},
+        {"varrate-kvzip-layers", "varrate-layers@kvzip"},
+        {"varrate-ea", "varrate@expected-attention"},
+        {"varrate@snapkv", "varrate"},  // VarRate's own signal is SnapKV's window salience
+        {"varrate-layers@snapkv", "varrate-layers"},
     };
+    return a;
+}
+
+// A method made from its settings alone.
+template <class M>
+Factory from_settings() {
+    return [](const CodecSettings& s, std::shared_ptr<const Basis>, const std::string&) {
+        return std::make_unique<M>(s);
+    };
+}
+
+// A scorer eviction's scores, mean over KV heads, as a salience.
+template <class M>
+TokenSalience mean_scores() {
+    return [](const LayerCapture& c, const CodecSettings& s) {
+        return M(s).token_scores(c).to(at::kFloat).mean(0);  // [L]
+    };
+}
+
+TokenSalience signal_salience(SalienceSignal signal) {
+    return
+        [signal](const LayerCapture& c, const CodecSettings& s) { return allocation_salience(signal, c, s); };
+}
+
+// varrate@<scorer> (and varrate-layers@<scorer>): VarRate's codec with the scorer's salience.
+Entry signal_entry(const Entry& scorer, bool across_layers, std::deque<std::string>& text) {
+    const std::string prefix = across_layers ? "varrate-layers@" : "varrate@";
+    const char* name = text.emplace_back(prefix + scorer.traits.name).c_str();
+    const char* description =
+        text.emplace_back(fmt::format("VarRate's codec, ranks water-filled by {}'s scores{}",
+                                      scorer.traits.name,
+                                      across_layers ? ", per-layer budgets from one water-filling of them "
+                                                      "over every layer"
+                                                    : ""))
+            .c_str();
+    const TokenSalience salience = scorer.salience;
+    return {{name, description, MethodFamily::LowRank, true, false, scorer.traits.probe, BudgetRule::Kappa,
+             ColourRole::Own, kCodecReads | scorer.traits.reads, BudgetCheck::Codec, scorer.traits.name},
+            [salience, across_layers](const CodecSettings& s, std::shared_ptr<const Basis> b,
+                                      const std::string& asked) {
+                return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Salience,
+                                                       SalienceSignal::Scorer, asked, across_layers,
+                                                       salience);
+            }};
+}
+
+const std::vector<Entry>& registry() {
+    static std::deque<std::string> generated_text;  // names and descriptions of the generated entries
+    static const std::vector<Entry> entries = [] {
+        std::vector<Entry> e = {
+            {{"full", "no compression (the ceiling)", MethodFamily::Reference, false, true, MethodProbe::None,
+              BudgetRule::Uncompressed, ColourRole::Uncompressed, 0, BudgetCheck::None},
+             from_settings<FullMethod>()},
+            {{"varrate", "variable-rate low-rank codec, ranks water-filled by SnapKV salience",
+              MethodFamily::LowRank, true, true, MethodProbe::None, BudgetRule::Kappa, ColourRole::Method,
+              kCodecReads, BudgetCheck::Codec},
+             [](const CodecSettings& s, std::shared_ptr<const Basis> b, const std::string& asked) {
+                 return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Salience,
+                                                        SalienceSignal::Window, asked);
+             }},
+            {{"flat", "the same codec with uniform ranks (ablation)", MethodFamily::LowRank, true, true,
+              MethodProbe::None, BudgetRule::Kappa, ColourRole::Ablation, kCodecReads, BudgetCheck::Codec},
+             [](const CodecSettings& s, std::shared_ptr<const Basis> b, const std::string&) {
+                 return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Uniform);
+             }},
+            {{"varrate:random", "ablation: VarRate's codec, ranks water-filled by i.i.d. random salience",
+              MethodFamily::LowRank, true, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
+              kCodecReads, BudgetCheck::Codec},
+             [](const CodecSettings& s, std::shared_ptr<const Basis> b, const std::string&) {
+                 return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Salience,
+                                                        SalienceSignal::Random, "varrate:random");
+             }},
+            {{"varrate:shuffle",
+              "ablation: VarRate's window salience permuted over positions (its distribution, no meaning)",
+              MethodFamily::LowRank, true, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
+              kCodecReads, BudgetCheck::Codec},
+             [](const CodecSettings& s, std::shared_ptr<const Basis> b, const std::string&) {
+                 return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Salience,
+                                                        SalienceSignal::Shuffle, "varrate:shuffle");
+             }},
+            {{"varrate:position", "ablation: ranks water-filled by recency (salience t / L)",
+              MethodFamily::LowRank, true, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
+              kCodecReads, BudgetCheck::Codec},
+             [](const CodecSettings& s, std::shared_ptr<const Basis> b, const std::string&) {
+                 return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Salience,
+                                                        SalienceSignal::Position, "varrate:position");
+             }},
+            {{"varrate:oracle",
+              "ablation: ranks water-filled by the actual question's attention over the context (an upper "
+              "bound)",
+              MethodFamily::LowRank, true, false, MethodProbe::Question, BudgetRule::Kappa, ColourRole::Own,
+              kCodecReads, BudgetCheck::Codec},
+             [](const CodecSettings& s, std::shared_ptr<const Basis> b, const std::string&) {
+                 return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Salience,
+                                                        SalienceSignal::Question, "varrate:oracle");
+             }},
+            {{"varrate:topk", "ablation: binary ranks, the most salient tokens at R and the others at r_min",
+              MethodFamily::LowRank, true, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
+              kCodecReads, BudgetCheck::Codec},
+             [](const CodecSettings& s, std::shared_ptr<const Basis> b, const std::string&) {
+                 return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::TopK,
+                                                        SalienceSignal::Window, "varrate:topk");
+             }},
+            {{"varrate-layers",
+              "VarRate with per-layer budgets: one water-filling of the total over every layer's tokens by "
+              "salience",
+              MethodFamily::LowRank, true, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
+              kCodecReads, BudgetCheck::Codec},
+             [](const CodecSettings& s, std::shared_ptr<const Basis> b, const std::string& asked) {
+                 return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Salience,
+                                                        SalienceSignal::Window, asked, true);
+             }},
+            {{"varrate-rare",
+              "VarRate with a rank floor for ids rare in the context: a once-only id gets at least the "
+              "90th-percentile "
+              "salience",
+              MethodFamily::LowRank, true, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
+              kCodecReads, BudgetCheck::Codec},
+             [](const CodecSettings& s, std::shared_ptr<const Basis> b, const std::string&) {
+                 return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Salience,
+                                                        SalienceSignal::RareFloor, "varrate-rare");
+             }},
+            {{"snapkv", "SnapKV eviction, kvpress scoring (window 64, pool 5)", MethodFamily::Eviction, false,
+              true, MethodProbe::None, BudgetRule::Kappa, ColourRole::Eviction,
+              kReadsBudget | kReadsObsWindow | kReadsPool, BudgetCheck::SnapKVCount},
+             from_settings<SnapKVMethod>()},
+            {{"pyramidkv",
+              "PyramidKV: SnapKV's scores, kept count per layer on a linear depth schedule at SnapKV's mean",
+              MethodFamily::Eviction, false, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
+              kReadsBudget | kReadsObsWindow | kReadsPool, BudgetCheck::DepthSchedule},
+             from_settings<PyramidKVMethod>()},
+            {{"adakv",
+              "Ada-KV over SnapKV: per-head safeguard (20 %), the rest by one top-k over all heads of a "
+              "layer",
+              MethodFamily::Eviction, false, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
+              kReadsBudget | kReadsObsWindow | kReadsPool, BudgetCheck::SnapKVCount},
+             from_settings<AdaKVMethod>()},
+            {{"streamingllm", "StreamingLLM: the first 4 tokens (sinks) and the most recent ones",
+              MethodFamily::Eviction, false, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
+              kReadsBudget, BudgetCheck::None},
+             from_settings<StreamingLLMMethod>(),
+             mean_scores<StreamingLLMMethod>()},
+            {{"knorm", "Knorm: per KV head, the keys of smallest L2 norm kept (kvpress's KnormPress)",
+              MethodFamily::Eviction, false, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
+              kReadsBudget, BudgetCheck::None},
+             from_settings<KnormMethod>(),
+             mean_scores<KnormMethod>()},
+            {{"keydiff",
+              "KeyDiff: per KV head, the keys least like the head's mean key direction kept (cosine)",
+              MethodFamily::Eviction, false, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
+              kReadsBudget, BudgetCheck::None},
+             from_settings<KeyDiffMethod>(),
+             mean_scores<KeyDiffMethod>()},
+            {{"tova",
+              "TOVA: tokens ranked by the last token's attention over all heads, one ranking for every KV "
+              "head",
+              MethodFamily::Eviction, false, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
+              kReadsBudget, BudgetCheck::None},
+             from_settings<TovaMethod>(),
+             mean_scores<TovaMethod>(),
+             /*salience_is_mass=*/true},
+            {{"random", "Random: per KV head, uniform random scores (kvpress's RandomPress, seed 0); a floor",
+              MethodFamily::Eviction, false, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
+              kReadsBudget, BudgetCheck::None},
+             from_settings<RandomMethod>(),
+             mean_scores<RandomMethod>()},
+            {{"lagkv",
+              "LagKV: tokens ranked within partitions of 128 by their keys' and values' spread against the "
+              "next "
+              "partition's range; sinks and the last partition kept",
+              MethodFamily::Eviction, false, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
+              kReadsBudget, BudgetCheck::None},
+             from_settings<LagKVMethod>(),
+             mean_scores<LagKVMethod>()},
+            {{"cur",
+              "CurDKV: key x value squared norms, each normalised in windows of 16 (approximate leverage); 4 "
+              "sinks kept",
+              MethodFamily::Eviction, false, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
+              kReadsBudget, BudgetCheck::None},
+             from_settings<CURMethod>(),
+             mean_scores<CURMethod>()},
+            {{"chunkkv",
+              "ChunkKV over SnapKV: whole chunks of 20 tokens kept by their mean SnapKV score, the same for "
+              "every KV head",
+              MethodFamily::Eviction, false, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
+              kReadsBudget | kReadsObsWindow | kReadsPool, BudgetCheck::None},
+             from_settings<ChunkKVMethod>()},
+            {{"expected-attention",
+              "Expected Attention inside Ada-KV: keys scored by the statistics of future queries (epsilon "
+              "0.01)",
+              MethodFamily::Eviction, false, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
+              kReadsBudget, BudgetCheck::None},
+             from_settings<ExpectedAttentionMethod>(),
+             signal_salience(SalienceSignal::Expected)},
+            {{"kvzip",
+              "KVzip: context-reconstruction scores (a second pass), lowest dropped across layers and heads",
+              MethodFamily::Eviction, false, false, MethodProbe::Repeat, BudgetRule::Kappa, ColourRole::Own,
+              kReadsBudget | kReadsObsWindow, BudgetCheck::None},
+             from_settings<KVzipMethod>(),
+             signal_salience(SalienceSignal::Repeat),
+             /*salience_is_mass=*/true},
+            {{"kivi2", "KIVI 2-bit quantization (keys per channel, values per token, 128 recent exact)",
+              MethodFamily::Quantization, false, false, MethodProbe::None, BudgetRule::OwnSettings,
+              ColourRole::Own, 0, BudgetCheck::None},
+             [](const CodecSettings& s, std::shared_ptr<const Basis>, const std::string&) {
+                 return std::make_unique<KiviMethod>(s, 2);
+             }},
+            {{"kivi4", "KIVI 4-bit quantization (keys per channel, values per token, 128 recent exact)",
+              MethodFamily::Quantization, false, false, MethodProbe::None, BudgetRule::OwnSettings,
+              ColourRole::Own, 0, BudgetCheck::None},
+             [](const CodecSettings& s, std::shared_ptr<const Basis>, const std::string&) {
+                 return std::make_unique<KiviMethod>(s, 4);
+             }},
+        };
+        // Every scorer's twins, after the presses.
+        const size_t n = e.size();
+        for (size_t i = 0; i < n; ++i)
+            if (e[i].salience) e.push_back(signal_entry(e[i], false, generated_text));
+        for (size_t i = 0; i < n; ++i)
+            if (e[i].salience && e[i].salience_is_mass) e.push_back(signal_entry(e[i], true, generated_text));
+        return e;
+    }();
     return entries;
 }
 
 const Entry* find_entry(const std::string& name) {
     for (const Entry& e : registry())
         if (name == e.traits.name) return &e;
+    for (const auto& [alias, registered] : aliases())
+        if (name == alias) return find_entry(registered);
     return nullptr;
 }
 
@@ -236,6 +311,17 @@ std::string to_string(MethodFamily f) {
     return "?";
 }
 
+std::string method_group(const MethodTraits& traits) {
+    if (traits.signal_of) return "VarRate by signal";
+    return to_string(traits.family);
+}
+
+const std::vector<std::string>& method_groups() {
+    static const std::vector<std::string> groups = {"reference", "low-rank", "VarRate by signal", "eviction",
+                                                    "quantization"};
+    return groups;
+}
+
 const MethodTraits* find_method_traits(const std::string& name) {
     const Entry* e = find_entry(name);
     return e ? &e->traits : nullptr;
@@ -250,7 +336,7 @@ std::unique_ptr<CompressionMethod> make_method(const std::string& name, const Co
     const Entry& e = find(name);
     if (e.traits.needs_basis && !basis)
         throw Error(fmt::format("method '{}' needs a basis: calibrate one or pass a basis file", name));
-    return e.make(settings, std::move(basis));
+    return e.make(settings, std::move(basis), name);
 }
 
 std::vector<std::string> method_names() {
@@ -286,6 +372,10 @@ const std::string& method_with_role(ColourRole role) {
     const std::string& name = names.at(static_cast<size_t>(role));
     if (name.empty()) throw Error("internal: no method is registered with that colour role");
     return name;
+}
+
+std::string registered_method_name(const std::string& name) {
+    return find(name).traits.name;
 }
 
 bool method_needs_basis(const std::string& name) {

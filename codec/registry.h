@@ -12,13 +12,17 @@
 
 namespace varrate {
 
-// Throws Error for an unknown name (listing the known ones) or a missing basis where one is needed.
+// Throws Error for an unknown name (listing the known ones) or a missing basis where one is needed. A name
+// may be an old one kept as an alias (varrate-kvzip is varrate@kvzip): the method then reports that name.
 std::unique_ptr<CompressionMethod> make_method(const std::string& name, const CodecSettings& settings,
                                                std::shared_ptr<const Basis> basis = nullptr);
-std::vector<std::string> method_names();  // in registry order: full, varrate, flat, snapkv, ...
+std::vector<std::string> method_names();  // in registry order: full, varrate, flat, snapkv, ... (no aliases)
 // What runs when no method list is given: full, varrate, flat, snapkv (the quantization baselines kivi2 and
 // kivi4 have a footprint set by their bits, not by kappa, and are asked for by name).
 std::vector<std::string> default_method_names();
+// The registered name a name stands for: itself, or what an old name kept as an alias now is; throws Error
+// for an unknown name.
+std::string registered_method_name(const std::string& name);
 bool method_needs_basis(const std::string& name);
 std::string method_description(const std::string& name);
 
@@ -26,7 +30,7 @@ std::string method_description(const std::string& name);
 enum class MethodProbe {
     None,
     Question,  // the question's attention over the context (varrate:oracle)
-    Repeat,    // KVzip's context-reconstruction scores (kvzip, varrate-kvzip)
+    Repeat,    // KVzip's context-reconstruction scores (kvzip, varrate@kvzip)
 };
 MethodProbe method_probe(const std::string& name);
 
@@ -77,7 +81,14 @@ struct MethodTraits {
     ColourRole colour;
     uint32_t reads;  // MethodReads bits
     BudgetCheck budget_check;
+    // varrate@<method>: the method whose scores water-fill the ranks; null for every other entry.
+    const char* signal_of = nullptr;
 };
+
+// How `varrate methods` and the app group the methods: "reference", "low-rank" (VarRate, flat and their
+// ablations), "VarRate by signal" (varrate@<method>), "eviction", "quantization"; in that order.
+std::string method_group(const MethodTraits& traits);
+const std::vector<std::string>& method_groups();
 const MethodTraits& method_traits(const std::string& name);  // throws Error for an unknown name
 // The same, or null for a name this build does not know (read from another build's records).
 const MethodTraits* find_method_traits(const std::string& name);

@@ -18,6 +18,8 @@ class ScorerEviction : public CompressionMethod {
     LayerAllocation allocate(const LayerAnalysis& analysis, const CodecSettings& budget) override;
     LayerKV materialise(const LayerCapture& capture, const LayerAnalysis& analysis,
                         const LayerAllocation& allocation) override;
+    // The press's scores of the layer (what it keeps by; also what varrate@<press> water-fills ranks by).
+    at::Tensor token_scores(const LayerCapture& capture) const { return scores(capture); }  // [G, L]
 
   protected:
     // [n_kv_head, L] scores on the capture's device, any floating dtype: higher is kept first.

@@ -5,7 +5,12 @@ difference B - A with a percentile-bootstrap 95 % interval over documents, the d
 two-sided sign (McNemar) test. Documents are matched by record file name (length, depth, sample); a method or
 budget missing from either folder is skipped. Standard library only.
 
+With --against METHOD and one folder, every method and budget of that folder is paired with METHOD on the same
+documents instead (at the same budget, or METHOD's single run when it has no budget, as full): e.g. every press
+against full, or every varrate@<signal> against varrate.
+
 Usage: scripts/niah-paired.py A_DIR B_DIR [--label-a fp32] [--label-b bf16] [--bootstrap 10000] [--json OUT]
+       scripts/niah-paired.py DIR --against full [--bootstrap 10000] [--json OUT]
 """
 import argparse
 import json
@@ -54,13 +59,26 @@ def bootstrap_ci(diffs, n_boot, seed):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("a")
-    ap.add_argument("b")
+    ap.add_argument("b", nargs="?")
+    ap.add_argument("--against", help="pair every method of one folder with this method of the same folder")
     ap.add_argument("--label-a", default="A")
     ap.add_argument("--label-b", default="B")
     ap.add_argument("--bootstrap", type=int, default=10000)
     ap.add_argument("--json")
     args = ap.parse_args()
-    ra, rb = records(args.a), records(args.b)
+    if (args.b is None) == (args.against is None):
+        ap.error("give two folders, or one folder and --against METHOD")
+    if args.against:
+        own = records(args.a)
+        ra, rb = {}, {}
+        for (method, budget), docs in own.items():
+            base = own.get((args.against, budget), own.get((args.against, "-")))
+            if method == args.against or base is None:
+                continue
+            ra[(method, budget)], rb[(method, budget)] = base, docs
+        args.label_a, args.label_b = args.against, "method"
+    else:
+        ra, rb = records(args.a), records(args.b)
     rows = []
     print(f"| method | kappa | n | {args.label_a} | {args.label_b} | {args.label_b} - {args.label_a} [95% CI] "
           f"| +/- pairs | sign p |")

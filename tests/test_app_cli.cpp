@@ -44,7 +44,7 @@ class TestCli : public QObject {
         for (const auto& c : expected["cases"]) {
             const CliResult r = run_varrate({"generate", "--model", QString::fromStdString(dir.string()),
                                              "--prompt-ids", ids_arg(c["prompt_ids"]), "--max-new-tokens",
-                                             "200", "--json", "--threads", "2"});
+                                             "200", "--json", "--threads", "2", "--dtype", "fp32"});
             QCOMPARE(r.exit_code, 0);
             const auto j = nlohmann::json::parse(varrate::test::utf8(r.out));
             QCOMPARE(j["prompt_ids"], c["prompt_ids"]);
@@ -177,9 +177,9 @@ class TestCli : public QObject {
                                             greedy["cases"][2]["text"].get<std::string>());
         const QString context = QString::fromStdString(ctx.string());
         const QString cache = QString::fromStdString((tmp / "doc.vrkv").string());
-        const QStringList codec = {"--budget",     "0.4",      "--rmin",    "4",        "--rank",
-                                   "64",           "--stride", "32",        "--window", "16",
-                                   "--obs-window", "16",       "--threads", "2"};
+        const QStringList codec = {"--budget",  "0.4", "--rmin",   "4",   "--rank",       "64",
+                                   "--stride",  "32",  "--window", "16",  "--obs-window", "16",
+                                   "--threads", "2",   "--dtype",  "fp32"};
         const QStringList questions = {"--question",       "Who was in the story?",
                                        "--question",       "What happened at the end?",
                                        "--max-new-tokens", "8"};

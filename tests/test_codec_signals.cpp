@@ -11,10 +11,14 @@
 
 #include "base/error.h"
 #include "codec/allocation_signal.h"
+#include "codec/methods/cur_method.h"
 #include "codec/methods/expected_attention_method.h"
 #include "codec/methods/kvzip_method.h"
+#include "codec/methods/lagkv_method.h"
 #include "codec/methods/varrate_method.h"
+#include "codec/registry.h"
 #include "codec/salience.h"
+#include "codec/scorer_eviction.h"
 #include "codec/synthetic.h"
 #include "tests/test_support.h"
 
@@ -442,6 +446,113 @@ class TestCodecSignals : public QObject {
             last = rank;
         }
         QVERIFY(std::abs(r.diagnostics.footprint - 0.4) < 0.005);
+    }
+
+    // varrate@<scorer> water-fills by the scorer's own scores (mean over KV heads) and nothing else: its
+    // ranks are those of VarRate given that salience explicitly, and differ from the window's. Every scorer
+    // press has its twin; an old name is an alias that keeps its name.
+    void varrate_at_a_scorer_follows_its_scores() {
+        SyntheticShape sh = shape(256);
+        const LayerCapture c = synthetic_capture(sh, 23);
+        CodecSettings s = test::small_codec_settings(0.3);
+        s.obs_window = 16;
+        s.window = 16;
+        s.stride = 32;
+        s.rank = 32;
+        s.r_min = 2;
+        auto basis = random_basis(1, 32, 32, s.stride, s.anchors, 3);
+        auto ranks_of = [&](CompressionMethod& m, const std::shared_ptr<const LayerAnalysis>& a) {
+            return m.allocate(*a, s).coded_ranks.to(at::kCPU);
+        };
+        for (const std::string scorer : {"knorm", "keydiff", "tova", "lagkv", "cur", "random"}) {
+            auto twin = make_method("varrate@" + scorer, s, basis);
+            QCOMPARE(twin->name(), "varrate@" + scorer);
+            const auto press = make_method(scorer, s);
+            const at::Tensor want =
+                dynamic_cast<const ScorerEviction&>(*press).token_scores(c).to(at::kFloat).mean(0);  // [L]
+            VarRateMethod reference(s, basis, RankAllocation::Salience);
+            const at::Tensor got = ranks_of(*twin, twin->analyse(c));
+            QVERIFY2(at::equal(got, ranks_of(reference, reference.analyse_with_salience(c, want))),
+                     scorer.c_str());
+            QVERIFY2(!at::equal(got, ranks_of(reference, reference.analyse(c))), scorer.c_str());
+        }
+        // Every scorer press has a twin.
+        for (const std::string& name : method_names())
+            if (dynamic_cast<const ScorerEviction*>(make_method(name, s, basis).get()))
+                QVERIFY2(find_method_traits("varrate@" + name), name.c_str());
+        auto old = make_method("varrate-ea", s, basis);
+        QCOMPARE(old->name(), std::string("varrate-ea"));
+        QVERIFY(at::equal(
+            ranks_of(*old, old->analyse(capture_with_stats(5))),
+            ranks_of(*make_method("varrate@expected-attention", s, basis),
+                     make_method("varrate@expected-attention", s, basis)->analyse(capture_with_stats(5)))));
+        // varrate@snapkv is VarRate itself (its signal is SnapKV's window salience).
+        QCOMPARE(registered_method_name("varrate@snapkv"), std::string("varrate"));
+    }
+
+    // The new presses' scores, from their definitions (kvpress's LagKVPress and CURPress, loop by loop).
+    void lagkv_and_cur_scores_follow_their_definitions() {
+        CodecSettings s;
+        const LayerCapture c = synthetic_capture(shape(300), 31);  // 4 sinks + partitions of 128 + 40
+        const at::Tensor got = LagKVMethod(s).token_scores(c).to(at::kCPU);  // [G, L]
+        const auto K = c.keys.to(at::kDouble), V = c.values.to(at::kDouble);
+        const int64_t G = 2, hd = 8, lag = 128;
+        for (int64_t g = 0; g < G; ++g) {
+            // Partition 0 (positions 4..131) against partition 1 (132..259); the rest score 1.
+            std::vector<double> score(lag, 0.0);
+            for (const at::Tensor& X : {K, V}) {
+                std::vector<double> sd(lag);
+                for (int64_t t = 0; t < lag; ++t) {
+                    std::vector<double> z(hd);
+                    double mean = 0;
+                    for (int64_t d = 0; d < hd; ++d) {
+                        double lo = 1e300, hi = -1e300;
+                        for (int64_t u = 0; u < lag; ++u) {
+                            lo = std::min(lo, X[g][4 + lag + u][d].item<double>());
+                            hi = std::max(hi, X[g][4 + lag + u][d].item<double>());
+                        }
+                        z[d] = (X[g][4 + t][d].item<double>() - lo) / (hi - lo);
+                        mean += z[d] / hd;
+                    }
+                    double var = 0;
+                    for (double v : z) var += (v - mean) * (v - mean) / (hd - 1);
+                    sd[t] = std::sqrt(var);
+                }
+                double mx = *std::max_element(sd.begin(), sd.end()), sum = 0;
+                for (double& v : sd) sum += (v = std::exp(v - mx));
+                for (int64_t t = 0; t < lag; ++t) score[t] += sd[t] / sum / 2;
+            }
+            for (int64_t t = 0; t < lag; ++t) {
+                const double rank = static_cast<double>(
+                    std::count_if(score.begin(), score.end(), [&](double v) { return v < score[t]; }));
+                QCOMPARE(got[g][4 + t].item<double>(), rank / lag);
+            }
+            for (int64_t t : {0, 3, 132, 299}) QCOMPARE(got[g][t].item<double>(), 1.0);
+        }
+        // CurDKV: window-normalised squared norms, their product normalised over L, 4 sinks at 1.
+        const at::Tensor cur = CURMethod(s).token_scores(c).to(at::kCPU);
+        for (int64_t g = 0; g < G; ++g) {
+            std::vector<double> k2(300), v2(300), p(300);
+            for (int64_t t = 0; t < 300; ++t)
+                for (int64_t d = 0; d < hd; ++d) {
+                    k2[t] += std::pow(K[g][t][d].item<double>(), 2);
+                    v2[t] += std::pow(V[g][t][d].item<double>(), 2);
+                }
+            double total = 0;
+            for (int64_t t = 0; t < 300; ++t) {
+                double ks = 0, vs = 0;
+                for (int64_t u = t / 16 * 16; u < std::min<int64_t>(t / 16 * 16 + 16, 300); ++u) {
+                    ks += k2[u];
+                    vs += v2[u];
+                }
+                total += p[t] = k2[t] / ks * v2[t] / vs;
+            }
+            for (int64_t t = 0; t < 300; ++t) {
+                const double want = t < 4 ? 1.0 : p[t] / total;
+                QVERIFY2(std::abs(cur[g][t].item<double>() - want) < 1e-5 * std::max(want, 1e-3),
+                         qPrintable(QString("cur, KV head %1 position %2").arg(g).arg(t)));
+            }
+        }
     }
 };
 

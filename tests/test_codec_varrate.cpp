@@ -364,10 +364,12 @@ class TestCodecVarRate : public QObject {
                                                                 "varrate:position",
                                                                 "varrate:oracle",
                                                                 "varrate:topk",
-                                                                "varrate-kvzip",
+                                                                "varrate@kvzip",
                                                                 "varrate-layers",
-                                                                "varrate-kvzip-layers",
-                                                                "varrate-ea",
+                                                                "varrate-layers@kvzip",
+                                                                "varrate@expected-attention",
+                                                                "varrate@tova",
+                                                                "varrate@knorm",
                                                                 "varrate-rare",
                                                                 "snapkv",
                                                                 "pyramidkv",
@@ -380,8 +382,14 @@ class TestCodecVarRate : public QObject {
             QVERIFY2(std::count(names.begin(), names.end(), name) == 1,
                      name.c_str());  // no pinned list: each once
         QVERIFY(method_probe("varrate:oracle") == MethodProbe::Question);
-        QVERIFY(method_probe("varrate-kvzip") == MethodProbe::Repeat &&
+        QVERIFY(method_probe("varrate@kvzip") == MethodProbe::Repeat &&
                 method_probe("kvzip") == MethodProbe::Repeat);
+        // Old names kept as aliases: they make the method they stand for, under the name asked for.
+        QCOMPARE(registered_method_name("varrate-kvzip"), std::string("varrate@kvzip"));
+        QCOMPARE(registered_method_name("varrate-kvzip-layers"), std::string("varrate-layers@kvzip"));
+        QCOMPARE(registered_method_name("varrate-ea"), std::string("varrate@expected-attention"));
+        QCOMPARE(std::count(names.begin(), names.end(), "varrate-kvzip"), 0L);
+        QVERIFY(method_probe("varrate-kvzip") == MethodProbe::Repeat);
         QVERIFY(method_probe("varrate") == MethodProbe::None &&
                 method_probe("varrate-ea") == MethodProbe::None &&
                 method_probe("varrate-rare") == MethodProbe::None);

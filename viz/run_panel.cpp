@@ -94,18 +94,31 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
     });
     root->addWidget(qbox);
 
-    // Methods.
+    // Methods, by group (reference, low-rank, VarRate by signal, eviction, quantization), three columns.
     auto* mbox = new QGroupBox("Methods");
     auto* ml = new QGridLayout(mbox);
     const auto names = method_names();
-    for (size_t i = 0; i < names.size(); ++i) {
-        auto* c = new QCheckBox(QString::fromStdString(names[i]));
-        c->setObjectName("method_" + QString::fromStdString(names[i]));
-        c->setToolTip(QString::fromStdString(method_description(names[i])));
-        const auto defaults = default_method_names();
-        c->setChecked(std::find(defaults.begin(), defaults.end(), names[i]) != defaults.end());
-        ml->addWidget(c, static_cast<int>(i) / 2, static_cast<int>(i) % 2);
-        methods_.push_back(c);
+    const auto default_methods = default_method_names();
+    int grid_row = 0;
+    for (const std::string& group : method_groups()) {
+        int col = 0;
+        for (const std::string& name : names) {
+            if (method_group(method_traits(name)) != group) continue;
+            if (col == 0) {
+                auto* heading = new QLabel(QString::fromStdString(group));
+                heading->setStyleSheet("color: palette(mid); font-size: 11px;");
+                ml->addWidget(heading, grid_row++, 0, 1, 3);
+            }
+            auto* c = new QCheckBox(QString::fromStdString(name));
+            c->setObjectName("method_" + QString::fromStdString(name));
+            c->setToolTip(QString::fromStdString(method_description(name)));
+            c->setChecked(std::find(default_methods.begin(), default_methods.end(), name) !=
+                          default_methods.end());
+            ml->addWidget(c, grid_row + col / 3, col % 3);
+            ++col;
+            methods_.push_back(c);
+        }
+        grid_row += (col + 2) / 3;
     }
     root->addWidget(mbox);
 
@@ -291,8 +304,9 @@ RunSettings RunPanel::settings() const {
     if (!any_answer) s.answers.clear();  // no expected answers: correctness is not scored
     if (!any_prefix) s.answer_prefixes.clear();
     s.methods.clear();
-    for (const QCheckBox* c : methods_)
-        if (c->isChecked()) s.methods.push_back(c->text().toStdString());
+    for (const std::string& name : method_names())  // registry order, whatever the grouping on screen
+        for (const QCheckBox* c : methods_)
+            if (c->isChecked() && c->text().toStdString() == name) s.methods.push_back(name);
     for (const CodecEditor& e : codec_) set_setting_value(*e.spec, s.codec, e.value());
     s.mode = parse_mode(mode_->currentText().toStdString());
     s.max_new_tokens = max_new_->value();
@@ -335,9 +349,12 @@ void RunPanel::set_settings(const RunSettings& s) {
     // One change, not one per editor: a live run re-allocates once, when the caller says so.
     ++quiet_;
     set_questions(s.questions, s.answers, s.answer_prefixes);
+    // Saved sessions may name a method by an old name kept as an alias (varrate-kvzip).
+    std::vector<std::string> wanted;
+    for (const std::string& m : s.methods)
+        wanted.push_back(find_method_traits(m) ? registered_method_name(m) : m);
     for (QCheckBox* c : methods_)
-        c->setChecked(std::find(s.methods.begin(), s.methods.end(), c->text().toStdString()) !=
-                      s.methods.end());
+        c->setChecked(std::find(wanted.begin(), wanted.end(), c->text().toStdString()) != wanted.end());
     for (const CodecEditor& e : codec_) e.set_value(setting_value(*e.spec, s.codec));
     mode_->setCurrentText(QString::fromStdString(to_string(s.mode)));
     max_new_->setValue(static_cast<int>(s.max_new_tokens));

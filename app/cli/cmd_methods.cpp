@@ -1,5 +1,6 @@
-// `varrate methods`: the registry, one `name<TAB>definition` per line (scripts read it; the default methods
-// are those a command runs without --methods); --markdown prints the README's method table from the same
+// `varrate methods`: the registry by group (reference, eviction, low-rank, VarRate by signal, quantization),
+// one `name<TAB>definition` per line (scripts read it; the default methods are those a command runs without
+// --methods); --markdown prints the README's method table from the same
 // entries (a test holds the README to it), so a method's one-line description is written once.
 #include <iostream>
 
@@ -22,26 +23,35 @@ std::string budget_word(BudgetRule r) {
     return "?";
 }
 
+// The registered names by group (method_groups' order), registry order within a group.
+std::vector<std::string> grouped_names() {
+    std::vector<std::string> out;
+    for (const std::string& group : method_groups())
+        for (const std::string& name : method_names())
+            if (method_group(method_traits(name)) == group) out.push_back(name);
+    return out;
+}
+
 }  // namespace
 
 Command add_methods(CLI::App& root) {
     CLI::App* sub = root.add_subcommand("methods", "List the compression methods: name<TAB>definition");
     auto markdown = std::make_shared<bool>(false);
     sub->add_flag("--markdown", *markdown,
-                  "A Markdown table: method, family, what sets its footprint, definition, whether it runs "
+                  "A Markdown table: method, group, what sets its footprint, definition, whether it runs "
                   "by default");
     return {
         sub, [markdown] {
             if (!*markdown) {
-                for (const std::string& name : method_names())
+                for (const std::string& name : grouped_names())
                     std::cout << name << '\t' << method_description(name) << '\n';
                 return 0;
             }
-            std::cout << "| method | family | footprint set by | what it does |\n| --- | --- | --- | --- |\n";
-            for (const std::string& name : method_names()) {
+            std::cout << "| method | group | footprint set by | what it does |\n| --- | --- | --- | --- |\n";
+            for (const std::string& name : grouped_names()) {
                 const MethodTraits& t = method_traits(name);
                 std::cout << "| `" << name << "`" << (t.by_default ? " (default)" : "") << " | "
-                          << to_string(t.family) << " | " << budget_word(t.budget) << " | " << t.description
+                          << method_group(t) << " | " << budget_word(t.budget) << " | " << t.description
                           << " |\n";
             }
             return 0;

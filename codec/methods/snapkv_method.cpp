@@ -94,9 +94,14 @@ void SnapKVMethod::check_budget_settings(const SnapKVAnalysis& a, const CodecSet
 }
 
 LayerAllocation SnapKVMethod::allocate_kept(const SnapKVAnalysis& a, int64_t kept) const {
+    return allocate_kept_positions(
+        a, snapkv_keep_from_order(a.order, a.n_tokens, settings_.obs_window, kept));  // [G, kept]
+}
+
+LayerAllocation SnapKVMethod::allocate_kept_positions(const SnapKVAnalysis& a, const at::Tensor& kept) const {
     const auto t0 = Clock::now();
     LayerAllocation out;
-    out.kept = snapkv_keep_from_order(a.order, a.n_tokens, settings_.obs_window, kept);  // [G, kept]
+    out.kept = kept;
     out.diagnostics = eviction_diagnostics(name(), a.layer, out.kept, a.kv_sq, a.head_dim, a.element_size);
     LayerDiagnostics& d = out.diagnostics;
     d.salience = a.salience;

@@ -36,6 +36,8 @@ class SnapKVMethod : public CompressionMethod {
     void check_budget_settings(const SnapKVAnalysis& a, const CodecSettings& budget) const;
     // Every KV head keeps `kept` tokens (the window and the top-scoring others), diagnostics named name().
     LayerAllocation allocate_kept(const SnapKVAnalysis& a, int64_t kept) const;
+    // The same for given positions: kept [G, n] ascending (ChunkKV's whole chunks).
+    LayerAllocation allocate_kept_positions(const SnapKVAnalysis& a, const at::Tensor& kept) const;
 
     CodecSettings settings_;
 };

@@ -42,16 +42,19 @@ at::Tensor top_k_ranks(const at::Tensor& s_hat, int64_t budget, int64_t r_min, i
 
 VarRateMethod::VarRateMethod(const CodecSettings& settings, std::shared_ptr<const Basis> basis,
                              RankAllocation allocation, SalienceSignal signal, std::string registered_name,
-                             bool across_layers)
+                             bool across_layers, TokenSalience scorer)
     : settings_(settings),
       basis_(std::move(basis)),
       allocation_(allocation),
       signal_(allocation == RankAllocation::Uniform ? SalienceSignal::Constant : signal),
+      scorer_(std::move(scorer)),
       name_(std::move(registered_name)),
       across_layers_(across_layers) {
     if (across_layers_ && allocation_ == RankAllocation::Uniform)
         throw Error("flat: budgets across layers need a salience signal");
     if (name_.empty()) name_ = allocation_ == RankAllocation::Uniform ? "flat" : "varrate";
+    if ((signal_ == SalienceSignal::Scorer) != static_cast<bool>(scorer_))
+        throw Error(fmt::format("{}: a scorer's salience needs its score function and only it", name()));
     if (!basis_)
         throw Error(fmt::format("{}: a basis is required (calibrate one, or load a basis file)", name()));
     const BasisInfo& info = basis_->info();
@@ -269,9 +272,13 @@ std::shared_ptr<const LayerAnalysis> VarRateMethod::analyse(const LayerCapture& 
         return analyse_with_salience(capture,
                                      at::ones({shape.n_tokens}, capture.keys.options().dtype(at::kFloat)));
     }
-    at::Tensor s = allocation_salience(signal_, capture, settings_);
+    at::Tensor s = raw_salience(capture);
     sync_for_timing(s, settings_.precise_timing);
     return analyse_with_salience(capture, s, lap_ms(t));
+}
+
+at::Tensor VarRateMethod::raw_salience(const LayerCapture& capture) const {
+    return scorer_ ? scorer_(capture, settings_) : allocation_salience(signal_, capture, settings_);
 }
 
 std::shared_ptr<const LayerAnalysis> VarRateMethod::analyse_with_salience(const LayerCapture& capture,
@@ -347,7 +354,7 @@ std::shared_ptr<const LayerAnalysis> VarRateMethod::derive(const LayerCapture& c
         a->s_hat = at::ones_like(o->s_hat);  // exactly what analyse() normalises a constant signal to
         a->fill = water_fill_signal(a->s_hat);
     } else {
-        const at::Tensor s = allocation_salience(signal_, capture, settings_);
+        const at::Tensor s = raw_salience(capture);
         a->s_hat = normalise_salience(s.to(at::kFloat).index_select(0, a->coded));
         a->fill = water_fill_signal(a->s_hat);
         a->salience = s.to(at::kCPU, at::kFloat);

@@ -25,10 +25,11 @@ at::Tensor top_k_ranks(const at::Tensor& s_hat, int64_t budget, int64_t r_min, i
 
 class VarRateMethod : public CompressionMethod {
   public:
-    // `registered_name`: what name() returns (default "varrate", or "flat" for uniform ranks).
+    // `registered_name`: what name() returns (default "varrate", or "flat" for uniform ranks). `scorer`:
+    // the salience when `signal` is SalienceSignal::Scorer (varrate@<method>).
     VarRateMethod(const CodecSettings& settings, std::shared_ptr<const Basis> basis,
                   RankAllocation allocation, SalienceSignal signal = SalienceSignal::Window,
-                  std::string registered_name = {}, bool across_layers = false);
+                  std::string registered_name = {}, bool across_layers = false, TokenSalience scorer = {});
     std::string name() const override { return name_; }
     const CodecSettings& settings() const override { return settings_; }
     // Salience, anchors, residuals and their energies. allocate() projects each coded token on the basis
@@ -81,6 +82,8 @@ class VarRateMethod : public CompressionMethod {
     at::Tensor coefficient_scale(int64_t layer, int64_t rank, const at::Device& device) const;
 
   private:
+    // The raw salience [L] of the method's signal (or its scorer).
+    at::Tensor raw_salience(const LayerCapture& capture) const;
     // The allocation's rank groups with their coefficients (projected now when it read its errors from a
     // table); throws when the allocation does not match the analysis.
     std::vector<RankGroup> coefficient_groups(const LayerAnalysis& analysis,
@@ -97,6 +100,7 @@ class VarRateMethod : public CompressionMethod {
     // Flat's ranks are all B / n_coded (+1 for the first B mod n_coded): the store keeps none of them.
     bool uniform_ranks() const { return allocation_ == RankAllocation::Uniform; }
     SalienceSignal signal_;
+    TokenSalience scorer_;
     std::string name_;
     bool across_layers_ = false;
     std::vector<at::Tensor> device_basis_;  // per layer: the leading R rows, resident on the compute device

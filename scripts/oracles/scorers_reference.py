@@ -1,5 +1,7 @@
 """kvpress's scorer presses on the SnapKV case's checkpoint and ids (kvpress_scorers.json, target
-"kvpress-scorers" of generate.py): KnormPress, KeyDiffPress and TOVAPress, unchanged, run through kvpress's
+"kvpress-scorers" of generate.py): KnormPress, KeyDiffPress, TOVAPress, RandomPress (seed 0), LagKVPress,
+CURPress (their defaults) and ChunkKVPress over SnapKVPress (chunks of 20, its default),
+unchanged, run through kvpress's
 pipeline code in both modes at the SnapKV case's ratios. Each records the entries its compress() kept per layer
 and KV head (matched by rows, as the other presses' references are) and the greedy answer decoded from the
 compressed cache. sdpa attention: TOVAPress then computes the last token's attention itself
@@ -7,10 +9,23 @@ compressed cache. sdpa attention: TOVAPress then computes the last token's atten
 """
 
 import torch
-from kvpress import KeyDiffPress, KnormPress, TOVAPress
+from kvpress import ChunkKVPress, CURPress, KeyDiffPress, KnormPress, LagKVPress, RandomPress, SnapKVPress, TOVAPress
 from transformers import AutoModelForCausalLM
 
-SCORERS = {"KnormPress": KnormPress, "KeyDiffPress": KeyDiffPress, "TOVAPress": TOVAPress}
+# kvpress class and the arguments it is made with besides its compression ratio.
+SCORERS = {"KnormPress": (KnormPress, {}), "KeyDiffPress": (KeyDiffPress, {}), "TOVAPress": (TOVAPress, {}),
+           "RandomPress": (RandomPress, {"seed": 0}), "LagKVPress": (LagKVPress, {}),
+           # At lag 128 the 300-token context keeps only score-1 tokens (sinks, last partition): lag 32 ranks.
+           "LagKVPress-lag32": (LagKVPress, {"lag_size": 32}),
+           "CURPress": (CURPress, {}), "ChunkKVPress": (ChunkKVPress, {"chunk_length": 20})}
+# Wrappers: the press they wrap takes the ratio (ChunkKV over SnapKV, window scoring as the ChunkKV paper).
+WRAPPED = {"ChunkKVPress": SnapKVPress}
+
+
+def _make(cls, g, ratio, press_args):
+    if cls.__name__ in WRAPPED:  # keyed by class name: "LagKVPress-lag32" is LagKVPress
+        return _recording(cls, g)(press=WRAPPED[cls.__name__](compression_ratio=ratio), **press_args)
+    return _recording(cls, g)(compression_ratio=ratio, **press_args)
 
 
 def _recording(cls, g):
@@ -53,15 +68,15 @@ def reference(g):
         "suffix_ids": suffix,
         "cases": [],
     }
-    for name, cls in SCORERS.items():
+    for name, (cls, press_args) in SCORERS.items():
         for mode in ("query-agnostic", "query-aware"):
             for ratio in g.SNAPKV_RATIOS:
                 compressed = context if mode == "query-agnostic" else context + question
                 prompt = question + suffix if mode == "query-agnostic" else suffix
-                press = _recording(cls, g)(compression_ratio=ratio)
+                press = _make(cls, g, ratio, press_args)
                 answer = g.kvpress_run(model, press, compressed, prompt)
                 assert len(press.records) == model.config.num_hidden_layers
-                case = {"press": name, "mode": mode, "compression_ratio": ratio, "n_tokens": len(compressed),
+                case = {"press": name, "press_args": {**press_args, **({"press": WRAPPED[name].__name__} if name in WRAPPED else {})}, "mode": mode, "compression_ratio": ratio, "n_tokens": len(compressed),
                         "n_kept": [[len(k) for k in r["kept"]] for r in press.records],
                         "answer_ids": answer, "layers": press.records}
                 ref["cases"].append(case)
