@@ -17,6 +17,7 @@
 #include "codec/methods/knorm_method.h"
 #include "codec/methods/kvzip_method.h"
 #include "codec/methods/lagkv_method.h"
+#include "codec/methods/leverage_method.h"
 #include "codec/methods/pyramidkv_method.h"
 #include "codec/methods/random_method.h"
 #include "codec/methods/snapkv_method.h"
@@ -237,6 +238,13 @@ const std::vector<Entry>& registry() {
               kReadsBudget, BudgetCheck::None},
              from_settings<CURMethod>(),
              mean_scores<CURMethod>()},
+            {{"leverage",
+              "Leverage: per KV head, the pre-RoPE keys of highest approximate leverage (outlier directions; "
+              "a seeded Gaussian sketch of 48)",
+              MethodFamily::Eviction, false, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
+              kReadsBudget, BudgetCheck::None},
+             from_settings<LeverageMethod>(),
+             mean_scores<LeverageMethod>()},
             {{"chunkkv",
               "ChunkKV over SnapKV: whole chunks of 20 tokens kept by their mean SnapKV score, the same for "
               "every KV head",

@@ -5,6 +5,7 @@
 // Run panel's coefficient-bits control reaches CodecSettings, the session file, and, live, the footprints.
 #include "tests/gui_test_support.h"
 
+#include <QCheckBox>
 #include <QComboBox>
 #include <QFile>
 #include <QFileInfo>
@@ -292,6 +293,12 @@ class GuiTestCache : public QObject {
                  setting_difference(back.codec, s.codec, SettingTier::Runtime).c_str());
         QCOMPARE(back.codec.precise_timing, true);
         QCOMPARE(back.codec.pool_kernel, int64_t{7});
+        // A session saved with an old method name (an alias) checks the method it now is; the panel lists the
+        // methods in registry order whatever their grouping on screen.
+        s.methods = {"varrate-kvzip", "snapkv", "full"};
+        panel.set_settings(s);
+        QVERIFY(panel.findChild<QCheckBox*>("method_varrate@kvzip")->isChecked());
+        QCOMPARE(panel.settings().methods, (std::vector<std::string>{"full", "snapkv", "varrate@kvzip"}));
         // A model's defaults change the rows the table marks as the model's and keep the user's regime.
         CodecSettings model;
         model.budget = 0.25;

@@ -198,8 +198,8 @@ class GuiTestNiahTab : public QObject {
             QVERIFY2(box, name.c_str());
             QCOMPARE(box->toolTip(), QString::fromStdString(method_description(name)));
         }
-        panel.findChild<QCheckBox*>("method_varrate-kvzip")->setChecked(true);
-        QVERIFY2(tab.run_settings_text().contains("varrate-kvzip"), qPrintable(tab.run_settings_text()));
+        panel.findChild<QCheckBox*>("method_varrate@kvzip")->setChecked(true);
+        QVERIFY2(tab.run_settings_text().contains("varrate@kvzip"), qPrintable(tab.run_settings_text()));
         panel.findChild<QComboBox*>("mode")->setCurrentText("query-agnostic");
         QVERIFY(tab.run_settings_text().contains(" · query-agnostic · "));
         panel.findChild<QSpinBox*>("r_min")->setValue(5);

@@ -1,7 +1,8 @@
 #include "tests/test_support.h"
 
-// Our knorm, keydiff, tova, random, lagkv, cur and chunkkv against kvpress's KnormPress, KeyDiffPress,
-// TOVAPress, RandomPress(seed=0), LagKVPress, CURPress and ChunkKVPress(SnapKVPress(), 20)
+// Our knorm, keydiff, tova, random, lagkv, cur, leverage and chunkkv against kvpress's KnormPress,
+// KeyDiffPress, TOVAPress, RandomPress(seed=0), LagKVPress (lag 128 and 32), CURPress, LeverageScorePress
+// (torch seeded with 0 before every layer) and ChunkKVPress(SnapKVPress(), 20)
 // (tests/data/oracles/kvpress_scorers.json, made by
 // scripts/oracles/generate.sh --only kvpress-scorers through kvpress's own press and pipeline code, versions
 // in its "generator" field) on the SnapKV reference's llama31-gqa4 checkpoint and ids: compression ratios 0.5
@@ -47,9 +48,9 @@ LlamaModel& model() {
 // The registered method that implements a kvpress press (the reference names kvpress's class).
 std::string method_of(const nlohmann::json& c) {
     static const std::map<std::string, std::string> methods = {
-        {"KnormPress", "knorm"},     {"KeyDiffPress", "keydiff"},  {"TOVAPress", "tova"},
-        {"RandomPress", "random"},   {"LagKVPress", "lagkv"},      {"CURPress", "cur"},
-        {"ChunkKVPress", "chunkkv"}, {"LagKVPress-lag32", "lagkv"}};
+        {"KnormPress", "knorm"},     {"KeyDiffPress", "keydiff"},   {"TOVAPress", "tova"},
+        {"RandomPress", "random"},   {"LagKVPress", "lagkv"},       {"CURPress", "cur"},
+        {"ChunkKVPress", "chunkkv"}, {"LagKVPress-lag32", "lagkv"}, {"LeverageScorePress", "leverage"}};
     return methods.at(c["press"].get<std::string>());
 }
 
@@ -94,7 +95,7 @@ class TestKvpressScorers : public QObject {
                 QString::fromStdString("no " + reference_path().string() +
                                        ": run scripts/oracles/generate.sh --only kvpress-scorers")));
         QVERIFY(reference()["generator"].contains("kvpress"));
-        QCOMPARE(reference()["cases"].size(), size_t(32));  // 8 presses x 2 modes x 2 ratios
+        QCOMPARE(reference()["cases"].size(), size_t(36));  // 9 presses x 2 modes x 2 ratios
     }
 
     // Per layer and KV head the kept positions are kvpress's, and so is the greedy answer from the cache.
@@ -178,7 +179,7 @@ class TestKvpressScorers : public QObject {
                 "%s: kept positions identical to kvpress's in %ld of %ld (layer, KV head) pairs; the others "
                 "differ only between exactly tied scores",
                 name.c_str(), static_cast<long>(n - tied[name]), static_cast<long>(n));
-        QCOMPARE(pairs.size(), size_t(8));
+        QCOMPARE(pairs.size(), size_t(9));
     }
 };
 

@@ -36,9 +36,20 @@ SyntheticShape shape(int64_t n_tokens = 96) {
     return s;
 }
 
+// Codec settings for a 256-token synthetic layer (D = 32): anchors every 32, a window of 16, ranks 2..32.
+CodecSettings codec_on_256_tokens(double budget) {
+    CodecSettings s = test::small_codec_settings(budget);
+    s.obs_window = 16;
+    s.window = 16;
+    s.stride = 32;
+    s.rank = 32;
+    s.r_min = 2;
+    return s;
+}
+
 // A capture with query statistics from seeded pre-RoPE queries (mean 0.3, so the mean term matters).
-LayerCapture capture_with_stats(uint64_t seed) {
-    LayerCapture c = synthetic_capture(shape(), seed);
+LayerCapture capture_with_stats(uint64_t seed, int64_t n_tokens = 96) {
+    LayerCapture c = synthetic_capture(shape(n_tokens), seed);
     at::Generator gen = at::detail::createCPUGenerator(seed + 1);
     const at::Tensor q = at::normal(0.3, 1.0, {4, 50, 8}, gen, at::TensorOptions().dtype(at::kFloat));
     c.query_mean = q.mean(1);
@@ -427,12 +438,7 @@ class TestCodecSignals : public QObject {
         // Ranks water-filled by recency: later coded tokens never get less than earlier ones.
         SyntheticShape sh = shape(256);
         const LayerCapture c = synthetic_capture(sh, 21);
-        CodecSettings s = test::small_codec_settings(0.4);
-        s.obs_window = 16;
-        s.window = 16;
-        s.stride = 32;
-        s.rank = 32;
-        s.r_min = 2;
+        const CodecSettings s = codec_on_256_tokens(0.4);
         auto basis = random_basis(1, 32, 32, s.stride, s.anchors, 3);
         VarRateMethod m(s, basis, RankAllocation::Salience, SalienceSignal::Position, "varrate:position");
         QCOMPARE(m.name(), std::string("varrate:position"));
@@ -454,12 +460,7 @@ class TestCodecSignals : public QObject {
     void varrate_at_a_scorer_follows_its_scores() {
         SyntheticShape sh = shape(256);
         const LayerCapture c = synthetic_capture(sh, 23);
-        CodecSettings s = test::small_codec_settings(0.3);
-        s.obs_window = 16;
-        s.window = 16;
-        s.stride = 32;
-        s.rank = 32;
-        s.r_min = 2;
+        const CodecSettings s = codec_on_256_tokens(0.3);
         auto basis = random_basis(1, 32, 32, s.stride, s.anchors, 3);
         auto ranks_of = [&](CompressionMethod& m, const std::shared_ptr<const LayerAnalysis>& a) {
             return m.allocate(*a, s).coded_ranks.to(at::kCPU);
@@ -482,10 +483,10 @@ class TestCodecSignals : public QObject {
                 QVERIFY2(find_method_traits("varrate@" + name), name.c_str());
         auto old = make_method("varrate-ea", s, basis);
         QCOMPARE(old->name(), std::string("varrate-ea"));
-        QVERIFY(at::equal(
-            ranks_of(*old, old->analyse(capture_with_stats(5))),
-            ranks_of(*make_method("varrate@expected-attention", s, basis),
-                     make_method("varrate@expected-attention", s, basis)->analyse(capture_with_stats(5)))));
+        auto twin = make_method("varrate@expected-attention", s, basis);
+        const LayerCapture with_stats = capture_with_stats(5, 256);
+        QVERIFY(
+            at::equal(ranks_of(*old, old->analyse(with_stats)), ranks_of(*twin, twin->analyse(with_stats))));
         // varrate@snapkv is VarRate itself (its signal is SnapKV's window salience).
         QCOMPARE(registered_method_name("varrate@snapkv"), std::string("varrate"));
     }

@@ -1,6 +1,7 @@
 """kvpress's scorer presses on the SnapKV case's checkpoint and ids (kvpress_scorers.json, target
 "kvpress-scorers" of generate.py): KnormPress, KeyDiffPress, TOVAPress, RandomPress (seed 0), LagKVPress,
-CURPress (their defaults) and ChunkKVPress over SnapKVPress (chunks of 20, its default),
+CURPress, LeverageScorePress (their defaults; the leverage sketch drawn after torch.manual_seed(0) in every
+layer) and ChunkKVPress over SnapKVPress (chunks of 20, its default),
 unchanged, run through kvpress's
 pipeline code in both modes at the SnapKV case's ratios. Each records the entries its compress() kept per layer
 and KV head (matched by rows, as the other presses' references are) and the greedy answer decoded from the
@@ -9,7 +10,8 @@ compressed cache. sdpa attention: TOVAPress then computes the last token's atten
 """
 
 import torch
-from kvpress import ChunkKVPress, CURPress, KeyDiffPress, KnormPress, LagKVPress, RandomPress, SnapKVPress, TOVAPress
+from kvpress import (ChunkKVPress, CURPress, KeyDiffPress, KnormPress, LagKVPress, LeverageScorePress,
+                     RandomPress, SnapKVPress, TOVAPress)
 from transformers import AutoModelForCausalLM
 
 # kvpress class and the arguments it is made with besides its compression ratio.
@@ -17,7 +19,11 @@ SCORERS = {"KnormPress": (KnormPress, {}), "KeyDiffPress": (KeyDiffPress, {}), "
            "RandomPress": (RandomPress, {"seed": 0}), "LagKVPress": (LagKVPress, {}),
            # At lag 128 the 300-token context keeps only score-1 tokens (sinks, last partition): lag 32 ranks.
            "LagKVPress-lag32": (LagKVPress, {"lag_size": 32}),
-           "CURPress": (CURPress, {}), "ChunkKVPress": (ChunkKVPress, {"chunk_length": 20})}
+           "CURPress": (CURPress, {}), "ChunkKVPress": (ChunkKVPress, {"chunk_length": 20}),
+           "LeverageScorePress": (LeverageScorePress, {})}
+# Presses that draw from torch's global generator: seeded with 0 before every layer's compress (kvpress leaves
+# it unseeded, so its own runs differ from one another).
+SEEDED = {"LeverageScorePress"}
 # Wrappers: the press they wrap takes the ratio (ChunkKV over SnapKV, window scoring as the ChunkKV paper).
 WRAPPED = {"ChunkKVPress": SnapKVPress}
 
@@ -37,6 +43,8 @@ def _recording(cls, g):
             self.records = []
 
         def compress(self, module, hidden_states, keys, values, attentions, kwargs):
+            if cls.__name__ in SEEDED:
+                torch.manual_seed(0)
             new_keys, new_values = super().compress(module, hidden_states, keys, values, attentions, kwargs)
             self.records.append({"layer": int(module.layer_idx), "kept": g.kept_by_matching(keys, new_keys)})
             return new_keys, new_values
@@ -76,7 +84,10 @@ def reference(g):
                 press = _make(cls, g, ratio, press_args)
                 answer = g.kvpress_run(model, press, compressed, prompt)
                 assert len(press.records) == model.config.num_hidden_layers
-                case = {"press": name, "press_args": {**press_args, **({"press": WRAPPED[name].__name__} if name in WRAPPED else {})}, "mode": mode, "compression_ratio": ratio, "n_tokens": len(compressed),
+                recorded_args = {**press_args, **({"press": WRAPPED[name].__name__} if name in WRAPPED else {}),
+                                 **({"seed_per_layer": 0} if name in SEEDED else {})}
+                case = {"press": name, "press_args": recorded_args, "mode": mode, "compression_ratio": ratio,
+                        "n_tokens": len(compressed),
                         "n_kept": [[len(k) for k in r["kept"]] for r in press.records],
                         "answer_ids": answer, "layers": press.records}
                 ref["cases"].append(case)
