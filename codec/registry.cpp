@@ -18,6 +18,7 @@
 #include "codec/methods/kvzip_method.h"
 #include "codec/methods/lagkv_method.h"
 #include "codec/methods/leverage_method.h"
+#include "codec/methods/observed_attention_method.h"
 #include "codec/methods/pyramidkv_method.h"
 #include "codec/methods/random_method.h"
 #include "codec/methods/snapkv_method.h"
@@ -238,6 +239,14 @@ const std::vector<Entry>& registry() {
               kReadsBudget, BudgetCheck::None},
              from_settings<CURMethod>(),
              mean_scores<CURMethod>()},
+            {{"observed-attention",
+              "ObservedAttention (H2O): tokens ranked by the attention every prefill query pays them (an "
+              "extra pass)",
+              MethodFamily::Eviction, false, false, MethodProbe::Observed, BudgetRule::Kappa, ColourRole::Own,
+              kReadsBudget, BudgetCheck::None},
+             from_settings<ObservedAttentionMethod>(),
+             mean_scores<ObservedAttentionMethod>(),
+             /*salience_is_mass=*/true},
             {{"leverage",
               "Leverage: per KV head, the pre-RoPE keys of highest approximate leverage (outlier directions; "
               "a seeded Gaussian sketch of 48)",

@@ -31,6 +31,7 @@ enum class MethodProbe {
     None,
     Question,  // the question's attention over the context (varrate:oracle)
     Repeat,    // KVzip's context-reconstruction scores (kvzip, varrate@kvzip)
+    Observed,  // every prefill query's attention over the context (observed-attention: H2O)
 };
 MethodProbe method_probe(const std::string& name);
 

@@ -41,8 +41,9 @@ struct PrefillCapture {
     int64_t obs_window = 0;                       // window queries kept: methods may use this many or fewer
     int64_t pool_kernel = 0;                      // of the distortion weights
     double prefill_ms = 0;
-    double question_ms = 0, repeat_ms = 0;  // the extra passes some signals read (core/probe.h), when run
-    int64_t bytes() const;                  // tensors held
+    double question_ms = 0, repeat_ms = 0, observed_ms = 0;  // the extra passes some signals read
+                                                             // (core/probe.h), when run
+    int64_t bytes() const;                                   // tensors held
 };
 
 // Bytes a capture of n_tokens holds (keys twice, values, window queries, RoPE tables), for the refusal.

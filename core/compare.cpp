@@ -345,10 +345,7 @@ bool record_explored(RunSlot& slot, const ExploredRun& r, const PrefillCapture& 
         return false;
     }
     // A method that reads an extra pass over the context pays for it in its analysis.
-    const MethodProbe probe = method_probe(r.method);
-    const double probe_ms = probe == MethodProbe::Question ? capture.question_ms
-                            : probe == MethodProbe::Repeat ? capture.repeat_ms
-                                                           : 0.0;
+    const double probe_ms = probe_time_ms(capture, method_probe(r.method));
     slot.run.compress_ms += probe_ms + r.analyse_ms + r.allocate_ms + r.materialise_ms;
     slot.run.analyse_ms += probe_ms + r.analyse_ms;
     slot.run.prefill_ms += capture.prefill_ms;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <optional>
 
 #include <ATen/ATen.h>
@@ -57,6 +58,7 @@ ProbeNeeds probe_needs(const std::vector<std::string>& methods) {
         const MethodProbe p = method_probe(m);
         needs.question |= p == MethodProbe::Question;
         needs.repeat |= p == MethodProbe::Repeat;
+        needs.observed |= p == MethodProbe::Observed;
     }
     return needs;
 }
@@ -128,6 +130,59 @@ void add_repeat_scores(const LlamaModel& model, PrefillCapture& capture, const R
     job.report("kvzip reconstruction", n_chunks, n_chunks);
 }
 
+void add_observed_attention(const LlamaModel& model, PrefillCapture& capture, const JobControl& job) {
+    const int64_t L = static_cast<int64_t>(capture.ids.size());
+    if (L == 0 || capture.layers.empty()) throw Error("observed attention: the capture is empty");
+    if (capture.next_position != L)
+        throw Error(
+            fmt::format("observed attention: the capture continues an earlier cache (its {} ids end at "
+                        "position {}); it reads the context from position 0",
+                        L, capture.next_position));
+    KVCache cache = model.new_cache();
+    ForwardOptions opt;
+    opt.chunk_size = L;  // one chunk: the observer sees every query of the context
+    opt.observer_window = L;
+    opt.cancel = job.cancel;
+    opt.observer = [&](const LayerCapture& cap) -> std::optional<LayerKV> {
+        const at::Tensor& q = cap.window_queries;      // [H, L, hd] post-RoPE
+        const at::Tensor k = cap.keys.to(at::kFloat);  // [G, L, hd]
+        const int64_t H = q.size(0), G = k.size(0), g = H / G, hd = q.size(2);
+        const auto opts = k.options();
+        at::Tensor sum = at::zeros({G, g, L}, opts);
+        // Blocks of queries, about 2^26 weights each: the [H, block, L] weights, never the [H, L, L] matrix.
+        const int64_t block = std::max<int64_t>(1, (int64_t{1} << 26) / std::max<int64_t>(1, H * L));
+        const at::Tensor key_pos = at::arange(L, opts.dtype(at::kLong));
+        for (int64_t b0 = 0; b0 < L; b0 += block) {
+            const int64_t n = std::min(block, L - b0);
+            const at::Tensor qb = q.narrow(1, b0, n).to(at::kFloat).reshape({G, g * n, hd});
+            at::Tensor s =
+                at::bmm(qb, k.transpose(1, 2)) / std::sqrt(static_cast<double>(hd));  // [G, g n, L]
+            const at::Tensor future =
+                key_pos.unsqueeze(0) > (b0 + at::arange(n, opts.dtype(at::kLong))).unsqueeze(1);  // [n, L]
+            s = s.view({G, g, n, L}).masked_fill(future, -std::numeric_limits<float>::infinity());
+            sum += at::softmax(s, -1).sum(2);
+        }
+        const at::Tensor seen_by = at::arange(L, 0, -1, opts);  // L - t queries see position t
+        capture.layers[static_cast<size_t>(cap.layer)].observed_attention = (sum / seen_by).reshape({H, L});
+        return std::nullopt;
+    };
+    model.forward(capture.ids, cache, opt);
+}
+
+double probe_time_ms(const PrefillCapture& capture, MethodProbe probe) {
+    switch (probe) {
+        case MethodProbe::None:
+            return 0.0;
+        case MethodProbe::Question:
+            return capture.question_ms;
+        case MethodProbe::Repeat:
+            return capture.repeat_ms;
+        case MethodProbe::Observed:
+            return capture.observed_ms;
+    }
+    return 0.0;
+}
+
 void add_probes(const Session& session, PrefillCapture& capture, const ProbeRequest& request,
                 const JobControl& job) {
     if (request.needs.question) {
@@ -142,6 +197,11 @@ void add_probes(const Session& session, PrefillCapture& capture, const ProbeRequ
         auto t = SteadyClock::now();
         add_repeat_scores(session.model(), capture, repeat_prompt(session, request.chat), job);
         capture.repeat_ms += lap_ms(t);
+    }
+    if (request.needs.observed) {
+        auto t = SteadyClock::now();
+        add_observed_attention(session.model(), capture, job);
+        capture.observed_ms += lap_ms(t);
     }
 }
 

@@ -10,13 +10,18 @@
 //             the full cache of the prefix; a token's score is the largest attention weight any repeat query
 //             of its KV head's group puts on it, softmax over the sinks, its chunk and the repeat ids
 //             (kvpress KVzipPress). Costs about one more prefill.
-// The results land in each LayerCapture (question_attention, repeat_scores); the capture is otherwise
-// unchanged.
+//   observed  the context read again from an empty cache in one chunk, every query's attention weights
+//             (softmax over the keys it sees, in fp32) summed per key and divided by how many queries see
+//             it (kvpress's ObservedAttentionPress on eager attention, H2O). Costs one more prefill and the
+//             attention matrix's arithmetic, in blocks of queries (never the whole matrix at once).
+// The results land in each LayerCapture (question_attention, repeat_scores, observed_attention); the
+// capture is otherwise unchanged.
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "base/job.h"
+#include "codec/registry.h"
 #include "core/capture.h"
 
 namespace varrate {
@@ -26,7 +31,8 @@ class Session;
 struct ProbeNeeds {
     bool question = false;
     bool repeat = false;
-    bool any() const { return question || repeat; }
+    bool observed = false;
+    bool any() const { return question || repeat || observed; }
 };
 // What the registered methods `methods` read beyond the prefill.
 ProbeNeeds probe_needs(const std::vector<std::string>& methods);
@@ -54,13 +60,20 @@ inline constexpr int64_t kRepeatSinks = 4;     // leading positions each later c
 void add_repeat_scores(const LlamaModel& model, PrefillCapture& capture, const RepeatPrompt& prompt,
                        const JobControl& job = {}, int64_t chunk = kRepeatChunk);
 
+// Fills observed_attention of every layer. The capture must start at position 0 (a prefill that began on
+// an empty cache).
+void add_observed_attention(const LlamaModel& model, PrefillCapture& capture, const JobControl& job = {});
+
 // What a capture's extra passes need: which, the ids that follow the prefix, and whether prompts are chat.
 struct ProbeRequest {
     ProbeNeeds needs;
     std::vector<int64_t> question_ids;  // question (+ chat suffix) + answer prefix
     bool chat = false;
 };
-// Runs the passes `request` asks for, timing each in capture.question_ms / repeat_ms.
+// The time of the extra pass a method with `probe` reads (charged to its analysis); 0 for none.
+double probe_time_ms(const PrefillCapture& capture, MethodProbe probe);
+
+// Runs the passes `request` asks for, timing each in capture.question_ms / repeat_ms / observed_ms.
 void add_probes(const Session& session, PrefillCapture& capture, const ProbeRequest& request,
                 const JobControl& job = {});
 

@@ -47,6 +47,8 @@ struct LayerCapture {
     // undefined otherwise.
     at::Tensor question_attention;  // [n_head, L] fp32: mean attention weight of the question's queries
     at::Tensor repeat_scores;       // [n_kv_head, L] fp32: KVzip's context-reconstruction scores
+    at::Tensor observed_attention;  // [n_head, L] fp32: each position's attention weight summed over every
+                                    // prefill query that sees it, over how many do (H2O's observed attention)
     // The ids of positions 0..L-1 ([L] int64 on the compute device), when the observed prefill began on an
     // empty cache (the runtime does not know the ids of entries from an earlier call); undefined otherwise.
     at::Tensor token_ids;

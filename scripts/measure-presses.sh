@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The press table of the methods kvpress offers and their varrate@ twins on the embedded model (held-out seed
 # 2026, the model card's): NIAH with three distractors (200 documents at 1024 tokens, five depths) in both
-# modes and the RULER tasks at 1024 tokens, kappa 0.1 and 0.2; then paired differences against full and
-# against varrate (scripts/niah-paired.py). Resumable: rerun with the same OUT to finish an interrupted run.
+# modes and the RULER tasks at 1024 tokens (all but cwe, too long for 1024 with this tokenizer), kappa 0.1 and
+# 0.2; then paired differences against full and against varrate (scripts/niah-paired.py). Resumable: rerun with the same OUT to finish an interrupted run.
 # Usage: scripts/measure-presses.sh OUT [THREADS]   (VARRATE_BIN: the varrate executable, default build/bin/varrate;
 # METHODS, SAMPLES, RULER_SAMPLES override the defaults)
 set -euo pipefail
@@ -24,7 +24,10 @@ for mode in query-agnostic query-aware; do
             --json "$out/niah-$mode-vs-$against.json" > "$out/niah-$mode-vs-$against.md"
     done
 done
-"$bin" eval --model "$model" --tasks all --lengths 1024 --samples "${RULER_SAMPLES:-5}" --seed 2026 \
+# cwe is left out: its smallest prompt takes 959 of the demo tokenizer's tokens, too many for 1024 (issue 36).
+tasks=niah_single_1,niah_single_2,niah_single_3,niah_multikey_1,niah_multikey_2,niah_multikey_3,niah_multivalue
+tasks=$tasks,niah_multiquery,vt,fwe
+"$bin" eval --model "$model" --tasks "$tasks" --lengths 1024 --samples "${RULER_SAMPLES:-5}" --seed 2026 \
     --budget 0.1,0.2 --mode query-agnostic --threads "$threads" --methods "$methods" --dtype fp32 \
     --bootstrap 2000 --out "$out/ruler" > "$out/ruler.log" 2>&1
 echo "measure-presses: wrote $out (niah-*.md: paired tables; ruler/summary.json)"

@@ -1,8 +1,9 @@
 #include "tests/test_support.h"
 
-// Our knorm, keydiff, tova, random, lagkv, cur, leverage and chunkkv against kvpress's KnormPress,
-// KeyDiffPress, TOVAPress, RandomPress(seed=0), LagKVPress (lag 128 and 32), CURPress, LeverageScorePress
-// (torch seeded with 0 before every layer) and ChunkKVPress(SnapKVPress(), 20)
+// Our knorm, keydiff, tova, random, lagkv, cur, leverage, observed-attention and chunkkv against kvpress's
+// KnormPress, KeyDiffPress, TOVAPress, RandomPress(seed=0), LagKVPress (lag 128 and 32), CURPress,
+// LeverageScorePress (torch seeded with 0 before every layer), ObservedAttentionPress (eager attention; ours
+// from the observed-attention pass) and ChunkKVPress(SnapKVPress(), 20)
 // (tests/data/oracles/kvpress_scorers.json, made by
 // scripts/oracles/generate.sh --only kvpress-scorers through kvpress's own press and pipeline code, versions
 // in its "generator" field) on the SnapKV reference's llama31-gqa4 checkpoint and ids: compression ratios 0.5
@@ -18,6 +19,7 @@
 #include "codec/registry.h"
 #include "codec/scorer_eviction.h"
 #include "core/capture.h"
+#include "core/probe.h"
 #include "models/device.h"
 #include "models/generate.h"
 #include "models/llama_model.h"
@@ -48,9 +50,16 @@ LlamaModel& model() {
 // The registered method that implements a kvpress press (the reference names kvpress's class).
 std::string method_of(const nlohmann::json& c) {
     static const std::map<std::string, std::string> methods = {
-        {"KnormPress", "knorm"},     {"KeyDiffPress", "keydiff"},   {"TOVAPress", "tova"},
-        {"RandomPress", "random"},   {"LagKVPress", "lagkv"},       {"CURPress", "cur"},
-        {"ChunkKVPress", "chunkkv"}, {"LagKVPress-lag32", "lagkv"}, {"LeverageScorePress", "leverage"}};
+        {"KnormPress", "knorm"},
+        {"KeyDiffPress", "keydiff"},
+        {"TOVAPress", "tova"},
+        {"RandomPress", "random"},
+        {"LagKVPress", "lagkv"},
+        {"CURPress", "cur"},
+        {"ChunkKVPress", "chunkkv"},
+        {"LagKVPress-lag32", "lagkv"},
+        {"LeverageScorePress", "leverage"},
+        {"ObservedAttentionPress", "observed-attention"}};
     return methods.at(c["press"].get<std::string>());
 }
 
@@ -95,7 +104,7 @@ class TestKvpressScorers : public QObject {
                 QString::fromStdString("no " + reference_path().string() +
                                        ": run scripts/oracles/generate.sh --only kvpress-scorers")));
         QVERIFY(reference()["generator"].contains("kvpress"));
-        QCOMPARE(reference()["cases"].size(), size_t(36));  // 9 presses x 2 modes x 2 ratios
+        QCOMPARE(reference()["cases"].size(), size_t(40));  // 10 presses x 2 modes x 2 ratios
     }
 
     // Per layer and KV head the kept positions are kvpress's, and so is the greedy answer from the cache.
@@ -109,7 +118,8 @@ class TestKvpressScorers : public QObject {
             CodecSettings s;
             s.budget = 1.0 - c["compression_ratio"].get<double>();
             const std::string name = method_of(c);
-            const PrefillCapture cap = capture_prefill(m, compressed, s);
+            PrefillCapture cap = capture_prefill(m, compressed, s);
+            if (method_probe(name) == MethodProbe::Observed) add_observed_attention(m, cap);
             // LagKV at lag 32 as well: at its default 128 this context keeps only score-1 tokens.
             const int64_t lag = c["press_args"].value("lag_size", LagKVMethod::kLag);
             std::unique_ptr<CompressionMethod> method =
@@ -179,7 +189,7 @@ class TestKvpressScorers : public QObject {
                 "%s: kept positions identical to kvpress's in %ld of %ld (layer, KV head) pairs; the others "
                 "differ only between exactly tied scores",
                 name.c_str(), static_cast<long>(n - tied[name]), static_cast<long>(n));
-        QCOMPARE(pairs.size(), size_t(9));
+        QCOMPARE(pairs.size(), size_t(10));
     }
 };
 

@@ -47,9 +47,11 @@ LayerCapture capture(uint64_t seed) {
     c.query_mean = at::randn({sh.n_head, sh.head_dim});
     c.query_cov = at::eye(sh.head_dim).expand({sh.n_head, sh.head_dim, sh.head_dim}).contiguous();
     c.token_ids = at::randint(0, 50, {sh.n_tokens}, at::kLong);  // varrate-rare's once-only ids
-    // The extra passes' outputs (core/probe.h): the question's attention and KVzip's repeat scores.
+    // The extra passes' outputs (core/probe.h): the question's attention, KVzip's repeat scores and every
+    // query's observed attention.
     c.question_attention = at::randn({sh.n_head, sh.n_tokens}).softmax(-1);
     c.repeat_scores = at::rand({sh.n_kv_head, sh.n_tokens});
+    c.observed_attention = at::rand({sh.n_head, sh.n_tokens});
     return c;
 }
 

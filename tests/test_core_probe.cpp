@@ -234,6 +234,7 @@ class TestCoreProbe : public QObject {
         QVERIFY(need_fixture());
         QVERIFY(probe_needs({"varrate:oracle"}).question && !probe_needs({"varrate:oracle"}).repeat);
         QVERIFY(probe_needs({"varrate-kvzip"}).repeat && !probe_needs({"varrate", "snapkv"}).any());
+        QVERIFY(probe_needs({"varrate@observed-attention"}).observed && !probe_needs({"varrate@tova"}).any());
         const auto greedy = read_json_file(test::fixture("stories260k") / "expected_greedy.json");
         CompareRequest req;
         req.context = greedy["cases"][0]["text"].get<std::string>() + "\n" +

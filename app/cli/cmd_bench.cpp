@@ -403,18 +403,23 @@ int run_bench_codec(BenchCodecArgs a) {
         capture_cpu_ms.push_back(process_cpu_ms() - c0);
         // The extra passes some methods read (core/probe.h), on synthetic prompts of typical lengths; each
         // is charged to the analysis of the methods that read it.
-        double question_ms = 0, repeat_ms = 0;
         if (probes.question) {
             auto tq = Clock::now();
             add_question_attention(*model, capture, synthetic_ids(kBenchQuestionTokens, cfg.vocab_size));
             synchronize_device(o.device);
-            question_ms = ms_between(tq, Clock::now());
+            capture.question_ms = ms_between(tq, Clock::now());
         }
         if (probes.repeat) {
             auto tr = Clock::now();
             add_repeat_scores(*model, capture, bench_repeat_prompt(cfg.vocab_size));
             synchronize_device(o.device);
-            repeat_ms = ms_between(tr, Clock::now());
+            capture.repeat_ms = ms_between(tr, Clock::now());
+        }
+        if (probes.observed) {
+            auto to = Clock::now();
+            add_observed_attention(*model, capture);
+            synchronize_device(o.device);
+            capture.observed_ms = ms_between(to, Clock::now());
         }
         for (size_t mi = 0; mi < shared_methods.size(); ++mi) {
             SharedRun run;
@@ -423,9 +428,7 @@ int run_bench_codec(BenchCodecArgs a) {
             const MethodAnalysis analysis(*shared_methods[mi], capture);
             synchronize_device(o.device);
             const MethodProbe probe = method_probe(shared_names[mi]);
-            run.analyse_ms = ms_between(t, Clock::now()) + (probe == MethodProbe::Question ? question_ms
-                                                            : probe == MethodProbe::Repeat ? repeat_ms
-                                                                                           : 0.0);
+            run.analyse_ms = ms_between(t, Clock::now()) + probe_time_ms(capture, probe);
             t = Clock::now();
             std::vector<LayerAllocation> allocations = analysis.allocate(settings);
             synchronize_device(o.device);

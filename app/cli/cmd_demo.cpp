@@ -2,6 +2,7 @@
 // answers of every method in both compression modes with the accounted footprints. Defaults to the embedded
 // demo model (core/data_paths.h: the checkout's resources/ or the installed share/varrate-studio/), so a
 // fresh checkout or an installed package runs it without downloading weights.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 
@@ -91,7 +92,9 @@ int run_demo(DemoArgs a) {
     req.methods = parse_methods(a.methods);
     req.settings = settings;
     req.max_new_tokens = 24;
-    std::cout << fmt::format("{:<15} {:<8} {:>9} {:>9} {:>8}  {}\n", "mode", "method", "accounted",
+    size_t width = 8;  // the method column fits the longest name asked for (varrate@observed-attention)
+    for (const std::string& m : req.methods) width = std::max(width, m.size());
+    std::cout << fmt::format("{:<15} {:<{}} {:>9} {:>9} {:>8}  {}\n", "mode", "method", width, "accounted",
                              "resident", "correct", "answer");
     for (const CompressionMode mode : {CompressionMode::QueryAware, CompressionMode::QueryAgnostic}) {
         req.mode = mode;
@@ -100,7 +103,7 @@ int run_demo(DemoArgs a) {
             for (const std::string& w : r.warnings) spdlog::warn("{}", w);
         for (const MethodRun& run : r.runs)
             std::cout << fmt::format(
-                "{:<15} {:<8} {:>8.1f}% {:>8.1f}% {:>8}  {}{}\n", to_string(mode), run.method,
+                "{:<15} {:<{}} {:>8.1f}% {:>8.1f}% {:>8}  {}{}\n", to_string(mode), run.method, width,
                 100.0 * run.footprint_fraction, 100.0 * run.resident_fraction(),
                 run.correct.at(0) ? "yes" : "no", one_line(run.answers.at(0)),
                 run.self_calibrated ? " (self-calibrated, " + run.basis_accounting + ")" : "");

@@ -5,13 +5,14 @@ layer) and ChunkKVPress over SnapKVPress (chunks of 20, its default),
 unchanged, run through kvpress's
 pipeline code in both modes at the SnapKV case's ratios. Each records the entries its compress() kept per layer
 and KV head (matched by rows, as the other presses' references are) and the greedy answer decoded from the
-compressed cache. sdpa attention: TOVAPress then computes the last token's attention itself
+compressed cache. ObservedAttentionPress reads eager attention's weights (its model loads with eager); the others
+run on sdpa attention: TOVAPress then computes the last token's attention itself
 (SnapKVPress.compute_window_attention with a window of one), as it does in kvpress's default setup.
 """
 
 import torch
 from kvpress import (ChunkKVPress, CURPress, KeyDiffPress, KnormPress, LagKVPress, LeverageScorePress,
-                     RandomPress, SnapKVPress, TOVAPress)
+                     ObservedAttentionPress, RandomPress, SnapKVPress, TOVAPress)
 from transformers import AutoModelForCausalLM
 
 # kvpress class and the arguments it is made with besides its compression ratio.
@@ -20,7 +21,9 @@ SCORERS = {"KnormPress": (KnormPress, {}), "KeyDiffPress": (KeyDiffPress, {}), "
            # At lag 128 the 300-token context keeps only score-1 tokens (sinks, last partition): lag 32 ranks.
            "LagKVPress-lag32": (LagKVPress, {"lag_size": 32}),
            "CURPress": (CURPress, {}), "ChunkKVPress": (ChunkKVPress, {"chunk_length": 20}),
-           "LeverageScorePress": (LeverageScorePress, {})}
+           "LeverageScorePress": (LeverageScorePress, {}), "ObservedAttentionPress": (ObservedAttentionPress, {})}
+# Presses that read the attention weights: run on the eager-attention model.
+EAGER = {"ObservedAttentionPress"}
 # Presses that draw from torch's global generator: seeded with 0 before every layer's compress (kvpress leaves
 # it unseeded, so its own runs differ from one another).
 SEEDED = {"LeverageScorePress"}
@@ -55,6 +58,8 @@ def _recording(cls, g):
 def reference(g):
     model_dir = g.DATA / g.SNAPKV_MODEL
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="sdpa")
+    eager = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager")
+    eager.eval()
     model.eval()
     vocab = model.config.vocab_size
     ids = g.id_sequence(g.SNAPKV_SEED, g.SNAPKV_CONTEXT + g.SNAPKV_QUESTION + g.SNAPKV_SUFFIX, vocab, first=1)
@@ -82,7 +87,7 @@ def reference(g):
                 compressed = context if mode == "query-agnostic" else context + question
                 prompt = question + suffix if mode == "query-agnostic" else suffix
                 press = _make(cls, g, ratio, press_args)
-                answer = g.kvpress_run(model, press, compressed, prompt)
+                answer = g.kvpress_run(eager if name in EAGER else model, press, compressed, prompt)
                 assert len(press.records) == model.config.num_hidden_layers
                 recorded_args = {**press_args, **({"press": WRAPPED[name].__name__} if name in WRAPPED else {}),
                                  **({"seed_per_layer": 0} if name in SEEDED else {})}
