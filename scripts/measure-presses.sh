@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 out=${1:?usage: scripts/measure-presses.sh OUT [THREADS]}
 threads=${2:-1}
 bin=${VARRATE_BIN:-build/bin/varrate}
-presses="knorm,keydiff,tova,random,lagkv,cur,streamingllm"
+presses="knorm,keydiff,tova,random,lagkv,cur,leverage,observed-attention,streamingllm"
 twins=$(echo "$presses" | sed 's/\([^,]*\)/varrate@\1/g')
 methods=${METHODS:-full,varrate,flat,snapkv,chunkkv,$presses,$twins}
 samples=${SAMPLES:-40}
