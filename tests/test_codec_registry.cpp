@@ -128,7 +128,6 @@ class TestCodecRegistry : public QObject {
     // The settings a method says it reads (what the app lists for it) change its output; one it says it
     // does not read leaves it unchanged.
     void reads_are_what_changes_the_output() {
-        const SyntheticShape sh = shape();
         auto basis = random_basis(2, 64, 64, 16, 4, 9);
         const LayerCapture cap = capture(33);
         struct Knob {
