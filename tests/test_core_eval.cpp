@@ -79,6 +79,16 @@ class TestEval : public QObject {
         QVERIFY(!fs::exists(o.out_dir / "records"));
     }
 
+    // A length too short for one of the tasks is refused before any work, not when the sweep reaches it: the
+    // tasks before it run nothing.
+    void a_length_too_short_for_a_task_is_refused_first() {
+        const auto session = demo_session();
+        EvalSweepOptions o = tiny_eval(varrate::test::temp_dir("eval-too-short"));
+        o.tasks = {"niah_single_1", "cwe"};  // cwe's smallest prompt is far longer than 400 tokens
+        EXPECT_ERROR(run_eval_sweep(*session, o, {}), "cwe at length 400 is too short");
+        QVERIFY(!fs::exists(o.out_dir / "records"));
+    }
+
     // PyramidKV's fallback to SnapKV's counts (L x kappa below 20 x the window, as kvpress) is counted per
     // summary cell and written in summary.json; a valid schedule counts none.
     void pyramidkv_fallback_is_counted_in_the_summary() {

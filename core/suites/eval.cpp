@@ -374,6 +374,13 @@ EvalSweepStats run_eval_sweep(const Session& session, const EvalSweepOptions& op
                               path);
     };
     RulerGenerator generator(session.tokenizer(), o.ruler);  // RULER only; cheap until it generates
+    // A length too short for a task is refused before any work, not when the sweep reaches it: the first
+    // sample of every task and length is generated now. What decides is the prompt with the smallest haystack
+    // (the task's template and the sample's keys), alike across samples to a few tokens: a length within
+    // those few tokens of the limit can still stop at a later sample.
+    if (!longbench)
+        for (const std::string& task : o.tasks)
+            for (int64_t length : o.lengths) generator.generate(task, length, 0);
     suite.make_document = [&](int64_t d) -> std::unique_ptr<SweepDocument> {
         const Doc doc = doc_of(d);
         auto out = std::make_unique<EvalSweepDocument>(session, o, identity, longbench.has_value(), doc.task,
