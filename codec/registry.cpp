@@ -333,9 +333,14 @@ std::string method_group(const MethodTraits& traits) {
     return to_string(traits.family);
 }
 
-const std::vector<std::string>& method_groups() {
-    static const std::vector<std::string> groups = {"reference", "low-rank", "VarRate by signal", "eviction",
-                                                    "quantization"};
+std::vector<MethodGroup> methods_by_group() {
+    std::vector<MethodGroup> groups;
+    for (const char* g : {"reference", "low-rank", "VarRate by signal", "eviction", "quantization"}) {
+        MethodGroup group{g, {}};
+        for (const Entry& e : registry())
+            if (method_group(e.traits) == group.name) group.methods.emplace_back(e.traits.name);
+        if (!group.methods.empty()) groups.push_back(std::move(group));
+    }
     return groups;
 }
 

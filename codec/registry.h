@@ -89,7 +89,12 @@ struct MethodTraits {
 // How `varrate methods` and the app group the methods: "reference", "low-rank" (VarRate, flat and their
 // ablations), "VarRate by signal" (varrate@<method>), "eviction", "quantization"; in that order.
 std::string method_group(const MethodTraits& traits);
-const std::vector<std::string>& method_groups();
+struct MethodGroup {
+    std::string name;
+    std::vector<std::string> methods;  // registry order
+};
+// The registered methods by group, in the order above; groups without a method left out.
+std::vector<MethodGroup> methods_by_group();
 const MethodTraits& method_traits(const std::string& name);  // throws Error for an unknown name
 // The same, or null for a name this build does not know (read from another build's records).
 const MethodTraits* find_method_traits(const std::string& name);

@@ -97,18 +97,14 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
     // Methods, by group (reference, low-rank, VarRate by signal, eviction, quantization), three columns.
     auto* mbox = new QGroupBox("Methods");
     auto* ml = new QGridLayout(mbox);
-    const auto names = method_names();
     const auto default_methods = default_method_names();
     int grid_row = 0;
-    for (const std::string& group : method_groups()) {
+    for (const MethodGroup& group : methods_by_group()) {
+        auto* heading = new QLabel(QString::fromStdString(group.name));
+        heading->setStyleSheet("color: palette(mid); font-size: 11px;");
+        ml->addWidget(heading, grid_row++, 0, 1, 3);
         int col = 0;
-        for (const std::string& name : names) {
-            if (method_group(method_traits(name)) != group) continue;
-            if (col == 0) {
-                auto* heading = new QLabel(QString::fromStdString(group));
-                heading->setStyleSheet("color: palette(mid); font-size: 11px;");
-                ml->addWidget(heading, grid_row++, 0, 1, 3);
-            }
+        for (const std::string& name : group.methods) {
             auto* c = new QCheckBox(QString::fromStdString(name));
             c->setObjectName("method_" + QString::fromStdString(name));
             c->setToolTip(QString::fromStdString(method_description(name)));

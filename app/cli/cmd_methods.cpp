@@ -1,4 +1,4 @@
-// `varrate methods`: the registry by group (reference, eviction, low-rank, VarRate by signal, quantization),
+// `varrate methods`: the registry by group (reference, low-rank, VarRate by signal, eviction, quantization),
 // one `name<TAB>definition` per line (scripts read it; the default methods are those a command runs without
 // --methods); --markdown prints the README's method table from the same
 // entries (a test holds the README to it), so a method's one-line description is written once.
@@ -23,12 +23,10 @@ std::string budget_word(BudgetRule r) {
     return "?";
 }
 
-// The registered names by group (method_groups' order), registry order within a group.
+// The registered names by group (methods_by_group), registry order within a group.
 std::vector<std::string> grouped_names() {
     std::vector<std::string> out;
-    for (const std::string& group : method_groups())
-        for (const std::string& name : method_names())
-            if (method_group(method_traits(name)) == group) out.push_back(name);
+    for (const MethodGroup& g : methods_by_group()) out.insert(out.end(), g.methods.begin(), g.methods.end());
     return out;
 }
 
