@@ -29,6 +29,8 @@ struct CodecSettings {
     // 2, 3, 4 or 8 quantizes them in groups of 32 along each token's rank (codec/quantize.h), and the budget,
     // counted in bits, then holds more of them.
     int64_t coef_bits = 16;
+    // ThinK (think, snap-think): the fraction of each KV head's key channels pruned (int(head_dim * ratio)).
+    double key_channel_ratio = 0.5;
     bool paper_accounting =
         false;  // true: anchor indices are not charged to B (the paper; footprint > kappa)
     // Wait for the device at stage boundaries so stage times are real: a host read per stage on a GPU, so off
@@ -129,6 +131,8 @@ struct LayerAllocation {
     // Head-wise eviction (codec/headwise_eviction.h; the heads keep different numbers): [n_kv_head, kept]
     // bool, false where `kept`'s row is padding (each row is padded to the longest). Undefined otherwise.
     at::Tensor kept_valid;
+    // Channel pruning (ThinK): [n_kv_head, n_kept] int64 ascending, the key channels every token keeps.
+    at::Tensor kept_channels;
     int64_t coef_bits = 16;  // what the coefficients were stored with (CodecSettings::coef_bits)
 };
 

@@ -8,6 +8,7 @@
 #include <typeinfo>
 
 #include "base/error.h"
+#include "codec/channel_pruned_layer.h"
 #include "codec/compressed_layer.h"
 #include "codec/headwise_eviction.h"
 #include "codec/method.h"
@@ -21,6 +22,7 @@ namespace {
 constexpr const char* kCompressedLayer = "compressed_layer";
 constexpr const char* kQuantizedLayer = "quantized_layer";
 constexpr const char* kHeadwiseEviction = "headwise_eviction";
+constexpr const char* kChannelPruned = "channel_pruned";
 
 int64_t bytes_of(const at::Tensor& t) {
     return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
@@ -268,6 +270,37 @@ std::shared_ptr<const LayerPrefix> headwise_from_tensors(const nlohmann::json& m
     return make_store<HeadwiseEvictedLayer>(std::move(p), where);  // checks values and the mask
 }
 
+PrefixTensors channel_pruned_tensors(const ChannelPrunedLayer& c, const std::string& prefix) {
+    const ChannelPrunedLayer::Parts& p = c.parts();
+    PrefixTensors out;
+    out.meta = {{"kind", kChannelPruned}, {"layer", p.layer},
+                {"n_tokens", c.length()}, {"n_kv_head", p.values.size(0)},
+                {"head_dim", p.head_dim}, {"kept_channels", c.kept_channels()}};
+    out.tensors = {
+        {prefix + "keys", p.keys}, {prefix + "channels", p.channels}, {prefix + "values", p.values}};
+    return out;
+}
+
+std::shared_ptr<const LayerPrefix> channel_pruned_from_tensors(const nlohmann::json& meta,
+                                                               const std::string& prefix,
+                                                               const TensorSource& tensors,
+                                                               const PrefixExpectation& expect,
+                                                               const std::string& where) {
+    ChannelPrunedLayer::Parts p;
+    p.layer = integer(meta, "layer", where);
+    const int64_t n_tokens = integer(meta, "n_tokens", where);
+    p.head_dim = integer(meta, "head_dim", where);
+    check_expected_shape(n_tokens, integer(meta, "n_kv_head", where), p.head_dim, expect, where);
+    const int64_t kept = integer(meta, "kept_channels", where);
+    p.keys = typed(tensors, prefix + "keys", {expect.dtype}, where);
+    p.channels = typed(tensors, prefix + "channels", {at::kByte}, where);
+    p.values = typed(tensors, prefix + "values", {expect.dtype}, where);
+    if (p.keys.dim() != 3 || p.keys.size(2) != kept)
+        throw Error(
+            fmt::format("{}: keys have shape {}, expected {} kept channels", where, shape_str(p.keys), kept));
+    return make_store<ChannelPrunedLayer>(std::move(p), where);  // checks shapes and the channel lists
+}
+
 }  // namespace
 
 PrefixTensors to_tensors(const LayerPrefix& prefix, const std::string& name_prefix) {
@@ -277,6 +310,8 @@ PrefixTensors to_tensors(const LayerPrefix& prefix, const std::string& name_pref
         return quantized_layer_tensors(*q, name_prefix);
     if (const auto* h = dynamic_cast<const HeadwiseEvictedLayer*>(&prefix))
         return headwise_tensors(*h, name_prefix);
+    if (const auto* c = dynamic_cast<const ChannelPrunedLayer*>(&prefix))
+        return channel_pruned_tensors(*c, name_prefix);
     throw Error(fmt::format("cannot save a compressed store of type {}: prefix_io knows {}",
                             typeid(prefix).name(), fmt::join(prefix_kinds(), ", ")));
 }
@@ -293,12 +328,13 @@ std::shared_ptr<const LayerPrefix> prefix_from_tensors(const nlohmann::json& met
     if (kind == kQuantizedLayer)
         return quantized_layer_from_tensors(meta, name_prefix, tensors, expect, where);
     if (kind == kHeadwiseEviction) return headwise_from_tensors(meta, name_prefix, tensors, expect, where);
+    if (kind == kChannelPruned) return channel_pruned_from_tensors(meta, name_prefix, tensors, expect, where);
     throw Error(fmt::format("{}: unknown store kind '{}' (this build reads {})", where, kind,
                             fmt::join(prefix_kinds(), ", ")));
 }
 
 std::vector<std::string> prefix_kinds() {
-    return {kCompressedLayer, kQuantizedLayer, kHeadwiseEviction};
+    return {kCompressedLayer, kQuantizedLayer, kHeadwiseEviction, kChannelPruned};
 }
 
 }  // namespace varrate

@@ -16,6 +16,9 @@
 //                       n_tokens, head_dim], each head padded to the longest), valid ([n_kv_head, n_tokens]
 //                       uint8 0/1: safetensors has no bool); scalars layer, n_tokens (the padded width),
 //                       n_context, n_kv_head, head_dim.
+//   "channel_pruned"    codec/channel_pruned_layer.h (ThinK). Tensors <prefix>keys ([n_kv_head, n_tokens,
+//                       kept_channels]), channels ([n_kv_head, kept_channels] uint8), values; scalars layer,
+//                       n_tokens, n_kv_head, head_dim, kept_channels.
 #include <cstdint>
 #include <functional>
 #include <memory>

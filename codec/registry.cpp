@@ -21,8 +21,10 @@
 #include "codec/methods/observed_attention_method.h"
 #include "codec/methods/pyramidkv_method.h"
 #include "codec/methods/random_method.h"
+#include "codec/methods/snap_think_method.h"
 #include "codec/methods/snapkv_method.h"
 #include "codec/methods/streamingllm_method.h"
+#include "codec/methods/think_method.h"
 #include "codec/methods/tova_method.h"
 #include "codec/methods/varrate_method.h"
 
@@ -274,6 +276,19 @@ const std::vector<Entry>& registry() {
              from_settings<KVzipMethod>(),
              signal_salience(SalienceSignal::Repeat),
              /*salience_is_mass=*/true},
+            {{"think",
+              "ThinK: every token kept, each KV head's lowest-scoring key channels pruned (the window "
+              "queries' q^2 times the keys' k^2); footprint set by the key channel ratio",
+              MethodFamily::ChannelPruning, false, false, MethodProbe::None, BudgetRule::OwnSettings,
+              ColourRole::Own, kReadsObsWindow | kReadsKeyChannels, BudgetCheck::None},
+             from_settings<ThinKMethod>()},
+            {{"snap-think",
+              "SnapKV then ThinK (kvpress's ComposedPress): key channels pruned by the ratio, SnapKV keeps "
+              "what fits in kappa",
+              MethodFamily::ChannelPruning, false, false, MethodProbe::None, BudgetRule::Kappa,
+              ColourRole::Own, kReadsBudget | kReadsObsWindow | kReadsPool | kReadsKeyChannels,
+              BudgetCheck::None},
+             from_settings<SnapThinKMethod>()},
             {{"kivi2", "KIVI 2-bit quantization (keys per channel, values per token, 128 recent exact)",
               MethodFamily::Quantization, false, false, MethodProbe::None, BudgetRule::OwnSettings,
               ColourRole::Own, 0, BudgetCheck::None},
@@ -322,6 +337,8 @@ std::string to_string(MethodFamily f) {
             return "low-rank";
         case MethodFamily::Eviction:
             return "eviction";
+        case MethodFamily::ChannelPruning:
+            return "channel pruning";
         case MethodFamily::Quantization:
             return "quantization";
     }
@@ -335,7 +352,8 @@ std::string method_group(const MethodTraits& traits) {
 
 std::vector<MethodGroup> methods_by_group() {
     std::vector<MethodGroup> groups;
-    for (const char* g : {"reference", "low-rank", "VarRate by signal", "eviction", "quantization"}) {
+    for (const char* g :
+         {"reference", "low-rank", "VarRate by signal", "eviction", "channel pruning", "quantization"}) {
         MethodGroup group{g, {}};
         for (const Entry& e : registry())
             if (method_group(e.traits) == group.name) group.methods.emplace_back(e.traits.name);

@@ -44,8 +44,9 @@ enum class BudgetRule {
 };
 BudgetRule method_budget_rule(const std::string& name);  // throws Error for an unknown name, as make_method
 
-enum class MethodFamily { Reference, LowRank, Eviction, Quantization };
-std::string to_string(MethodFamily f);  // "reference", "low-rank", "eviction", "quantization"
+enum class MethodFamily { Reference, LowRank, Eviction, ChannelPruning, Quantization };
+// "reference", "low-rank", "eviction", "channel pruning", "quantization"
+std::string to_string(MethodFamily f);
 
 // How the views colour a method: VarRate's own colour, that of its flat ablation (what VarRate is compared
 // with), the uncompressed reference's, the eviction baseline's (SnapKV), or a hue of its own.
@@ -67,6 +68,7 @@ enum MethodReads : uint32_t {
     kReadsPool = 1u << 7,
     kReadsCoefBits = 1u << 8,
     kReadsAccounting = 1u << 9,
+    kReadsKeyChannels = 1u << 10,
 };
 
 struct MethodTraits {

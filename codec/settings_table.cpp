@@ -110,6 +110,10 @@ std::vector<CodecSettingSpec> make_specs() {
             "token's rank, fp16 scale and minimum; the budget counts bits); 16 keeps the cache precision. "
             "Other methods ignore it (kivi2 / kivi4 have their own bits)",
             T::Allocation, &S::coef_bits, {16, 8, 4, 3, 2}),
+        fraction("key_channel_ratio", "--key-channel-ratio", "Key channels pruned",
+                 "ThinK (think, snap-think): fraction of each KV head's key channels pruned, int(head_dim * "
+                 "ratio) of the lowest-scoring ones; other methods ignore it",
+                 T::Allocation, &S::key_channel_ratio),
         flag("paper_accounting", "--paper-accounting", "Paper accounting (indices free)",
              "charge neither anchor indices nor a self-calibrated basis to the budget (the paper's "
              "accounting; "

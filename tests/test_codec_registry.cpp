@@ -70,7 +70,12 @@ class TestCodecRegistry : public QObject {
             QVERIFY2(std::string(t.description).size() > 10, n);
             QVERIFY2(t.needs_basis == (t.family == MethodFamily::LowRank), n);
             QVERIFY2((t.budget == BudgetRule::Uncompressed) == (t.family == MethodFamily::Reference), n);
-            QVERIFY2((t.budget == BudgetRule::OwnSettings) == (t.family == MethodFamily::Quantization), n);
+            // Own settings set the footprint of the quantizers (bits) and of channel pruning alone (ThinK's
+            // ratio).
+            if (t.family == MethodFamily::Quantization) QVERIFY2(t.budget == BudgetRule::OwnSettings, n);
+            if (t.budget == BudgetRule::OwnSettings)
+                QVERIFY2(t.family == MethodFamily::Quantization || t.family == MethodFamily::ChannelPruning,
+                         n);
             QVERIFY2((t.budget_check == BudgetCheck::Codec) == t.needs_basis, n);
             // A budgeted method reads kappa; the others do not.
             QVERIFY2(((t.reads & kReadsBudget) != 0) == (t.budget == BudgetRule::Kappa), n);

@@ -69,7 +69,7 @@ QString cache_settings_text(const std::string& method, const CodecSettings& s) {
     // Only what the method reads (its traits): KIVI's footprint is set by its bits, SnapKV has no basis.
     const MethodTraits& traits = method_traits(method);
     const uint32_t reads = traits.reads;
-    if (traits.budget == BudgetRule::OwnSettings)
+    if (traits.budget == BudgetRule::OwnSettings && reads == 0)
         return QString("%1's own settings (κ not read)").arg(QString::fromStdString(method));
     QStringList parts;
     auto add = [&](uint32_t bit, const QString& text) {
@@ -85,6 +85,7 @@ QString cache_settings_text(const std::string& method, const CodecSettings& s) {
     add(kReadsPool, QString("pool %1").arg(s.pool_kernel));
     add(kReadsCoefBits, s.coef_bits < 16 ? QString("%1-bit coefficients").arg(s.coef_bits)
                                          : QString("coefficients at cache precision"));
+    add(kReadsKeyChannels, QString("%1 of key channels pruned").arg(s.key_channel_ratio, 0, 'g', 3));
     if ((reads & kReadsAccounting) && s.paper_accounting) parts << "paper accounting";
     return parts.join(" · ");
 }

@@ -74,6 +74,7 @@ import longbench_reference  # noqa: E402
 import scorers_reference  # noqa: E402
 import signals_arch  # noqa: E402
 import tokenizers_reference  # noqa: E402
+import wrappers_reference  # noqa: E402
 from oracle_rng import splitmix64  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -739,7 +740,7 @@ def main():
                          "build/bin/varrate, relative to the repository)")
     ap.add_argument("--only", nargs="*",
                     help="model names to regenerate, or kvpress (SnapKV), kvpress-presses (StreamingLLM, "
-                         "PyramidKV, Ada-KV), kvpress-scorers (Knorm, KeyDiff, TOVA), kvpress-signals (Expected Attention in Ada-KV, KVzip), "
+                         "PyramidKV, Ada-KV), kvpress-scorers (Knorm, KeyDiff, TOVA, ...), kvpress-wrappers (ThinK, SnapKV+ThinK), kvpress-signals (Expected Attention in Ada-KV, KVzip), "
                          "kvpress-signals-arch (Expected Attention with a q bias and q_norm, KVzip with a chat prefix), tokenizers, chat31 "
                          "or longbench (default: everything; longbench only with --longbench)")
     ap.add_argument("--longbench",
@@ -782,6 +783,8 @@ def main():
         write_json(DATA / "kvpress_presses.json", kvpress_presses_reference())
     if not args.only or "kvpress-scorers" in args.only:
         write_json(DATA / "kvpress_scorers.json", scorers_reference.reference(sys.modules[__name__]))
+    if not args.only or "kvpress-wrappers" in args.only:
+        write_json(DATA / "kvpress_wrappers.json", wrappers_reference.reference(sys.modules[__name__]))
     if not args.only or "kvpress-signals" in args.only:
         write_json(DATA / "kvpress_signals.json", kvpress_signals_reference())
     if not args.only or "kvpress-signals-arch" in args.only:

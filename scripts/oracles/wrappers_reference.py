@@ -1,0 +1,104 @@
+"""kvpress's key-channel press and its composition on the SnapKV case's checkpoint and ids
+(kvpress_wrappers.json, target "kvpress-wrappers" of generate.py): ThinKPress alone (key channel ratios 0.25
+and 0.5) and ComposedPress([SnapKVPress(ratio), ThinKPress(0.5)]) (kvpress's "snap_think") at the SnapKV
+case's ratios, unchanged, run through kvpress's pipeline code in both modes. Each records, per layer and KV
+head, the key channels ThinK zeroed and, for the composition, the entries SnapKV kept (matched by rows), and
+the greedy answer decoded from the compressed cache.
+"""
+
+import torch
+from kvpress import ComposedPress, SnapKVPress, ThinKPress
+from transformers import AutoModelForCausalLM
+
+THINK_RATIOS = [0.25, 0.5]
+COMPOSED_THINK_RATIO = 0.5
+
+
+def _pruned_channels(keys, new_keys):
+    """Per KV head, the ascending channels ThinK zeroed in `new_keys` [1, G, L, d] (and were not zero)."""
+    out = []
+    for h in range(keys.shape[1]):
+        zeroed = (new_keys[0, h] == 0).all(0) & ~(keys[0, h] == 0).all(0)  # [d]
+        unchanged = (new_keys[0, h] == keys[0, h]).all(0)
+        assert bool((zeroed | unchanged).all()), "ThinK changed a channel without zeroing it"
+        out.append([int(c) for c in torch.nonzero(zeroed).flatten()])
+    return out
+
+
+class RecordingThinK(ThinKPress):
+    """ThinKPress, unchanged, recording the channels it zeroed (it zeroes them in place: compared with a copy)."""
+
+    records: list = None
+
+    def compress(self, module, hidden_states, keys, values, attentions, kwargs):
+        if self.records is None:
+            self.records = []
+        original = keys.clone()
+        new_keys, new_values = super().compress(module, hidden_states, keys, values, attentions, kwargs)
+        keys = original
+        self.records.append({"layer": int(module.layer_idx), "pruned_channels": _pruned_channels(keys, new_keys)})
+        return new_keys, new_values
+
+
+def _recording_snapkv(g):
+    class RecordingSnapKV(SnapKVPress):
+        def __post_init__(self):
+            super().__post_init__()
+            self.records = []
+
+        def compress(self, module, hidden_states, keys, values, attentions, kwargs):
+            new_keys, new_values = super().compress(module, hidden_states, keys, values, attentions, kwargs)
+            self.records.append({"layer": int(module.layer_idx), "kept": g.kept_by_matching(keys, new_keys)})
+            return new_keys, new_values
+
+    return RecordingSnapKV
+
+
+def reference(g):
+    model_dir = g.DATA / g.SNAPKV_MODEL
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="sdpa")
+    model.eval()
+    vocab = model.config.vocab_size
+    ids = g.id_sequence(g.SNAPKV_SEED, g.SNAPKV_CONTEXT + g.SNAPKV_QUESTION + g.SNAPKV_SUFFIX, vocab, first=1)
+    context = ids[:g.SNAPKV_CONTEXT]
+    question = ids[g.SNAPKV_CONTEXT:g.SNAPKV_CONTEXT + g.SNAPKV_QUESTION]
+    suffix = ids[g.SNAPKV_CONTEXT + g.SNAPKV_QUESTION:]
+    ref = {
+        "generator": g.generator_info(),
+        "model": g.SNAPKV_MODEL,
+        "model_safetensors_sha256": g.sha256(model_dir / "model.safetensors"),
+        "pipeline": "kvpress.pipeline.KVPressTextGenerationPipeline._forward + generate_answer on ids "
+                    "(no tokenizer), CPU",
+        "dtype": "fp32",
+        "attn_implementation": "sdpa",
+        "answer_tokens": g.SNAPKV_ANSWER_TOKENS,
+        "eos_token_id": model.generation_config.eos_token_id,
+        "context_ids": context,
+        "question_ids": question,
+        "suffix_ids": suffix,
+        "cases": [],
+    }
+    for mode in ("query-agnostic", "query-aware"):
+        compressed = context if mode == "query-agnostic" else context + question
+        prompt = question + suffix if mode == "query-agnostic" else suffix
+        for kcr in THINK_RATIOS:
+            think = RecordingThinK(key_channel_compression_ratio=kcr)
+            answer = g.kvpress_run(model, think, compressed, prompt)
+            assert len(think.records) == model.config.num_hidden_layers
+            ref["cases"].append({"press": "ThinKPress", "mode": mode, "key_channel_compression_ratio": kcr,
+                                 "n_tokens": len(compressed), "answer_ids": answer, "layers": think.records})
+            print(f"kvpress ThinKPress({kcr}) {mode}: pruned {len(think.records[0]['pruned_channels'][0])} "
+                  f"channels per head, answer {answer}", flush=True)
+        for ratio in g.SNAPKV_RATIOS:
+            snap = _recording_snapkv(g)(compression_ratio=ratio)
+            think = RecordingThinK(key_channel_compression_ratio=COMPOSED_THINK_RATIO)
+            answer = g.kvpress_run(model, ComposedPress([snap, think]), compressed, prompt)
+            layers = [{**s, **t} for s, t in zip(snap.records, think.records)]
+            assert len(layers) == model.config.num_hidden_layers
+            ref["cases"].append({"press": "ComposedPress", "presses": ["SnapKVPress", "ThinKPress"], "mode": mode,
+                                 "compression_ratio": ratio,
+                                 "key_channel_compression_ratio": COMPOSED_THINK_RATIO,
+                                 "n_tokens": len(compressed), "answer_ids": answer, "layers": layers})
+            print(f"kvpress ComposedPress([SnapKVPress({ratio}), ThinKPress({COMPOSED_THINK_RATIO})]) {mode}: "
+                  f"kept {len(layers[0]['kept'][0])} tokens per head, answer {answer}", flush=True)
+    return ref
