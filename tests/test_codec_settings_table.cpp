@@ -26,14 +26,16 @@ CodecSettings every_field_changed() {
     s.obs_window = 13;
     s.pool_kernel = 7;
     s.coef_bits = 4;
+    s.key_channel_ratio = 0.25;
     s.paper_accounting = true;
     s.precise_timing = true;
     return s;
 }
 
 const std::vector<std::string> kFields = {
-    "budget",     "r_min",       "rank",      "stride",           "anchors",       "window",
-    "obs_window", "pool_kernel", "coef_bits", "paper_accounting", "precise_timing"};
+    "budget",           "r_min",         "rank",        "stride",    "anchors",
+    "window",           "obs_window",    "pool_kernel", "coef_bits", "key_channel_ratio",
+    "paper_accounting", "precise_timing"};
 
 CodecSettings from_json_field(const char* key, const nlohmann::json& value) {
     nlohmann::json j = nlohmann::json::object();
@@ -85,6 +87,7 @@ class TestSettingsTable : public QObject {
         QCOMPARE(back.obs_window, s.obs_window);
         QCOMPARE(back.pool_kernel, s.pool_kernel);
         QCOMPARE(back.coef_bits, s.coef_bits);
+        QCOMPARE(back.key_channel_ratio, s.key_channel_ratio);
         QCOMPARE(back.paper_accounting, s.paper_accounting);
         QCOMPARE(back.precise_timing, s.precise_timing);
         QVERIFY(setting_difference(back, s, SettingTier::Runtime).empty());
