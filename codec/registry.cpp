@@ -9,6 +9,8 @@
 #include "codec/footprint.h"
 #include "codec/methods/adakv_method.h"
 #include "codec/methods/chunkkv_method.h"
+#include "codec/methods/critical_adakv_method.h"
+#include "codec/methods/criticalkv_method.h"
 #include "codec/methods/cur_method.h"
 #include "codec/methods/expected_attention_method.h"
 #include "codec/methods/full_method.h"
@@ -262,6 +264,17 @@ const std::vector<Entry>& registry() {
               MethodFamily::Eviction, false, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
               kReadsBudget | kReadsObsWindow | kReadsPool, BudgetCheck::None},
              from_settings<ChunkKVMethod>()},
+            {{"criticalkv",
+              "CriticalKV over SnapKV: half of each head's tokens by SnapKV's score, the rest by score x "
+              "||W_o v||_1 (what the value adds through the output projection)",
+              MethodFamily::Eviction, false, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
+              kReadsBudget | kReadsObsWindow | kReadsPool, BudgetCheck::None},
+             from_settings<CriticalKVMethod>()},
+            {{"critical-adakv",
+              "CriticalAdaKV over SnapKV: Ada-KV's budgets per head, CriticalKV's two stages within each",
+              MethodFamily::Eviction, false, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
+              kReadsBudget | kReadsObsWindow | kReadsPool, BudgetCheck::SnapKVCount},
+             from_settings<CriticalAdaKVMethod>()},
             {{"expected-attention",
               "Expected Attention inside Ada-KV: keys scored by the statistics of future queries (epsilon "
               "0.01)",

@@ -21,6 +21,8 @@ LayerCapture synthetic_capture(const SyntheticShape& s, uint64_t seed, int64_t l
     const at::Tensor k_pre = at::normal(0.0, 1.0, {s.n_kv_head, s.n_tokens, s.head_dim}, gen, f32);
     const at::Tensor v = at::normal(0.0, 1.0, {s.n_kv_head, s.n_tokens, s.head_dim}, gen, f32);
     const at::Tensor q = at::normal(0.0, 1.0, {s.n_head, s.obs_window, s.head_dim}, gen, f32);
+    // Drawn after the others, so that the captures of earlier builds are unchanged.
+    const at::Tensor o_proj = at::normal(0.0, 0.1, {s.n_head * s.head_dim, s.n_head * s.head_dim}, gen, f32);
     const at::Tensor inv_freq = synthetic_inv_freq(s);
     const at::Tensor angles = at::outer(at::arange(s.n_tokens, f32), inv_freq);
     const at::Tensor emb = at::cat({angles, angles}, -1);  // [L, head_dim]
@@ -30,11 +32,12 @@ LayerCapture synthetic_capture(const SyntheticShape& s, uint64_t seed, int64_t l
     c.keys = apply_rope(c.keys_pre_rope.to(at::kFloat), cos.to(at::kFloat), sin.to(at::kFloat)).to(dtype);
     c.values = v.to(dtype);
     c.window_queries = q.to(dtype);
+    c.o_proj = o_proj.to(dtype);
     c.rope_cos = cos;
     c.rope_sin = sin;
     c.rope_inv_freq = inv_freq;
-    for (at::Tensor* t : {&c.keys_pre_rope, &c.keys, &c.values, &c.window_queries, &c.rope_cos, &c.rope_sin,
-                          &c.rope_inv_freq})
+    for (at::Tensor* t : {&c.keys_pre_rope, &c.keys, &c.values, &c.window_queries, &c.o_proj, &c.rope_cos,
+                          &c.rope_sin, &c.rope_inv_freq})
         *t = t->to(device);
     return c;
 }

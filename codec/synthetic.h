@@ -24,8 +24,9 @@ struct SyntheticShape {
 // The RoPE frequencies synthetic captures are rotated with: theta^(-2j / head_dim), [head_dim / 2] fp32 CPU.
 at::Tensor synthetic_inv_freq(const SyntheticShape& shape);
 
-// keys_pre_rope, values, window_queries ~ N(0, 1) (seeded); keys = apply_rope(keys_pre_rope) with the
-// standard RoPE tables for positions 0..L-1. All tensors in `dtype` on `device`.
+// keys_pre_rope, values, window_queries ~ N(0, 1) (seeded), o_proj ~ N(0, 0.01) (hidden = n_head * head_dim);
+// keys = apply_rope(keys_pre_rope) with the standard RoPE tables for positions 0..L-1. All tensors in
+// `dtype` on `device`.
 LayerCapture synthetic_capture(const SyntheticShape& shape, uint64_t seed, int64_t layer = 0,
                                at::ScalarType dtype = at::kFloat, at::Device device = at::kCPU);
 

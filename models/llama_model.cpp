@@ -370,6 +370,7 @@ bool decoder_layer(at::Tensor& x, const LayerWeights& lw, const ModelConfig& c, 
         cap.keys = cache.keys(l);
         cap.values = cache.values(l);
         cap.window_queries = q_rot.narrow(1, m - w, w).contiguous();  // [n_head, w, head_dim]
+        cap.o_proj = lw.o;                                            // [hidden, n_head * head_dim]
         cap.rope_cos = observed->cos;
         cap.rope_sin = observed->sin;
         cap.rope_inv_freq = observed->inv_freq;

@@ -35,8 +35,11 @@ struct LayerCapture {
     at::Tensor keys;            // [n_kv_head, L, head_dim], post-RoPE (what the cache holds)
     at::Tensor values;          // [n_kv_head, L, head_dim]
     at::Tensor window_queries;  // [n_head, w_obs, head_dim], post-RoPE queries of the last w_obs tokens
-    at::Tensor rope_cos;        // [L, head_dim], the tables that rotated positions 0..L-1
-    at::Tensor rope_sin;        // [L, head_dim]
+    // The layer's output projection weight [hidden, n_head * head_dim] (the model's own tensor, not a copy):
+    // what each head's values become in the residual stream (CriticalKV weighs tokens by it).
+    at::Tensor o_proj;
+    at::Tensor rope_cos;  // [L, head_dim], the tables that rotated positions 0..L-1
+    at::Tensor rope_sin;  // [L, head_dim]
     at::Tensor
         rope_inv_freq;  // [head_dim / 2] fp32, the frequencies behind the tables (rope scaling applied)
     // Statistics of the pre-RoPE queries (Qwen3: after q_norm) of positions >= kQueryStatsSkip, all heads:

@@ -1,12 +1,14 @@
 #include "tests/test_support.h"
 
-// Our think and snap-think against kvpress's ThinKPress (key channel ratios 0.25 and 0.5) and
-// ComposedPress([SnapKVPress(ratio), ThinKPress(0.5)]) (tests/data/oracles/kvpress_wrappers.json, made by
+// Our think, snap-think, criticalkv and critical-adakv against kvpress's ThinKPress (key channel ratios 0.25
+// and 0.5), ComposedPress([SnapKVPress(ratio), ThinKPress(0.5)]), CriticalKVPress(SnapKVPress(ratio)) and
+// CriticalAdaKVPress(SnapKVPress(ratio)) (tests/data/oracles/kvpress_wrappers.json, made by
 // scripts/oracles/generate.sh --only kvpress-wrappers through kvpress's own presses and pipeline, versions in
 // its "generator" field) on the SnapKV reference's llama31-gqa4 checkpoint and ids, query-agnostic and
-// query-aware. Per layer and KV head the pruned key channels (and, composed, the kept positions) are
-// identical, and the greedy answer decoded from our cache (dense, and through the channel-pruned store) is
-// kvpress's. The store's attention equals dense attention over the zeroed keys.
+// query-aware. Per layer and KV head the pruned key channels and the kept positions are identical, and the
+// greedy answer decoded from our cache (dense, and through the channel-pruned store) is kvpress's (kvpress
+// cannot decode CriticalAdaKV's masked cache on this checkpoint: positions only). The store's attention
+// equals dense attention over the zeroed keys.
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -81,7 +83,7 @@ QString case_name(const nlohmann::json& c) {
         .arg(QString::fromStdString(c["press"].get<std::string>()))
         .arg(QString::fromStdString(c["mode"].get<std::string>()))
         .arg(c.value("compression_ratio", 0.0))
-        .arg(c["key_channel_compression_ratio"].get<double>());
+        .arg(c.value("key_channel_compression_ratio", 0.0));
 }
 
 }  // namespace
@@ -97,7 +99,8 @@ class TestKvpressWrappers : public QObject {
                 QString::fromStdString("no " + reference_path().string() +
                                        ": run scripts/oracles/generate.sh --only kvpress-wrappers")));
         QVERIFY(reference()["generator"].contains("kvpress"));
-        QCOMPARE(reference()["cases"].size(), size_t(8));  // (ThinK x 2 ratios + composed x 2) x 2 modes
+        // (ThinK x 2 ratios + composed, CriticalKV, CriticalAdaKV x 2 ratios) x 2 modes
+        QCOMPARE(reference()["cases"].size(), size_t(16));
     }
 
     void channels_positions_and_answers_match() {
@@ -106,6 +109,7 @@ class TestKvpressWrappers : public QObject {
         const int64_t G = m.config().n_kv_head, hd = m.config().head_dim;
         int checked_pairs = 0;
         for (const auto& c : ref["cases"]) {
+            if (c["press"] != "ThinKPress" && c["press"] != "ComposedPress") continue;
             const auto [compressed, prompt] = case_ids(c);
             const int64_t L = static_cast<int64_t>(compressed.size());
             QCOMPARE(L, c["n_tokens"].get<int64_t>());
@@ -158,6 +162,48 @@ class TestKvpressWrappers : public QObject {
         }
         qInfo("key channels (and kept positions) identical to kvpress's in %d (case, layer, KV head) triples",
               checked_pairs);
+    }
+
+    // CriticalKV and CriticalAdaKV over SnapKV: kept positions per layer and KV head, and CriticalKV's
+    // answer.
+    void critical_kept_positions_and_answers_match() {
+        const auto& ref = reference();
+        LlamaModel& m = model();
+        int checked = 0;
+        for (const auto& c : ref["cases"]) {
+            if (c["press"] != "CriticalKVPress" && c["press"] != "CriticalAdaKVPress") continue;
+            const auto [compressed, prompt] = case_ids(c);
+            const auto L = static_cast<int64_t>(compressed.size());
+            CodecSettings s;
+            s.budget = 1.0 - c["compression_ratio"].get<double>();
+            const std::string name = c["press"] == "CriticalKVPress" ? "criticalkv" : "critical-adakv";
+            PrefillCapture cap = capture_prefill(m, compressed, s);
+            auto method = make_method(name, s);
+            const MethodAnalysis analysis(*method, cap);
+            std::vector<LayerAllocation> alloc = analysis.allocate(s);
+            QCOMPARE(alloc.size(), c["layers"].size());
+            for (const auto& layer : c["layers"]) {
+                const auto l = static_cast<size_t>(layer["layer"].get<int64_t>());
+                const at::Tensor mask = alloc[l].diagnostics.kept.to(at::kCPU);  // [G, L] bool
+                std::vector<std::vector<int64_t>> ours(static_cast<size_t>(mask.size(0)));
+                for (int64_t g = 0; g < mask.size(0); ++g)
+                    for (int64_t t = 0; t < L; ++t)
+                        if (mask[g][t].item<bool>()) ours[static_cast<size_t>(g)].push_back(t);
+                QVERIFY2(ours == layer["kept"].get<std::vector<std::vector<int64_t>>>(),
+                         qPrintable(case_name(c) + QString(": layer %1 keeps other positions").arg(l)));
+                checked += static_cast<int>(ours.size());
+            }
+            if (c["answer_ids"].is_null()) continue;
+            const std::vector<LayerKV> layers = analysis.materialise(alloc);
+            KVCache cache = cache_from_layers(m, layers, L, analysis.headwise_stores(alloc));
+            GenerateOptions go;
+            go.max_new_tokens = ref["answer_tokens"].get<int64_t>();
+            go.stop_ids = {ref["eos_token_id"].get<int64_t>()};
+            QVERIFY2(generate_greedy(m, cache, prompt, go).generated ==
+                         c["answer_ids"].get<std::vector<int64_t>>(),
+                     qPrintable(case_name(c) + ": answer differs from kvpress's"));
+        }
+        QCOMPARE(checked, 48);  // 2 presses x 2 modes x 2 ratios x 3 layers x 2 KV heads
     }
 
     // The store attends as dense attention does over the keys with the pruned channels zero, and gives them

@@ -1,13 +1,14 @@
-"""kvpress's key-channel press and its composition on the SnapKV case's checkpoint and ids
-(kvpress_wrappers.json, target "kvpress-wrappers" of generate.py): ThinKPress alone (key channel ratios 0.25
-and 0.5) and ComposedPress([SnapKVPress(ratio), ThinKPress(0.5)]) (kvpress's "snap_think") at the SnapKV
-case's ratios, unchanged, run through kvpress's pipeline code in both modes. Each records, per layer and KV
-head, the key channels ThinK zeroed and, for the composition, the entries SnapKV kept (matched by rows), and
-the greedy answer decoded from the compressed cache.
+"""kvpress's wrapper presses on the SnapKV case's checkpoint and ids (kvpress_wrappers.json, target
+"kvpress-wrappers" of generate.py), unchanged, run through kvpress's pipeline code in both modes at the SnapKV
+case's ratios: ThinKPress alone (key channel ratios 0.25 and 0.5), ComposedPress([SnapKVPress(ratio),
+ThinKPress(0.5)]) (kvpress's "snap_think"), CriticalKVPress(SnapKVPress(ratio)) ("critical_snapkv") and
+CriticalAdaKVPress(SnapKVPress(ratio)) ("critical_adakv_snapkv"). Each records, per layer and KV head, the key
+channels ThinK zeroed, the entries kept (matched by rows; CriticalAdaKV: those it does not mask), and the
+greedy answer decoded from the compressed cache.
 """
 
 import torch
-from kvpress import ComposedPress, SnapKVPress, ThinKPress
+from kvpress import ComposedPress, CriticalAdaKVPress, CriticalKVPress, SnapKVPress, ThinKPress
 from transformers import AutoModelForCausalLM
 
 THINK_RATIOS = [0.25, 0.5]
@@ -52,6 +53,29 @@ def _recording_snapkv(g):
             return new_keys, new_values
 
     return RecordingSnapKV
+
+
+class RecordingCriticalKV(CriticalKVPress):
+    records: list = None
+
+    def compress(self, module, hidden_states, keys, values, attentions, kwargs):
+        if self.records is None:
+            self.records = []
+        new_keys, new_values = super().compress(module, hidden_states, keys, values, attentions, kwargs)
+        self.records.append({"layer": int(module.layer_idx), "kept": self.g.kept_by_matching(keys, new_keys)})
+        return new_keys, new_values
+
+
+class RecordingCriticalAdaKV(CriticalAdaKVPress):
+    records: list = None
+
+    def compress(self, module, hidden_states, keys, values, attentions, kwargs):
+        if self.records is None:
+            self.records = []
+        new_keys, new_values = super().compress(module, hidden_states, keys, values, attentions, kwargs)
+        self.records.append({"layer": int(module.layer_idx),
+                             "kept": self.g.kept_from_masked(module, keys.shape[1], keys.shape[2])})
+        return new_keys, new_values
 
 
 def reference(g):
@@ -101,4 +125,24 @@ def reference(g):
                                  "n_tokens": len(compressed), "answer_ids": answer, "layers": layers})
             print(f"kvpress ComposedPress([SnapKVPress({ratio}), ThinKPress({COMPOSED_THINK_RATIO})]) {mode}: "
                   f"kept {len(layers[0]['kept'][0])} tokens per head, answer {answer}", flush=True)
+        for cls in (RecordingCriticalKV, RecordingCriticalAdaKV):
+            for ratio in g.SNAPKV_RATIOS:
+                press = cls(SnapKVPress(compression_ratio=ratio))
+                press.g = g
+                if cls is RecordingCriticalAdaKV:
+                    # Only the prefill, as the Ada-KV reference: kvpress masks the evicted keys in decoding with a
+                    # fake key every query of a KV group must score negatively, which this checkpoint's queries
+                    # (16 dimensions) do not allow ("Could not find fake keys").
+                    with torch.no_grad(), press(model):
+                        model.model(input_ids=torch.tensor([compressed]), past_key_values=g.DynamicCache())
+                    answer = None
+                else:
+                    answer = g.kvpress_run(model, press, compressed, prompt)
+                assert len(press.records) == model.config.num_hidden_layers
+                name = cls.__bases__[0].__name__
+                ref["cases"].append({"press": name, "inner_press": "SnapKVPress", "mode": mode,
+                                     "compression_ratio": ratio, "n_tokens": len(compressed),
+                                     "answer_ids": answer, "layers": press.records})
+                print(f"kvpress {name}(SnapKVPress({ratio})) {mode}: kept "
+                      f"{[len(k) for k in press.records[0]['kept']]} in layer 0, answer {answer}", flush=True)
     return ref
