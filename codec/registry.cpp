@@ -25,6 +25,7 @@
 #include "codec/methods/random_method.h"
 #include "codec/methods/snap_think_method.h"
 #include "codec/methods/snapkv_method.h"
+#include "codec/methods/snapkv_rerotate_method.h"
 #include "codec/methods/streamingllm_method.h"
 #include "codec/methods/think_method.h"
 #include "codec/methods/tova_method.h"
@@ -188,6 +189,13 @@ const std::vector<Entry>& registry() {
               true, MethodProbe::None, BudgetRule::Kappa, ColourRole::Eviction,
               kReadsBudget | kReadsObsWindow | kReadsPool, BudgetCheck::SnapKVCount},
              from_settings<SnapKVMethod>()},
+            {{"snapkv-rerotate",
+              "KeyRerotation over SnapKV: SnapKV's tokens, keys rotated to positions 0..n-1; decoding "
+              "continues at n",
+              MethodFamily::Eviction, false, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
+              kReadsBudget | kReadsObsWindow | kReadsPool, BudgetCheck::SnapKVCount, nullptr,
+              /*renumbers_positions=*/true},
+             from_settings<SnapKVRerotateMethod>()},
             {{"pyramidkv",
               "PyramidKV: SnapKV's scores, kept count per layer on a linear depth schedule at SnapKV's mean",
               MethodFamily::Eviction, false, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
@@ -470,6 +478,11 @@ void check_budget_feasible(const std::string& name, const CodecSettings& setting
 bool method_takes_budget(const std::string& name) {
     const Entry* e = find_entry(name);
     return !e || e->traits.budget == BudgetRule::Kappa;
+}
+
+int64_t method_decode_position(const std::string& name, int64_t next_position, int64_t first_layer_entries) {
+    const Entry* e = find_entry(name);
+    return e && e->traits.renumbers_positions ? first_layer_entries : next_position;
 }
 
 bool method_compresses(const std::string& name) {

@@ -86,6 +86,9 @@ struct MethodTraits {
     BudgetCheck budget_check;
     // varrate@<method>: the method whose scores water-fill the ranks; null for every other entry.
     const char* signal_of = nullptr;
+    // The kept keys are rotated to positions 0..n-1 (kvpress's KeyRerotationPress), so decoding continues at
+    // position n, the kept count, instead of after the context (method_decode_position).
+    bool renumbers_positions = false;
 };
 
 // How `varrate methods` and the app group the methods: "reference", "low-rank" (VarRate, flat and their
@@ -112,6 +115,9 @@ void check_budget_feasible(const std::string& name, const CodecSettings& setting
 // BudgetRule::Kappa / not BudgetRule::Uncompressed; a name this build does not know (read from another
 // build's records) counts as a budgeted compressor.
 bool method_takes_budget(const std::string& name);
+// Where decoding continues after `name`'s cache of a context that ends before next_position and whose first
+// layer holds first_layer_entries: next_position, or the entries for a method that renumbers positions.
+int64_t method_decode_position(const std::string& name, int64_t next_position, int64_t first_layer_entries);
 bool method_compresses(const std::string& name);
 
 }  // namespace varrate

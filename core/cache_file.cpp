@@ -233,7 +233,7 @@ std::string cache_file_checksum(const std::string& metadata_json,
 }
 
 KVCache CompressedContext::cache(const LlamaModel& model) const {
-    return cache_from_layers(model, layers, info.next_position, stores);
+    return cache_from_layers(model, layers, info.next_position, stores, info.method);
 }
 
 CompressedContext compress_context(const Session& s, const CompressContextRequest& r, const JobControl& job) {

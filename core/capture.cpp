@@ -9,6 +9,7 @@
 
 #include "base/error.h"
 #include "base/stopwatch.h"
+#include "codec/registry.h"
 #include "codec/salience.h"
 
 namespace varrate {
@@ -152,7 +153,8 @@ PrefillCapture capture_prefill(const LlamaModel& model, const std::vector<int64_
 }
 
 KVCache cache_from_layers(const LlamaModel& model, const std::vector<LayerKV>& layers, int64_t next_position,
-                          const std::vector<std::shared_ptr<const LayerPrefix>>& stores) {
+                          const std::vector<std::shared_ptr<const LayerPrefix>>& stores,
+                          const std::string& method) {
     KVCache cache = model.new_cache();
     if (static_cast<int64_t>(layers.size()) != cache.n_layer() ||
         (!stores.empty() && stores.size() != layers.size()))
@@ -164,7 +166,8 @@ KVCache cache_from_layers(const LlamaModel& model, const std::vector<LayerKV>& l
         else
             cache.replace(static_cast<int64_t>(l), layers[l]);
     }
-    cache.set_next_position(next_position);
+    cache.set_next_position(method.empty() ? next_position
+                                           : method_decode_position(method, next_position, cache.length(0)));
     return cache;
 }
 

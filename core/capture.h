@@ -81,11 +81,13 @@ PrefillCapture with_references(const PrefillCapture& capture, int64_t obs_window
 // How many window queries a capture kept (what an observation window may use without a new prefill).
 int64_t kept_window_queries(const PrefillCapture& capture);
 
-// A cache holding `layers` (one per model layer) that decodes from `next_position`.
+// A cache holding `layers` (one per model layer) that decodes from `next_position` (or where `method`, when
+// given, continues: method_decode_position, e.g. after the kept entries of a method that renumbers them).
 // With `stores` (one per layer, null for a dense one), a layer with a store begins with it (what decoding
 // reads by default) rather than with its dense entries.
 KVCache cache_from_layers(const LlamaModel& model, const std::vector<LayerKV>& layers, int64_t next_position,
-                          const std::vector<std::shared_ptr<const LayerPrefix>>& stores = {});
+                          const std::vector<std::shared_ptr<const LayerPrefix>>& stores = {},
+                          const std::string& method = {});
 // Bytes a compressed cache holds, measured from its tensors: each layer's store when it has one, else its
 // dense keys and values (shared data such as a basis apart).
 int64_t resident_bytes(const std::vector<LayerKV>& layers,

@@ -398,7 +398,8 @@ CompareResult run_compare(const Session& s, const CompareRequest& req, const Job
                 if (!record_explored(slot, r, capture, ci == 0)) continue;
                 if (!req.questions.empty())
                     pending.push_back({&slot,
-                                       cache_from_layers(s.model(), r.kv, capture.next_position, r.stores),
+                                       cache_from_layers(s.model(), r.kv, capture.next_position, r.stores,
+                                                         req.methods[slot.method]),
                                        capture.last_logits});
             }
             const auto t1 = Clock::now();
@@ -585,8 +586,8 @@ std::vector<PplRun> run_perplexity(const Session& s, const PplRequest& req, cons
             settings.budget = b;
             std::vector<LayerAllocation> alloc = analysis.allocate(settings);
             const std::vector<LayerKV> layers = analysis.materialise(alloc);
-            KVCache cache =
-                cache_from_layers(s.model(), layers, capture.next_position, analysis.headwise_stores(alloc));
+            KVCache cache = cache_from_layers(s.model(), layers, capture.next_position,
+                                              analysis.headwise_stores(alloc), name);
             at::Tensor logits = capture.last_logits;  // [1, vocab]
             if (!rest.empty()) {
                 ForwardOptions fo;

@@ -201,7 +201,7 @@ void LiveCompare::decode(const JobControl& job) {
             if (st.slots[k].run.infeasible.empty())
                 pending.push_back({&st.slots[k],
                                    cache_from_layers(st.s.model(), st.runs[ci][k].kv, capture.next_position,
-                                                     st.runs[ci][k].stores),
+                                                     st.runs[ci][k].stores, st.slots[k].run.method),
                                    capture.last_logits});
         const int64_t only_q = st.req.mode == CompressionMode::QueryAware ? static_cast<int64_t>(ci) : -1;
         answer_pending(st.s, pending, st.plan.parts, st.req, only_q, job);

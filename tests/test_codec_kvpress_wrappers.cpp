@@ -1,17 +1,19 @@
 #include "tests/test_support.h"
 
-// Our think, snap-think, criticalkv and critical-adakv against kvpress's ThinKPress (key channel ratios 0.25
-// and 0.5), ComposedPress([SnapKVPress(ratio), ThinKPress(0.5)]), CriticalKVPress(SnapKVPress(ratio)) and
-// CriticalAdaKVPress(SnapKVPress(ratio)) (tests/data/oracles/kvpress_wrappers.json, made by
+// Our think, snap-think, criticalkv, critical-adakv and snapkv-rerotate against kvpress's ThinKPress (key
+// channel ratios 0.25 and 0.5), ComposedPress([SnapKVPress(ratio), ThinKPress(0.5)]),
+// CriticalKVPress(SnapKVPress(ratio)), CriticalAdaKVPress(SnapKVPress(ratio)) and
+// KeyRerotationPress(SnapKVPress(ratio)) (tests/data/oracles/kvpress_wrappers.json, made by
 // scripts/oracles/generate.sh --only kvpress-wrappers through kvpress's own presses and pipeline, versions in
 // its "generator" field) on the SnapKV reference's llama31-gqa4 checkpoint and ids, query-agnostic and
 // query-aware. Per layer and KV head the pruned key channels and the kept positions are identical, and the
-// greedy answer decoded from our cache (dense, and through the channel-pruned store) is kvpress's (kvpress
-// cannot decode CriticalAdaKV's masked cache on this checkpoint: positions only). The store's attention
-// equals dense attention over the zeroed keys.
+// greedy answer decoded from our cache (dense, and through the channel-pruned store; KeyRerotation's from the
+// position after its kept tokens) is kvpress's (kvpress cannot decode CriticalAdaKV's masked cache on this
+// checkpoint: positions only). The store's attention equals dense attention over the zeroed keys.
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <map>
 
 #include "codec/channel_pruned_layer.h"
 #include "codec/methods/think_method.h"
@@ -99,8 +101,8 @@ class TestKvpressWrappers : public QObject {
                 QString::fromStdString("no " + reference_path().string() +
                                        ": run scripts/oracles/generate.sh --only kvpress-wrappers")));
         QVERIFY(reference()["generator"].contains("kvpress"));
-        // (ThinK x 2 ratios + composed, CriticalKV, CriticalAdaKV x 2 ratios) x 2 modes
-        QCOMPARE(reference()["cases"].size(), size_t(16));
+        // (ThinK x 2 ratios + composed, CriticalKV, CriticalAdaKV, KeyRerotation x 2 ratios) x 2 modes
+        QCOMPARE(reference()["cases"].size(), size_t(20));
     }
 
     void channels_positions_and_answers_match() {
@@ -164,19 +166,23 @@ class TestKvpressWrappers : public QObject {
               checked_pairs);
     }
 
-    // CriticalKV and CriticalAdaKV over SnapKV: kept positions per layer and KV head, and CriticalKV's
-    // answer.
-    void critical_kept_positions_and_answers_match() {
+    // CriticalKV, CriticalAdaKV and KeyRerotation over SnapKV: kept positions per layer and KV head, and the
+    // answers (KeyRerotation's decoded from the kept count's position: at the context's end they differ).
+    void eviction_wrappers_match() {
         const auto& ref = reference();
         LlamaModel& m = model();
-        int checked = 0;
+        const std::map<std::string, std::string> methods = {{"CriticalKVPress", "criticalkv"},
+                                                            {"CriticalAdaKVPress", "critical-adakv"},
+                                                            {"KeyRerotationPress", "snapkv-rerotate"}};
+        int checked = 0, renumbering_matters = 0;
         for (const auto& c : ref["cases"]) {
-            if (c["press"] != "CriticalKVPress" && c["press"] != "CriticalAdaKVPress") continue;
+            const auto it = methods.find(c["press"].get<std::string>());
+            if (it == methods.end()) continue;
             const auto [compressed, prompt] = case_ids(c);
             const auto L = static_cast<int64_t>(compressed.size());
             CodecSettings s;
             s.budget = 1.0 - c["compression_ratio"].get<double>();
-            const std::string name = c["press"] == "CriticalKVPress" ? "criticalkv" : "critical-adakv";
+            const std::string& name = it->second;
             PrefillCapture cap = capture_prefill(m, compressed, s);
             auto method = make_method(name, s);
             const MethodAnalysis analysis(*method, cap);
@@ -195,15 +201,21 @@ class TestKvpressWrappers : public QObject {
             }
             if (c["answer_ids"].is_null()) continue;
             const std::vector<LayerKV> layers = analysis.materialise(alloc);
-            KVCache cache = cache_from_layers(m, layers, L, analysis.headwise_stores(alloc));
+            KVCache cache = cache_from_layers(m, layers, L, analysis.headwise_stores(alloc), name);
             GenerateOptions go;
             go.max_new_tokens = ref["answer_tokens"].get<int64_t>();
             go.stop_ids = {ref["eos_token_id"].get<int64_t>()};
-            QVERIFY2(generate_greedy(m, cache, prompt, go).generated ==
-                         c["answer_ids"].get<std::vector<int64_t>>(),
+            const auto want = c["answer_ids"].get<std::vector<int64_t>>();
+            QVERIFY2(generate_greedy(m, cache, prompt, go).generated == want,
                      qPrintable(case_name(c) + ": answer differs from kvpress's"));
+            if (method_traits(name).renumbers_positions) {
+                QCOMPARE(cache.next_position(), cache.length(0));
+                KVCache at_end = cache_from_layers(m, layers, L);
+                renumbering_matters += generate_greedy(m, at_end, prompt, go).generated != want;
+            }
         }
-        QCOMPARE(checked, 48);  // 2 presses x 2 modes x 2 ratios x 3 layers x 2 KV heads
+        QCOMPARE(checked, 72);  // 3 presses x 2 modes x 2 ratios x 3 layers x 2 KV heads
+        QVERIFY(renumbering_matters > 0);
     }
 
     // The store attends as dense attention does over the keys with the pruned channels zero, and gives them

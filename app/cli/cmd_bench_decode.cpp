@@ -119,7 +119,7 @@ int run_bench_decode(BenchDecodeArgs a) {
                     row.padded += c->padded_scalars();
                 }
             }
-            cache = cache_from_layers(*model, layers, capture.next_position, stores);
+            cache = cache_from_layers(*model, layers, capture.next_position, stores, name);
         }
         row.codec_ms = ms_since(t);
         row.resident = cache.used_bytes();

@@ -322,7 +322,7 @@ RdResult run_rate_distortion(const Session& s, const RdRequest& req, const JobCo
                             if (point.answer_point && !asked.empty()) {
                                 t0 = Clock::now();
                                 KVCache cache = cache_from_layers(s.model(), layers, capture.next_position,
-                                                                  analysis->headwise_stores(alloc));
+                                                                  analysis->headwise_stores(alloc), name);
                                 for (size_t q : asked) {
                                     const std::vector<int64_t> out =
                                         decode_answer(s, cache, capture.last_logits, dp[q], req.mode,

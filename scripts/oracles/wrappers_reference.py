@@ -1,14 +1,16 @@
 """kvpress's wrapper presses on the SnapKV case's checkpoint and ids (kvpress_wrappers.json, target
 "kvpress-wrappers" of generate.py), unchanged, run through kvpress's pipeline code in both modes at the SnapKV
 case's ratios: ThinKPress alone (key channel ratios 0.25 and 0.5), ComposedPress([SnapKVPress(ratio),
-ThinKPress(0.5)]) (kvpress's "snap_think"), CriticalKVPress(SnapKVPress(ratio)) ("critical_snapkv") and
-CriticalAdaKVPress(SnapKVPress(ratio)) ("critical_adakv_snapkv"). Each records, per layer and KV head, the key
-channels ThinK zeroed, the entries kept (matched by rows; CriticalAdaKV: those it does not mask), and the
-greedy answer decoded from the compressed cache.
+ThinKPress(0.5)]) (kvpress's "snap_think"), CriticalKVPress(SnapKVPress(ratio)) ("critical_snapkv"),
+CriticalAdaKVPress(SnapKVPress(ratio)) ("critical_adakv_snapkv") and KeyRerotationPress(SnapKVPress(ratio)).
+Each records, per layer and KV head, the key channels ThinK zeroed, the entries kept (matched by rows;
+KeyRerotation: by the values' rows, its keys are turned; CriticalAdaKV: those it does not mask), and the greedy
+answer decoded from the compressed cache (KeyRerotation: decoding continues at the kept count, as kvpress's
+pipeline does for it).
 """
 
 import torch
-from kvpress import ComposedPress, CriticalAdaKVPress, CriticalKVPress, SnapKVPress, ThinKPress
+from kvpress import ComposedPress, CriticalAdaKVPress, CriticalKVPress, KeyRerotationPress, SnapKVPress, ThinKPress
 from transformers import AutoModelForCausalLM
 
 THINK_RATIOS = [0.25, 0.5]
@@ -78,6 +80,20 @@ class RecordingCriticalAdaKV(CriticalAdaKVPress):
         return new_keys, new_values
 
 
+class RecordingKeyRerotation(KeyRerotationPress):
+    """KeyRerotationPress, unchanged, recording the sorted indices its compress() hands to rerotate_keys (its keys
+    are turned and layer 0's values repeat with the tokens, so rows cannot be matched)."""
+
+    records: list = None
+
+    def rerotate_keys(self, module, indices, keys):
+        if self.records is None:
+            self.records = []
+        self.records.append({"layer": int(module.layer_idx),
+                             "kept": [[int(t) for t in row] for row in indices[0]]})
+        return KeyRerotationPress.rerotate_keys(module, indices, keys)
+
+
 def reference(g):
     model_dir = g.DATA / g.SNAPKV_MODEL
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="sdpa")
@@ -125,7 +141,7 @@ def reference(g):
                                  "n_tokens": len(compressed), "answer_ids": answer, "layers": layers})
             print(f"kvpress ComposedPress([SnapKVPress({ratio}), ThinKPress({COMPOSED_THINK_RATIO})]) {mode}: "
                   f"kept {len(layers[0]['kept'][0])} tokens per head, answer {answer}", flush=True)
-        for cls in (RecordingCriticalKV, RecordingCriticalAdaKV):
+        for cls in (RecordingCriticalKV, RecordingCriticalAdaKV, RecordingKeyRerotation):
             for ratio in g.SNAPKV_RATIOS:
                 press = cls(SnapKVPress(compression_ratio=ratio))
                 press.g = g
