@@ -59,18 +59,6 @@ std::vector<int64_t> ids_of(const nlohmann::json& key) {
     return key.get<std::vector<int64_t>>();
 }
 
-// The ids compressed and the prompt decoded after them, as generate.py's kvpress_reference.
-std::pair<std::vector<int64_t>, std::vector<int64_t>> case_ids(const nlohmann::json& c) {
-    const auto& ref = reference();
-    std::vector<int64_t> compressed = ids_of(ref["context_ids"]), prompt = ids_of(ref["suffix_ids"]);
-    const auto question = ids_of(ref["question_ids"]);
-    if (c["mode"] == "query-agnostic")
-        prompt.insert(prompt.begin(), question.begin(), question.end());
-    else
-        compressed.insert(compressed.end(), question.begin(), question.end());
-    return {compressed, prompt};
-}
-
 QString case_name(const nlohmann::json& c) {
     return QString("%1 ratio %2")
         .arg(QString::fromStdString(c["mode"].get<std::string>()))
@@ -181,7 +169,7 @@ class TestKvpressOracle : public QObject {
         const auto& ref = reference();
         LlamaModel& m = model();
         for (const auto& c : ref["cases"]) {
-            const auto [compressed, prompt] = case_ids(c);
+            const auto [compressed, prompt] = test::kvpress_case_ids(reference(), c);
             const CodecSettings s = settings_for(c);
             QCOMPARE(static_cast<int64_t>(compressed.size()), c["n_tokens"].get<int64_t>());
             QCOMPARE(snapkv_kept_tokens(s, static_cast<int64_t>(compressed.size())),
@@ -244,7 +232,7 @@ class TestKvpressOracle : public QObject {
         RuntimeOptions o;
         o.dtype = at::kBFloat16;
         const auto m = LlamaModel::load(oracle_dir() / reference()["model"].get<std::string>(), o);
-        const auto [compressed, prompt] = case_ids(c);
+        const auto [compressed, prompt] = test::kvpress_case_ids(reference(), c);
         const CodecSettings s = settings_for(c);
         const PrefillCapture cap = capture_prefill(*m, compressed, s);
         SnapKVMethod method(s);
@@ -282,7 +270,7 @@ class TestKvpressOracle : public QObject {
         LlamaModel& m = model();
         const int64_t eos = ref["eos_token_id"].get<int64_t>();
         for (const auto& c : ref["cases"]) {
-            const auto [compressed, prompt] = case_ids(c);
+            const auto [compressed, prompt] = test::kvpress_case_ids(reference(), c);
             const CodecSettings s = settings_for(c);
             const PrefillCapture cap = capture_prefill(m, compressed, s);
             SnapKVMethod method(s);

@@ -80,17 +80,6 @@ std::vector<int64_t> ids_of(const nlohmann::json& key) {
     return key.get<std::vector<int64_t>>();
 }
 
-std::pair<std::vector<int64_t>, std::vector<int64_t>> case_ids(const nlohmann::json& c) {
-    const auto& ref = reference();
-    std::vector<int64_t> compressed = ids_of(ref["context_ids"]), prompt = ids_of(ref["suffix_ids"]);
-    const auto question = ids_of(ref["question_ids"]);
-    if (c["mode"] == "query-agnostic")
-        prompt.insert(prompt.begin(), question.begin(), question.end());
-    else
-        compressed.insert(compressed.end(), question.begin(), question.end());
-    return {compressed, prompt};
-}
-
 QString case_name(const nlohmann::json& c) {
     return QString("%1 %2 window %3 ratio %4")
         .arg(QString::fromStdString(c["press"].get<std::string>()))
@@ -177,7 +166,7 @@ class TestKvpressPresses : public QObject {
         std::map<std::string, std::array<int64_t, 2>> agree;  // method -> {layers x heads equal, compared}
         int64_t ragged_layers = 0, pyramid_layers_differ = 0;
         for (const auto& c : ref["cases"]) {
-            const auto [compressed, prompt] = case_ids(c);
+            const auto [compressed, prompt] = test::kvpress_case_ids(reference(), c);
             QCOMPARE(static_cast<int64_t>(compressed.size()), c["n_tokens"].get<int64_t>());
             const CodecSettings s = settings_for(c);
             const std::string name = method_of(c);
@@ -224,7 +213,7 @@ class TestKvpressPresses : public QObject {
         int64_t compared = 0;
         for (const auto& c : ref["cases"]) {
             if (c["answer_ids"].is_null()) continue;
-            const auto [compressed, prompt] = case_ids(c);
+            const auto [compressed, prompt] = test::kvpress_case_ids(reference(), c);
             const CodecSettings s = settings_for(c);
             const PrefillCapture cap = capture_prefill(m, compressed, s);
             auto method = make_method(method_of(c), s);

@@ -70,18 +70,6 @@ QString case_name(const nlohmann::json& c) {
         .arg(c["compression_ratio"].get<double>());
 }
 
-std::pair<std::vector<int64_t>, std::vector<int64_t>> case_ids(const nlohmann::json& c) {
-    const auto& ref = reference();
-    auto compressed = ref["context_ids"].get<std::vector<int64_t>>();
-    auto prompt = ref["suffix_ids"].get<std::vector<int64_t>>();
-    const auto question = ref["question_ids"].get<std::vector<int64_t>>();
-    if (c["mode"] == "query-agnostic")
-        prompt.insert(prompt.begin(), question.begin(), question.end());
-    else
-        compressed.insert(compressed.end(), question.begin(), question.end());
-    return {compressed, prompt};
-}
-
 std::vector<std::vector<int64_t>> rows_of_mask(const at::Tensor& mask) {
     const at::Tensor m = mask.to(at::kCPU).contiguous();
     std::vector<std::vector<int64_t>> out(static_cast<size_t>(m.size(0)));
@@ -113,7 +101,7 @@ class TestKvpressScorers : public QObject {
         LlamaModel& m = model();
         std::map<std::string, int64_t> pairs, tied;  // per kvpress press
         for (const auto& c : ref["cases"]) {
-            const auto [compressed, prompt] = case_ids(c);
+            const auto [compressed, prompt] = test::kvpress_case_ids(reference(), c);
             QCOMPARE(static_cast<int64_t>(compressed.size()), c["n_tokens"].get<int64_t>());
             CodecSettings s;
             s.budget = 1.0 - c["compression_ratio"].get<double>();

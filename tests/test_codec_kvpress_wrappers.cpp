@@ -46,18 +46,6 @@ LlamaModel& model() {
     return *m;
 }
 
-std::pair<std::vector<int64_t>, std::vector<int64_t>> case_ids(const nlohmann::json& c) {
-    const auto& ref = reference();
-    auto compressed = ref["context_ids"].get<std::vector<int64_t>>();
-    auto prompt = ref["suffix_ids"].get<std::vector<int64_t>>();
-    const auto question = ref["question_ids"].get<std::vector<int64_t>>();
-    if (c["mode"] == "query-agnostic")
-        prompt.insert(prompt.begin(), question.begin(), question.end());
-    else
-        compressed.insert(compressed.end(), question.begin(), question.end());
-    return {compressed, prompt};
-}
-
 // The channels of [0, head_dim) not in a row of kept [G, n_kept]: per head, ascending.
 std::vector<std::vector<int64_t>> pruned_of(const at::Tensor& kept, int64_t head_dim) {
     const at::Tensor k = kept.to(at::kCPU).contiguous();
@@ -112,7 +100,7 @@ class TestKvpressWrappers : public QObject {
         int checked_pairs = 0;
         for (const auto& c : ref["cases"]) {
             if (c["press"] != "ThinKPress" && c["press"] != "ComposedPress") continue;
-            const auto [compressed, prompt] = case_ids(c);
+            const auto [compressed, prompt] = test::kvpress_case_ids(reference(), c);
             const int64_t L = static_cast<int64_t>(compressed.size());
             QCOMPARE(L, c["n_tokens"].get<int64_t>());
             const bool composed = c["press"] == "ComposedPress";
@@ -178,7 +166,7 @@ class TestKvpressWrappers : public QObject {
         for (const auto& c : ref["cases"]) {
             const auto it = methods.find(c["press"].get<std::string>());
             if (it == methods.end()) continue;
-            const auto [compressed, prompt] = case_ids(c);
+            const auto [compressed, prompt] = test::kvpress_case_ids(reference(), c);
             const auto L = static_cast<int64_t>(compressed.size());
             CodecSettings s;
             s.budget = 1.0 - c["compression_ratio"].get<double>();

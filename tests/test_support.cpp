@@ -42,6 +42,18 @@ nlohmann::json read_json(const std::filesystem::path& path) {
     return nlohmann::json::parse(in);
 }
 
+std::pair<std::vector<int64_t>, std::vector<int64_t>> kvpress_case_ids(const nlohmann::json& ref,
+                                                                       const nlohmann::json& c) {
+    auto compressed = ref["context_ids"].get<std::vector<int64_t>>();
+    auto prompt = ref["suffix_ids"].get<std::vector<int64_t>>();
+    const auto question = ref["question_ids"].get<std::vector<int64_t>>();
+    if (c["mode"] == "query-agnostic")
+        prompt.insert(prompt.begin(), question.begin(), question.end());
+    else
+        compressed.insert(compressed.end(), question.begin(), question.end());
+    return {compressed, prompt};
+}
+
 std::filesystem::path oracle_dir() {
     return source_dir() / "tests" / "data" / "oracles";
 }

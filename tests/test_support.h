@@ -8,6 +8,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -38,6 +39,12 @@ std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& path);
 nlohmann::json read_json(const std::filesystem::path& path);
 // tests/data/oracles: the references made by scripts/oracles (transformers, kvpress) and their checkpoints.
 std::filesystem::path oracle_dir();
+// The ids of one case of a kvpress reference made on the SnapKV case's ids (its context_ids, question_ids and
+// suffix_ids; the case's "mode"), as scripts/oracles/generate.py runs them: {compressed, prompt}.
+// query-agnostic compresses the context and asks question + suffix after it; query-aware compresses context +
+// question and asks the suffix.
+std::pair<std::vector<int64_t>, std::vector<int64_t>> kvpress_case_ids(const nlohmann::json& ref,
+                                                                       const nlohmann::json& c);
 // The SHA-256 of a file's bytes as lower-case hex ("<unreadable PATH>" when it cannot be read).
 std::string sha256_hex(const std::filesystem::path& p);
 // A fresh empty directory under the system temp dir.

@@ -409,6 +409,31 @@ def kvpress_case(model, mode, ratio, context, question, suffix):
     return case, scores
 
 
+def snapkv_case_header(model, model_dir):
+    """The head of a reference made on the SnapKV case's checkpoint and ids (fp32, sdpa, kvpress's pipeline on
+    ids): (the reference without cases, (context, question, suffix))."""
+    ids = id_sequence(SNAPKV_SEED, SNAPKV_CONTEXT + SNAPKV_QUESTION + SNAPKV_SUFFIX, model.config.vocab_size, first=1)
+    context = ids[:SNAPKV_CONTEXT]
+    question = ids[SNAPKV_CONTEXT:SNAPKV_CONTEXT + SNAPKV_QUESTION]
+    suffix = ids[SNAPKV_CONTEXT + SNAPKV_QUESTION:]
+    ref = {
+        "generator": generator_info(),
+        "model": SNAPKV_MODEL,
+        "model_safetensors_sha256": sha256(model_dir / "model.safetensors"),
+        "pipeline": "kvpress.pipeline.KVPressTextGenerationPipeline._forward + generate_answer on ids "
+                    "(no tokenizer), CPU",
+        "dtype": "fp32",
+        "attn_implementation": "sdpa",
+        "answer_tokens": SNAPKV_ANSWER_TOKENS,
+        "eos_token_id": model.generation_config.eos_token_id,
+        "context_ids": context,
+        "question_ids": question,
+        "suffix_ids": suffix,
+        "cases": [],
+    }
+    return ref, (context, question, suffix)
+
+
 def kept_by_matching(keys, new_keys):
     """Per KV head, the ascending positions of `keys` [1, G, L, d] whose rows a press kept in `new_keys`."""
     kept = []

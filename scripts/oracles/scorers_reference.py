@@ -61,26 +61,7 @@ def reference(g):
     eager = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager")
     eager.eval()
     model.eval()
-    vocab = model.config.vocab_size
-    ids = g.id_sequence(g.SNAPKV_SEED, g.SNAPKV_CONTEXT + g.SNAPKV_QUESTION + g.SNAPKV_SUFFIX, vocab, first=1)
-    context = ids[:g.SNAPKV_CONTEXT]
-    question = ids[g.SNAPKV_CONTEXT:g.SNAPKV_CONTEXT + g.SNAPKV_QUESTION]
-    suffix = ids[g.SNAPKV_CONTEXT + g.SNAPKV_QUESTION:]
-    ref = {
-        "generator": g.generator_info(),
-        "model": g.SNAPKV_MODEL,
-        "model_safetensors_sha256": g.sha256(model_dir / "model.safetensors"),
-        "pipeline": "kvpress.pipeline.KVPressTextGenerationPipeline._forward + generate_answer on ids "
-                    "(no tokenizer), CPU",
-        "dtype": "fp32",
-        "attn_implementation": "sdpa",
-        "answer_tokens": g.SNAPKV_ANSWER_TOKENS,
-        "eos_token_id": model.generation_config.eos_token_id,
-        "context_ids": context,
-        "question_ids": question,
-        "suffix_ids": suffix,
-        "cases": [],
-    }
+    ref, (context, question, suffix) = g.snapkv_case_header(model, model_dir)
     for name, (cls, press_args) in SCORERS.items():
         for mode in ("query-agnostic", "query-aware"):
             for ratio in g.SNAPKV_RATIOS:
