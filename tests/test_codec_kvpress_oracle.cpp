@@ -36,12 +36,7 @@ const nlohmann::json& reference() {
 }
 
 LlamaModel& model() {
-    static std::unique_ptr<LlamaModel> m = [] {
-        RuntimeOptions o;
-        o.dtype = at::kFloat;
-        return LlamaModel::load(oracle_dir() / reference()["model"].get<std::string>(), o);
-    }();
-    return *m;
+    return test::oracle_model(reference());
 }
 
 // kvpress's compression_ratio is the fraction removed; our kappa the fraction kept. 1 - ratio in double is

@@ -42,12 +42,7 @@ const nlohmann::json& reference() {
 }
 
 LlamaModel& model() {
-    static std::unique_ptr<LlamaModel> m = [] {
-        RuntimeOptions o;
-        o.dtype = at::kFloat;
-        return LlamaModel::load(oracle_dir() / reference()["model"].get<std::string>(), o);
-    }();
-    return *m;
+    return test::oracle_model(reference());
 }
 
 const std::filesystem::path& signals_path() {

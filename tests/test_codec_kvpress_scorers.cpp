@@ -39,12 +39,7 @@ const nlohmann::json& reference() {
 }
 
 LlamaModel& model() {
-    static std::unique_ptr<LlamaModel> m = [] {
-        RuntimeOptions o;
-        o.dtype = at::kFloat;
-        return LlamaModel::load(test::oracle_dir() / reference()["model"].get<std::string>(), o);
-    }();
-    return *m;
+    return test::oracle_model(reference());
 }
 
 // The registered method that implements a kvpress press (the reference names kvpress's class).

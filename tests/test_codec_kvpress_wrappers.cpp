@@ -38,12 +38,7 @@ const nlohmann::json& reference() {
 }
 
 LlamaModel& model() {
-    static std::unique_ptr<LlamaModel> m = [] {
-        RuntimeOptions o;
-        o.dtype = at::kFloat;
-        return LlamaModel::load(test::oracle_dir() / reference()["model"].get<std::string>(), o);
-    }();
-    return *m;
+    return test::oracle_model(reference());
 }
 
 // The channels of [0, head_dim) not in a row of kept [G, n_kept]: per head, ascending.

@@ -10,12 +10,14 @@
 #include <cstdlib>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <random>
 #include <stdexcept>
 
 #include "base/error.h"
 #include "core/session.h"
 #include "models/device.h"
+#include "models/llama_model.h"
 
 namespace varrate::test {
 
@@ -52,6 +54,18 @@ std::pair<std::vector<int64_t>, std::vector<int64_t>> kvpress_case_ids(const nlo
     else
         compressed.insert(compressed.end(), question.begin(), question.end());
     return {compressed, prompt};
+}
+
+LlamaModel& oracle_model(const nlohmann::json& ref) {
+    static std::map<std::string, std::unique_ptr<LlamaModel>> loaded;
+    const std::string name = ref["model"].get<std::string>();
+    std::unique_ptr<LlamaModel>& m = loaded[name];
+    if (!m) {
+        RuntimeOptions o;
+        o.dtype = at::kFloat;
+        m = LlamaModel::load(oracle_dir() / name, o);
+    }
+    return *m;
 }
 
 std::filesystem::path oracle_dir() {

@@ -16,8 +16,9 @@
 #include "codec/method.h"
 
 namespace varrate {
+class LlamaModel;
 class Session;
-}
+}  // namespace varrate
 
 namespace varrate::test {
 
@@ -45,6 +46,8 @@ std::filesystem::path oracle_dir();
 // question and asks the suffix.
 std::pair<std::vector<int64_t>, std::vector<int64_t>> kvpress_case_ids(const nlohmann::json& ref,
                                                                        const nlohmann::json& c);
+// The fp32 model of an oracle reference (its "model": a checkpoint under oracle_dir()), loaded once per name.
+LlamaModel& oracle_model(const nlohmann::json& ref);
 // The SHA-256 of a file's bytes as lower-case hex ("<unreadable PATH>" when it cannot be read).
 std::string sha256_hex(const std::filesystem::path& p);
 // A fresh empty directory under the system temp dir.
