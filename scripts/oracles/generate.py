@@ -409,9 +409,10 @@ def kvpress_case(model, mode, ratio, context, question, suffix):
     return case, scores
 
 
-def snapkv_case_header(model, model_dir):
+def snapkv_case_header(model, model_dir, extra=None):
     """The head of a reference made on the SnapKV case's checkpoint and ids (fp32, sdpa, kvpress's pipeline on
-    ids): (the reference without cases, (context, question, suffix))."""
+    ids), with `extra` fields after the checkpoint's hash: (the reference without cases, (context, question,
+    suffix))."""
     ids = id_sequence(SNAPKV_SEED, SNAPKV_CONTEXT + SNAPKV_QUESTION + SNAPKV_SUFFIX, model.config.vocab_size, first=1)
     context = ids[:SNAPKV_CONTEXT]
     question = ids[SNAPKV_CONTEXT:SNAPKV_CONTEXT + SNAPKV_QUESTION]
@@ -420,6 +421,7 @@ def snapkv_case_header(model, model_dir):
         "generator": generator_info(),
         "model": SNAPKV_MODEL,
         "model_safetensors_sha256": sha256(model_dir / "model.safetensors"),
+        **(extra or {}),
         "pipeline": "kvpress.pipeline.KVPressTextGenerationPipeline._forward + generate_answer on ids "
                     "(no tokenizer), CPU",
         "dtype": "fp32",
@@ -530,31 +532,12 @@ def kvpress_presses_reference():
     # sdpa, as the SnapKV reference (AdaKVPress refuses eager attention).
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="sdpa")
     model.eval()
-    vocab = model.config.vocab_size
-    ids = id_sequence(SNAPKV_SEED, SNAPKV_CONTEXT + SNAPKV_QUESTION + SNAPKV_SUFFIX, vocab, first=1)
-    context = ids[:SNAPKV_CONTEXT]
-    question = ids[SNAPKV_CONTEXT:SNAPKV_CONTEXT + SNAPKV_QUESTION]
-    suffix = ids[SNAPKV_CONTEXT + SNAPKV_QUESTION:]
-    ref = {
-        "generator": generator_info(),
-        "model": SNAPKV_MODEL,
-        "model_safetensors_sha256": sha256(model_dir / "model.safetensors"),
-        "presses": {
-            "StreamingLLMPress": {"n_sink": PRESS_SINKS},
-            "PyramidKVPress": {"kernel_size": SNAPKV_KERNEL, "beta": PyramidKVPress().beta},
-            "AdaKVPress": {"press": "SnapKVPress", "kernel_size": SNAPKV_KERNEL, "alpha_safeguard": ADAKV_ALPHA},
-        },
-        "pipeline": "kvpress.pipeline.KVPressTextGenerationPipeline._forward + generate_answer on ids "
-                    "(no tokenizer), CPU",
-        "dtype": "fp32",
-        "attn_implementation": "sdpa",
-        "answer_tokens": SNAPKV_ANSWER_TOKENS,
-        "eos_token_id": model.generation_config.eos_token_id,
-        "context_ids": context,
-        "question_ids": question,
-        "suffix_ids": suffix,
-        "cases": [],
+    presses = {
+        "StreamingLLMPress": {"n_sink": PRESS_SINKS},
+        "PyramidKVPress": {"kernel_size": SNAPKV_KERNEL, "beta": PyramidKVPress().beta},
+        "AdaKVPress": {"press": "SnapKVPress", "kernel_size": SNAPKV_KERNEL, "alpha_safeguard": ADAKV_ALPHA},
     }
+    ref, (context, question, suffix) = snapkv_case_header(model, model_dir, {"presses": presses})
     for name in ("StreamingLLMPress", "PyramidKVPress", "AdaKVPress"):
         for window in ([None] if name == "StreamingLLMPress" else PRESS_WINDOWS):
             for mode in ("query-agnostic", "query-aware"):
