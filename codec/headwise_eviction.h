@@ -99,4 +99,22 @@ class HeadwiseEvictedLayer : public LayerPrefix {
 std::shared_ptr<const LayerPrefix> headwise_store(const LayerCapture& capture,
                                                   const LayerAllocation& allocation);
 
+// A method whose allocations are head-wise (Ada-KV, Expected Attention, KVzip, CriticalAdaKV), on Base:
+// materialise() gives the padded entries (for the distortion measures), store() the store decoding reads.
+template <class Base>
+class HeadwiseMethod : public Base {
+  public:
+    using Base::Base;
+    LayerKV materialise(const LayerCapture& capture, const LayerAnalysis&,
+                        const LayerAllocation& allocation) override {
+        LayerKV kv = headwise_materialise(capture, allocation);
+        sync_for_timing(kv.values, this->settings().precise_timing);
+        return kv;
+    }
+    std::shared_ptr<const LayerPrefix> store(const LayerCapture& capture, const LayerAnalysis&,
+                                             const LayerAllocation& allocation) override {
+        return headwise_store(capture, allocation);
+    }
+};
+
 }  // namespace varrate

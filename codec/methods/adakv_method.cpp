@@ -71,16 +71,4 @@ LayerAllocation AdaKVMethod::allocate(const LayerAnalysis& analysis, const Codec
     return out;
 }
 
-LayerKV AdaKVMethod::materialise(const LayerCapture& capture, const LayerAnalysis&,
-                                 const LayerAllocation& allocation) {
-    LayerKV kv = headwise_materialise(capture, allocation);
-    sync_for_timing(kv.values, settings_.precise_timing);
-    return kv;
-}
-
-std::shared_ptr<const LayerPrefix> AdaKVMethod::store(const LayerCapture& capture, const LayerAnalysis&,
-                                                      const LayerAllocation& allocation) {
-    return headwise_store(capture, allocation);
-}
-
 }  // namespace varrate

@@ -8,24 +8,20 @@
 // tokens: the layer is held by a head-wise eviction store (codec/headwise_eviction.h) that decoding attends
 // through. Equal scores go to the earlier position within a head and to the earlier (head, position) across
 // heads (kvpress: torch.topk's order).
+#include "codec/headwise_eviction.h"
 #include "codec/methods/snapkv_method.h"
 
 namespace varrate {
 
-class AdaKVMethod : public SnapKVMethod {
+class AdaKVMethod : public HeadwiseMethod<SnapKVMethod> {
   public:
     static constexpr double kAlphaSafeguard = 0.20;
 
-    explicit AdaKVMethod(const CodecSettings& settings) : SnapKVMethod(settings) {}
+    explicit AdaKVMethod(const CodecSettings& settings) : HeadwiseMethod(settings) {}
     std::string name() const override { return "adakv"; }
     std::shared_ptr<const LayerAnalysis> analyse(const LayerCapture& capture) override;
     // A head-wise allocation (kept padded, kept_valid); throws InfeasibleBudget as SnapKV does.
     LayerAllocation allocate(const LayerAnalysis& analysis, const CodecSettings& budget) override;
-    // The padded entries (for the distortion measures; decoding reads store()).
-    LayerKV materialise(const LayerCapture& capture, const LayerAnalysis& analysis,
-                        const LayerAllocation& allocation) override;
-    std::shared_ptr<const LayerPrefix> store(const LayerCapture& capture, const LayerAnalysis& analysis,
-                                             const LayerAllocation& allocation) override;
 
     // Per head, the tokens the safeguard secures: max(1, int(n_kept * alpha)), the window included.
     static int64_t safeguard_tokens(int64_t n_kept);

@@ -30,17 +30,4 @@ LayerAllocation CriticalAdaKVMethod::allocate(const LayerAnalysis& analysis, con
     return out;
 }
 
-LayerKV CriticalAdaKVMethod::materialise(const LayerCapture& capture, const LayerAnalysis&,
-                                         const LayerAllocation& allocation) {
-    LayerKV kv = headwise_materialise(capture, allocation);
-    sync_for_timing(kv.values, settings_.precise_timing);
-    return kv;
-}
-
-std::shared_ptr<const LayerPrefix> CriticalAdaKVMethod::store(const LayerCapture& capture,
-                                                              const LayerAnalysis&,
-                                                              const LayerAllocation& allocation) {
-    return headwise_store(capture, allocation);
-}
-
 }  // namespace varrate

@@ -4,20 +4,17 @@
 // scores, G * int(L * kappa) in all), then CriticalKV's two stages within each head's budget: its top
 // max(safeguard, int(budget * 0.5)) by SnapKV's score, the rest by (score + 1e-4) x the projected value norm.
 // The heads keep different numbers of tokens: held by a head-wise eviction store.
+#include "codec/headwise_eviction.h"
 #include "codec/methods/criticalkv_method.h"
 
 namespace varrate {
 
-class CriticalAdaKVMethod : public CriticalKVMethod {
+class CriticalAdaKVMethod : public HeadwiseMethod<CriticalKVMethod> {
   public:
-    explicit CriticalAdaKVMethod(const CodecSettings& settings) : CriticalKVMethod(settings) {}
+    explicit CriticalAdaKVMethod(const CodecSettings& settings) : HeadwiseMethod(settings) {}
     std::string name() const override { return "critical-adakv"; }
     // A head-wise allocation (kept padded, kept_valid); throws InfeasibleBudget as Ada-KV does.
     LayerAllocation allocate(const LayerAnalysis& analysis, const CodecSettings& budget) override;
-    LayerKV materialise(const LayerCapture& capture, const LayerAnalysis& analysis,
-                        const LayerAllocation& allocation) override;
-    std::shared_ptr<const LayerPrefix> store(const LayerCapture& capture, const LayerAnalysis& analysis,
-                                             const LayerAllocation& allocation) override;
 };
 
 }  // namespace varrate

@@ -109,17 +109,4 @@ LayerAllocation ExpectedAttentionMethod::allocate(const LayerAnalysis& analysis,
     return out;
 }
 
-LayerKV ExpectedAttentionMethod::materialise(const LayerCapture& capture, const LayerAnalysis&,
-                                             const LayerAllocation& allocation) {
-    LayerKV kv = headwise_materialise(capture, allocation);
-    sync_for_timing(kv.values, settings_.precise_timing);
-    return kv;
-}
-
-std::shared_ptr<const LayerPrefix> ExpectedAttentionMethod::store(const LayerCapture& capture,
-                                                                  const LayerAnalysis&,
-                                                                  const LayerAllocation& allocation) {
-    return headwise_store(capture, allocation);
-}
-
 }  // namespace varrate

@@ -6,6 +6,7 @@
 // (score + epsilon) * ||v||; the sinks get the maximum + 1. As kvpress runs it for the paper, inside Ada-KV
 // (epsilon 0.01): G * int(L * kappa) entries per layer, each head's safeguard first, the rest by one top-k
 // over all heads (codec/adakv_method.h), held by a head-wise eviction store.
+#include "codec/headwise_eviction.h"
 #include "codec/method.h"
 
 namespace varrate {
@@ -21,17 +22,13 @@ struct ExpectedAttentionOptions {
 at::Tensor expected_attention_scores(const LayerCapture& capture,
                                      const ExpectedAttentionOptions& options = {});
 
-class ExpectedAttentionMethod : public CompressionMethod {
+class ExpectedAttentionMethod : public HeadwiseMethod<CompressionMethod> {
   public:
     explicit ExpectedAttentionMethod(const CodecSettings& settings) : settings_(settings) {}
     std::string name() const override { return "expected-attention"; }
     const CodecSettings& settings() const override { return settings_; }
     std::shared_ptr<const LayerAnalysis> analyse(const LayerCapture& capture) override;
     LayerAllocation allocate(const LayerAnalysis& analysis, const CodecSettings& budget) override;
-    LayerKV materialise(const LayerCapture& capture, const LayerAnalysis& analysis,
-                        const LayerAllocation& allocation) override;
-    std::shared_ptr<const LayerPrefix> store(const LayerCapture& capture, const LayerAnalysis& analysis,
-                                             const LayerAllocation& allocation) override;
 
   private:
     CodecSettings settings_;

@@ -119,16 +119,4 @@ LayerAllocation KVzipMethod::allocate(const LayerAnalysis& analysis, const Codec
     return out;
 }
 
-LayerKV KVzipMethod::materialise(const LayerCapture& capture, const LayerAnalysis&,
-                                 const LayerAllocation& allocation) {
-    LayerKV kv = headwise_materialise(capture, allocation);
-    sync_for_timing(kv.values, settings_.precise_timing);
-    return kv;
-}
-
-std::shared_ptr<const LayerPrefix> KVzipMethod::store(const LayerCapture& capture, const LayerAnalysis&,
-                                                      const LayerAllocation& allocation) {
-    return headwise_store(capture, allocation);
-}
-
 }  // namespace varrate

@@ -6,11 +6,12 @@
 // entries remain, so layers and heads keep different numbers (held by a head-wise eviction store,
 // codec/headwise_eviction.h). The first 4 tokens (sinks) are never dropped; as the paper configures KVzip,
 // neither are the last w_obs tokens (as SnapKV pins its window).
+#include "codec/headwise_eviction.h"
 #include "codec/method.h"
 
 namespace varrate {
 
-class KVzipMethod : public CompressionMethod {
+class KVzipMethod : public HeadwiseMethod<CompressionMethod> {
   public:
     static constexpr int64_t kSinks = 4;
 
@@ -24,10 +25,6 @@ class KVzipMethod : public CompressionMethod {
     LayerAllocation allocate(const LayerAnalysis& analysis, const CodecSettings& budget) override;
     std::vector<double> layer_budgets(const std::vector<std::shared_ptr<const LayerAnalysis>>& layers,
                                       const CodecSettings& budget) override;
-    LayerKV materialise(const LayerCapture& capture, const LayerAnalysis& analysis,
-                        const LayerAllocation& allocation) override;
-    std::shared_ptr<const LayerPrefix> store(const LayerCapture& capture, const LayerAnalysis& analysis,
-                                             const LayerAllocation& allocation) override;
 
   private:
     CodecSettings settings_;
