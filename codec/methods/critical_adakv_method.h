@@ -13,6 +13,10 @@ class CriticalAdaKVMethod : public HeadwiseMethod<CriticalKVMethod> {
   public:
     explicit CriticalAdaKVMethod(const CodecSettings& settings) : HeadwiseMethod(settings) {}
     std::string name() const override { return "critical-adakv"; }
+    // CriticalKV's analysis with the layer's global order (Ada-KV's budgets).
+    std::shared_ptr<const LayerAnalysis> analyse(const LayerCapture& capture) override {
+        return analyse_critical(capture, /*global_order=*/true);
+    }
     // A head-wise allocation (kept padded, kept_valid); throws InfeasibleBudget as Ada-KV does.
     LayerAllocation allocate(const LayerAnalysis& analysis, const CodecSettings& budget) override;
 };

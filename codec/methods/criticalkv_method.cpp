@@ -50,11 +50,18 @@ at::Tensor CriticalKVMethod::keep_mask(const CriticalKVAnalysis& a, int64_t wind
 }
 
 std::shared_ptr<const LayerAnalysis> CriticalKVMethod::analyse(const LayerCapture& capture) {
+    return analyse_critical(capture, /*global_order=*/false);
+}
+
+std::shared_ptr<const LayerAnalysis> CriticalKVMethod::analyse_critical(const LayerCapture& capture,
+                                                                        bool global_order) const {
     auto a = std::make_shared<CriticalKVAnalysis>();
     analyse_into(*a, capture);
     auto t = SteadyClock::now();
     a->value_norm = projected_value_norm(capture);
-    a->global_order = std::get<1>(at::sort(a->scores.reshape({-1}), /*stable=*/true, 0, /*descending=*/true));
+    if (global_order)
+        a->global_order =
+            std::get<1>(at::sort(a->scores.reshape({-1}), /*stable=*/true, 0, /*descending=*/true));
     sync_for_timing(a->value_norm, settings_.precise_timing);
     a->timing.salience += lap_ms(t);
     return a;

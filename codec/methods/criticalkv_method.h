@@ -13,7 +13,8 @@ namespace varrate {
 // SnapKV's analysis plus what the second stage reads.
 struct CriticalKVAnalysis : SnapKVAnalysis {
     at::Tensor value_norm;    // [G, L] fp32, CriticalKVMethod::projected_value_norm
-    at::Tensor global_order;  // [G * (L - w)] int64: the non-window scores of all heads, descending (Ada-KV)
+    at::Tensor global_order;  // [G * (L - w)] int64: the non-window scores of all heads, descending
+                              // (CriticalAdaKV only: Ada-KV's budgets)
 };
 
 class CriticalKVMethod : public SnapKVMethod {
@@ -35,6 +36,11 @@ class CriticalKVMethod : public SnapKVMethod {
     // 1e-4) x value_norm. first, counts: [G] int64.
     static at::Tensor keep_mask(const CriticalKVAnalysis& a, int64_t window, const at::Tensor& first,
                                 const at::Tensor& counts);
+
+  protected:
+    // The analysis, with global_order when `global_order` (what Ada-KV's head budgets read).
+    std::shared_ptr<const LayerAnalysis> analyse_critical(const LayerCapture& capture,
+                                                          bool global_order) const;
 };
 
 }  // namespace varrate

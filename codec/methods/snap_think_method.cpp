@@ -26,8 +26,11 @@ int64_t SnapThinKMethod::kept_tokens(const CodecSettings& budget, int64_t n_toke
     check_budget(budget.budget, name());
     const int64_t kept_ch = head_dim - ThinKMethod::pruned_channels(head_dim, budget.key_channel_ratio);
     const double full = static_cast<double>(n_tokens * n_kv_head * 2 * head_dim * element_size);
-    const double per_token = static_cast<double>(n_kv_head * (head_dim + kept_ch) * element_size);
-    const double indices = static_cast<double>(n_kv_head * kept_ch);
+    // The store's bytes (channel_pruned_bytes) are affine in the tokens: the indices, plus a token's scalars.
+    const auto indices =
+        static_cast<double>(channel_pruned_bytes(0, n_kv_head, head_dim, kept_ch, element_size));
+    const double per_token =
+        static_cast<double>(channel_pruned_bytes(1, n_kv_head, head_dim, kept_ch, element_size)) - indices;
     // The slack keeps a kappa computed from a count (n * per_token + indices) / full at that count.
     const auto n =
         static_cast<int64_t>(std::floor((budget.budget * full * (1 + 1e-12) - indices) / per_token));
