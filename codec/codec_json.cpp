@@ -66,7 +66,11 @@ at::Tensor long_tensor(const nlohmann::json& j) {
 nlohmann::json to_json(const CodecSettings& s) {
     nlohmann::json j = nlohmann::json::object();
     for (const CodecSettingSpec& spec : codec_setting_specs()) {
-        if (spec.real)
+        if (spec.list) {
+            // Written only when set, so that settings, sweep identities and references made before the row
+            // existed read the same.
+            if (!(s.*(spec.list)).empty()) j[spec.key] = s.*(spec.list);
+        } else if (spec.real)
             j[spec.key] = s.*(spec.real);
         else if (spec.integer)
             j[spec.key] = s.*(spec.integer);
@@ -91,6 +95,22 @@ CodecSettings codec_settings_from_json(const nlohmann::json& j, const std::strin
             known.insert(known.end(), ignored.begin(), ignored.end());
             throw Error(
                 fmt::format("{}: unknown field \"{}\" (known: {})", where, key, fmt::join(known, ", ")));
+        }
+        if (spec->list) {
+            std::vector<double> values;
+            if (value.is_array())
+                for (const nlohmann::json& v : value) {
+                    if (!v.is_number() || !setting_violation(*spec, v.get<double>()).empty())
+                        throw Error(fmt::format("{}: \"{}\" entry {} must be {}, got {}", where, key,
+                                                values.size() + 1, setting_violation(*spec, std::nan("")),
+                                                v.dump()));
+                    values.push_back(v.get<double>());
+                }
+            else
+                throw Error(fmt::format("{}: \"{}\" must be an array of numbers in (0, {:g}], got {}", where,
+                                        key, spec->max, value.dump()));
+            s.*(spec->list) = std::move(values);
+            continue;
         }
         // The JSON type first (an integer setting given 2.5 or "4" is named as such), then the table's range.
         const bool typed = spec->kind == SettingKind::Flag       ? value.is_boolean()

@@ -31,6 +31,9 @@ struct CodecSettings {
     int64_t coef_bits = 16;
     // ThinK (think, snap-think): the fraction of each KV head's key channels pruned (int(head_dim * ratio)).
     double key_channel_ratio = 0.5;
+    // Per-layer budget profile (snapkv-per-layer, kvpress's PerLayerCompressionPress): layer l keeps kappa x
+    // p_l / mean(p) of its tokens, so that the layers keep kappa on average; empty: kappa in every layer.
+    std::vector<double> layer_profile;
     bool paper_accounting =
         false;  // true: anchor indices are not charged to B (the paper; footprint > kappa)
     // Wait for the device at stage boundaries so stage times are real: a host read per stage on a GPU, so off

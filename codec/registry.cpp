@@ -9,10 +9,12 @@
 #include "codec/footprint.h"
 #include "codec/methods/adakv_method.h"
 #include "codec/methods/chunkkv_method.h"
+#include "codec/methods/compactor_method.h"
 #include "codec/methods/critical_adakv_method.h"
 #include "codec/methods/criticalkv_method.h"
 #include "codec/methods/cur_method.h"
 #include "codec/methods/expected_attention_method.h"
+#include "codec/methods/finch_method.h"
 #include "codec/methods/full_method.h"
 #include "codec/methods/keydiff_method.h"
 #include "codec/methods/kivi_method.h"
@@ -25,6 +27,7 @@
 #include "codec/methods/random_method.h"
 #include "codec/methods/snap_think_method.h"
 #include "codec/methods/snapkv_method.h"
+#include "codec/methods/snapkv_per_layer_method.h"
 #include "codec/methods/snapkv_rerotate_method.h"
 #include "codec/methods/streamingllm_method.h"
 #include "codec/methods/think_method.h"
@@ -196,6 +199,20 @@ const std::vector<Entry>& registry() {
               kReadsBudget | kReadsObsWindow | kReadsPool, BudgetCheck::SnapKVCount, nullptr,
               /*renumbers_positions=*/true},
              from_settings<SnapKVRerotateMethod>()},
+            {{"snapkv-per-layer",
+              "PerLayerCompression over SnapKV: SnapKV with each layer's budget from the layer profile "
+              "(kappa x p_l / mean p)",
+              MethodFamily::Eviction, false, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
+              kReadsBudget | kReadsObsWindow | kReadsPool | kReadsLayerProfile, BudgetCheck::None},
+             from_settings<SnapKVPerLayerMethod>()},
+            {{"finch",
+              "FINCH: SnapKV with the question as its window (query-aware; else the last window), no "
+              "pooling, "
+              "keys rotated to positions 0..n-1",
+              MethodFamily::Eviction, false, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
+              kReadsBudget | kReadsObsWindow, BudgetCheck::None, nullptr, /*renumbers_positions=*/true},
+             from_settings<FinchMethod>(),
+             mean_scores<FinchMethod>()},
             {{"pyramidkv",
               "PyramidKV: SnapKV's scores, kept count per layer on a linear depth schedule at SnapKV's mean",
               MethodFamily::Eviction, false, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
@@ -266,6 +283,13 @@ const std::vector<Entry>& registry() {
               kReadsBudget, BudgetCheck::None},
              from_settings<LeverageMethod>(),
              mean_scores<LeverageMethod>()},
+            {{"compactor",
+              "Compactor: 8 + 4 sinks kept, the rest by leverage (weighted by the compression ratio) plus "
+              "non-causal chunked attention x ||v|| (an extra pass)",
+              MethodFamily::Eviction, false, false, MethodProbe::NonCausal, BudgetRule::Kappa,
+              ColourRole::Own, kReadsBudget, BudgetCheck::None},
+             from_settings<CompactorMethod>(),
+             mean_scores<CompactorMethod>()},
             {{"chunkkv",
               "ChunkKV over SnapKV: whole chunks of 20 tokens kept by their mean SnapKV score, the same for "
               "every KV head",

@@ -29,9 +29,10 @@ std::string method_description(const std::string& name);
 // What a method reads beyond the prefill capture (core/probe.h runs the extra pass before its analysis).
 enum class MethodProbe {
     None,
-    Question,  // the question's attention over the context (varrate:oracle)
-    Repeat,    // KVzip's context-reconstruction scores (kvzip, varrate@kvzip)
-    Observed,  // every prefill query's attention over the context (observed-attention: H2O)
+    Question,   // the question's attention over the context (varrate:oracle)
+    Repeat,     // KVzip's context-reconstruction scores (kvzip, varrate@kvzip)
+    Observed,   // every prefill query's attention over the context (observed-attention: H2O)
+    NonCausal,  // every prefill query's non-causal attention within its chunk (compactor)
 };
 MethodProbe method_probe(const std::string& name);
 
@@ -69,6 +70,7 @@ enum MethodReads : uint32_t {
     kReadsCoefBits = 1u << 8,
     kReadsAccounting = 1u << 9,
     kReadsKeyChannels = 1u << 10,
+    kReadsLayerProfile = 1u << 11,
 };
 
 struct MethodTraits {

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "base/error.h"
 
@@ -53,6 +54,15 @@ CodecSettingSpec flag(const char* key, const char* cli_flag, const char* label, 
                       SettingTier tier, bool CodecSettings::*field) {
     CodecSettingSpec s = row(key, cli_flag, label, help, SettingKind::Flag, tier);
     s.boolean = field;
+    return s;
+}
+
+CodecSettingSpec list(const char* key, const char* flag, const char* label, const char* help,
+                      SettingTier tier, std::vector<double> CodecSettings::*field, double max) {
+    CodecSettingSpec s = row(key, flag, label, help, SettingKind::List, tier);
+    s.min = 0.0;
+    s.max = max;
+    s.list = field;
     return s;
 }
 
@@ -114,6 +124,13 @@ std::vector<CodecSettingSpec> make_specs() {
                  "ThinK (think, snap-think): fraction of each KV head's key channels pruned, int(head_dim * "
                  "ratio) of the lowest-scoring ones; other methods ignore it",
                  T::Allocation, &S::key_channel_ratio),
+        list("layer_profile", "--layer-profile", "Per-layer profile",
+             "snapkv-per-layer (kvpress's PerLayerCompressionPress over SnapKV): one positive number per "
+             "layer, comma-separated; layer l keeps kappa x p_l / mean(p), so the layers keep kappa on "
+             "average "
+             "(kvpress's ratios r_l are p_l = 1 - r_l at kappa = their mean); empty: kappa everywhere. Other "
+             "methods ignore it",
+             T::Allocation, &S::layer_profile, 1e6),
         flag("paper_accounting", "--paper-accounting", "Paper accounting (indices free)",
              "charge neither anchor indices nor a self-calibrated basis to the budget (the paper's "
              "accounting; "
@@ -141,12 +158,16 @@ const CodecSettingSpec* find_codec_setting(const std::string& key) {
 }
 
 double setting_value(const CodecSettingSpec& spec, const CodecSettings& s) {
+    if (spec.list)
+        throw Error(fmt::format("internal: the list setting \"{}\" has no single value", spec.key));
     if (spec.real) return s.*(spec.real);
     if (spec.integer) return static_cast<double>(s.*(spec.integer));
     return s.*(spec.boolean) ? 1.0 : 0.0;
 }
 
 void set_setting_value(const CodecSettingSpec& spec, CodecSettings& s, double value) {
+    if (spec.list)
+        throw Error(fmt::format("internal: the list setting \"{}\" has no single value", spec.key));
     if (spec.real)
         s.*(spec.real) = value;
     else if (spec.integer)
@@ -155,8 +176,41 @@ void set_setting_value(const CodecSettingSpec& spec, CodecSettings& s, double va
         s.*(spec.boolean) = value != 0.0;
 }
 
+bool same_setting(const CodecSettingSpec& spec, const CodecSettings& a, const CodecSettings& b) {
+    if (spec.list) return a.*(spec.list) == b.*(spec.list);
+    return setting_value(spec, a) == setting_value(spec, b);
+}
+
+std::vector<double> parse_setting_list(const CodecSettingSpec& spec, const std::string& text,
+                                       const std::string& where) {
+    std::vector<double> out;
+    if (text.find_first_not_of(" \t") == std::string::npos) return out;
+    size_t begin = 0;
+    while (true) {
+        const size_t end = std::min(text.find(',', begin), text.size());
+        const std::string item = text.substr(begin, end - begin);
+        const size_t first = item.find_first_not_of(" \t"), last = item.find_last_not_of(" \t");
+        const std::string trimmed = first == std::string::npos ? "" : item.substr(first, last - first + 1);
+        size_t used = 0;
+        double v = std::nan("");
+        try {
+            v = std::stod(trimmed, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        if (trimmed.empty() || used != trimmed.size() || !setting_violation(spec, v).empty())
+            throw Error(fmt::format("{}: \"{}\" entry {} must be {}, got \"{}\"", where, spec.key,
+                                    out.size() + 1, setting_violation(spec, std::nan("")), trimmed));
+        out.push_back(v);
+        if (end == text.size()) break;
+        begin = end + 1;
+    }
+    return out;
+}
+
 std::string setting_violation(const CodecSettingSpec& spec, double v) {
     switch (spec.kind) {
+        case SettingKind::List:
         case SettingKind::Fraction:
             if (v > spec.min && v <= spec.max) return "";
             return fmt::format("a number in ({:g}, {:g}]", spec.min, spec.max);
@@ -195,11 +249,25 @@ void check_budget(double budget, const std::string& where, const std::string& hi
 }
 
 void check_codec_settings(const CodecSettings& s, const std::string& where) {
-    for (const CodecSettingSpec& spec : codec_setting_specs())
-        check_setting(spec, setting_value(spec, s), where);
+    for (const CodecSettingSpec& spec : codec_setting_specs()) {
+        if (!spec.list) {
+            check_setting(spec, setting_value(spec, s), where);
+            continue;
+        }
+        const std::vector<double>& values = s.*(spec.list);
+        for (size_t i = 0; i < values.size(); ++i)
+            if (!setting_violation(spec, values[i]).empty())
+                throw Error(fmt::format("{}: \"{}\" entry {} must be {}, got {:g}", where, spec.key, i + 1,
+                                        setting_violation(spec, values[i]), values[i]));
+    }
 }
 
 std::string format_setting(const CodecSettingSpec& spec, const CodecSettings& s) {
+    if (spec.list) {
+        std::vector<std::string> items;
+        for (double v : s.*(spec.list)) items.push_back(fmt::format("{:g}", v));
+        return fmt::format("{}", fmt::join(items, ","));
+    }
     if (spec.real) return fmt::format("{:g}", s.*(spec.real));
     if (spec.integer) return fmt::format("{}", s.*(spec.integer));
     return s.*(spec.boolean) ? "true" : "false";
@@ -207,7 +275,7 @@ std::string format_setting(const CodecSettingSpec& spec, const CodecSettings& s)
 
 std::string setting_difference(const CodecSettings& a, const CodecSettings& b, SettingTier from) {
     for (const CodecSettingSpec& spec : codec_setting_specs()) {
-        if (spec.tier < from || setting_value(spec, a) == setting_value(spec, b)) continue;
+        if (spec.tier < from || same_setting(spec, a, b)) continue;
         return fmt::format("{} {} vs {}", spec.key, format_setting(spec, a), format_setting(spec, b));
     }
     return "";
@@ -216,7 +284,7 @@ std::string setting_difference(const CodecSettings& a, const CodecSettings& b, S
 SettingTier update_tier(const CodecSettings& a, const CodecSettings& b) {
     SettingTier out = SettingTier::Runtime;
     for (const CodecSettingSpec& spec : codec_setting_specs())
-        if (setting_value(spec, a) != setting_value(spec, b) && spec.tier > out) out = spec.tier;
+        if (!same_setting(spec, a, b) && spec.tier > out) out = spec.tier;
     return out;
 }
 

@@ -17,6 +17,7 @@ enum class SettingKind {
     Integer,   // an integer in [min, max]
     Choice,    // one of `choices`
     Flag,      // true or false
+    List,      // numbers in (min, max], one per layer, or none (written comma-separated; JSON: an array)
 };
 
 // What changing a setting costs a kept capture, cheapest first; each tier includes the ones below it.
@@ -47,6 +48,7 @@ struct CodecSettingSpec {
     double CodecSettings::*real = nullptr;
     int64_t CodecSettings::*integer = nullptr;
     bool CodecSettings::*boolean = nullptr;
+    std::vector<double> CodecSettings::*list = nullptr;
 };
 
 // Every row, in the order the CLI help and the Run panel show them.
@@ -54,9 +56,17 @@ const std::vector<CodecSettingSpec>& codec_setting_specs();
 // The row of a JSON key; null when there is none.
 const CodecSettingSpec* find_codec_setting(const std::string& key);
 
-// The field's value as a number (a flag: 0 or 1) and the inverse (unchecked: see check_setting).
+// The field's value as a number (a flag: 0 or 1) and the inverse (unchecked: see check_setting). A List row
+// has no single value: both throw Error for one (same_setting, format_setting and parse_setting_list serve
+// every kind).
 double setting_value(const CodecSettingSpec& spec, const CodecSettings& s);
 void set_setting_value(const CodecSettingSpec& spec, CodecSettings& s, double value);
+// Whether a and b hold the same value of the row (any kind).
+bool same_setting(const CodecSettingSpec& spec, const CodecSettings& a, const CodecSettings& b);
+// A List row's value from its text ("0.75,0.25,0.5"; "" for none), every entry checked: throws Error
+// "<where>: "<key>" entry 2 must be a number in (0, 1], got x".
+std::vector<double> parse_setting_list(const CodecSettingSpec& spec, const std::string& text,
+                                       const std::string& where);
 // "" when `value` is allowed, else what is allowed ("an integer >= 1", "2, 3, 4, 8 or 16", ...).
 std::string setting_violation(const CodecSettingSpec& spec, double value);
 // The one range check: throws Error "<where>: <key> must be <allowed>, got <value>".
@@ -66,7 +76,7 @@ void check_setting(const CodecSettingSpec& spec, double value, const std::string
 void check_budget(double budget, const std::string& where, const std::string& hint = "");
 // Every field checked; throws as check_setting.
 void check_codec_settings(const CodecSettings& s, const std::string& where);
-// "0.2", "16", "true": the value as JSON and the CLI write it.
+// "0.2", "16", "true", "0.75,0.25": the value as the CLI writes it (JSON: the same number, or an array).
 std::string format_setting(const CodecSettingSpec& spec, const CodecSettings& s);
 
 // The first row of tier >= `from` where a and b differ, as "stride 16 vs 32"; "" when none.

@@ -118,11 +118,12 @@ void check_capture_fits(const ModelConfig& cfg, const RuntimeOptions& ro, int64_
 
 PrefillCapture capture_prefill(const LlamaModel& model, const std::vector<int64_t>& ids,
                                const CodecSettings& settings, const JobControl& job, int64_t chunk_size,
-                               bool attention_output) {
+                               bool attention_output, int64_t min_window_queries) {
     const ModelConfig& cfg = model.config();
     const RuntimeOptions& ro = model.options();
     const int64_t n = static_cast<int64_t>(ids.size());
-    check_capture_fits(cfg, ro, n, settings.obs_window, available_memory_bytes(ro.device), chunk_size);
+    const int64_t queries = std::max(settings.obs_window, min_window_queries);
+    check_capture_fits(cfg, ro, n, queries, available_memory_bytes(ro.device), chunk_size);
     PrefillCapture out;
     out.ids = ids;
     out.obs_window = settings.obs_window;
@@ -133,7 +134,7 @@ PrefillCapture capture_prefill(const LlamaModel& model, const std::vector<int64_
     fo.chunk_size = chunk_size;
     fo.cancel = job.cancel;
     fo.progress = job.progress;
-    fo.observer_window = settings.obs_window;
+    fo.observer_window = queries;
     fo.observer = [&](const LayerCapture& cap) -> std::optional<LayerKV> {
         LayerCapture& kept = out.layers.at(static_cast<size_t>(cap.layer));
         kept = cap;  // pre-RoPE keys, window queries and RoPE tables are the capture's own tensors

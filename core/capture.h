@@ -41,9 +41,9 @@ struct PrefillCapture {
     int64_t obs_window = 0;                       // window queries kept: methods may use this many or fewer
     int64_t pool_kernel = 0;                      // of the distortion weights
     double prefill_ms = 0;
-    double question_ms = 0, repeat_ms = 0, observed_ms = 0;  // the extra passes some signals read
-                                                             // (core/probe.h), when run
-    int64_t bytes() const;                                   // tensors held
+    // The extra passes some signals read (core/probe.h), when run; observed_ms: the all-queries pass.
+    double question_ms = 0, repeat_ms = 0, observed_ms = 0;
+    int64_t bytes() const;  // tensors held
 };
 
 // Bytes a capture of n_tokens holds (keys twice, values, window queries, RoPE tables), for the refusal.
@@ -69,10 +69,12 @@ void check_capture_fits(const ModelConfig& config, const RuntimeOptions& runtime
 // VarRate's salience with settings.pool_kernel (attention_output: also the window queries' attention output,
 // which the attention-output error is measured against). Refuses with an Error naming the bytes needed and
 // available when the capture cannot fit on the model's device. Progress and cancel are the prefill's.
+// min_window_queries: keep at least that many of the last queries (Finch reads the question's, which may be
+// longer than the observation window); the references still read the last obs_window of them.
 PrefillCapture capture_prefill(const LlamaModel& model, const std::vector<int64_t>& ids,
                                const CodecSettings& settings, const JobControl& job = {},
-                               int64_t chunk_size = ForwardOptions().chunk_size,
-                               bool attention_output = true);
+                               int64_t chunk_size = ForwardOptions().chunk_size, bool attention_output = true,
+                               int64_t min_window_queries = 0);
 
 // The same capture measured with another observation window (at most the queries it kept) and pool kernel:
 // its distortion references computed again from the kept layers, no prefill; tensors shared.

@@ -336,6 +336,8 @@ ProbeRequest probe_request(const CompareRequest& req, const ComparePlan& plan, s
     if (p.needs.question && !req.questions.empty())
         p.question_ids = decode_inputs(plan.parts[ci], CompressionMode::QueryAgnostic);
     p.chat = req.chat;
+    if (req.mode == CompressionMode::QueryAware)
+        p.question_in_prefix = static_cast<int64_t>(plan.parts[ci].question_ids.size());
     return p;
 }
 

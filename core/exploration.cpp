@@ -25,8 +25,9 @@ CaptureExploration::CaptureExploration(const Session& session, const std::vector
                                        const ProbeRequest& probes)
     : session_(session), basis_(std::move(basis)) {
     auto capture = std::make_shared<PrefillCapture>(
-        capture_prefill(session.model(), ids, settings, job, ForwardOptions().chunk_size, attention_output));
-    if (probes.needs.any()) add_probes(session, *capture, probes, job);
+        capture_prefill(session.model(), ids, settings, job, ForwardOptions().chunk_size, attention_output,
+                        probes.question_in_prefix));
+    if (probes.needs.any() || probes.question_in_prefix > 0) add_probes(session, *capture, probes, job);
     capture_ = std::move(capture);
     spdlog::debug("capture of {} tokens: prefill {:.1f} ms, {:.1f} MiB", ids.size(), capture_->prefill_ms,
                   static_cast<double>(capture_->bytes()) / (1024.0 * 1024.0));

@@ -103,7 +103,7 @@ bool basis_refit(const ComparePlan& plan, const CodecSettings& from, const Codec
     if (!plan.basis || !plan.basis->info().self_calibrated) return false;
     const BasisInfo& info = plan.basis->info();
     for (const CodecSettingSpec& spec : codec_setting_specs())
-        if (spec.shapes_basis && setting_value(spec, from) != setting_value(spec, to)) return true;
+        if (spec.shapes_basis && !same_setting(spec, from, to)) return true;
     return std::min(to.rank, info.dim) > info.rank;
 }
 

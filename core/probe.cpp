@@ -59,6 +59,7 @@ ProbeNeeds probe_needs(const std::vector<std::string>& methods) {
         needs.question |= p == MethodProbe::Question;
         needs.repeat |= p == MethodProbe::Repeat;
         needs.observed |= p == MethodProbe::Observed;
+        needs.noncausal |= p == MethodProbe::NonCausal;
     }
     return needs;
 }
@@ -130,13 +131,72 @@ void add_repeat_scores(const LlamaModel& model, PrefillCapture& capture, const R
     job.report("kvzip reconstruction", n_chunks, n_chunks);
 }
 
-void add_observed_attention(const LlamaModel& model, PrefillCapture& capture, const JobControl& job) {
+namespace {
+
+// H2O's observed attention of one layer: [H, L] fp32.
+at::Tensor observed_attention(const at::Tensor& q, const at::Tensor& keys) {
+    const at::Tensor k = keys.to(at::kFloat);  // [G, L, hd]
+    const int64_t H = q.size(0), G = k.size(0), g = H / G, hd = q.size(2), L = k.size(1);
+    const auto opts = k.options();
+    at::Tensor sum = at::zeros({G, g, L}, opts);
+    // Blocks of queries, about 2^26 weights each: the [H, block, L] weights, never the [H, L, L] matrix.
+    const int64_t block = std::max<int64_t>(1, (int64_t{1} << 26) / std::max<int64_t>(1, H * L));
+    const at::Tensor key_pos = at::arange(L, opts.dtype(at::kLong));
+    for (int64_t b0 = 0; b0 < L; b0 += block) {
+        const int64_t n = std::min(block, L - b0);
+        const at::Tensor qb = q.narrow(1, b0, n).to(at::kFloat).reshape({G, g * n, hd});
+        at::Tensor s = at::bmm(qb, k.transpose(1, 2)) / std::sqrt(static_cast<double>(hd));  // [G, g n, L]
+        const at::Tensor future =
+            key_pos.unsqueeze(0) > (b0 + at::arange(n, opts.dtype(at::kLong))).unsqueeze(1);  // [n, L]
+        s = s.view({G, g, n, L}).masked_fill(future, -std::numeric_limits<float>::infinity());
+        sum += at::softmax(s, -1).sum(2);
+    }
+    const at::Tensor seen_by = at::arange(L, 0, -1, opts);  // L - t queries see position t
+    return (sum / seen_by).reshape({H, L});
+}
+
+// Compactor's non-causal chunked attention of one layer: [H, L] fp32 (LayerCapture::noncausal_attention).
+// The span is cut into chunks of kNonCausalChunk, the last padded with zero queries and keys (kvpress pads
+// so: a zero key's logit 0 stays in every softmax of its chunk, a zero query spreads 1/chunk over it).
+at::Tensor noncausal_attention(const at::Tensor& q, const at::Tensor& keys) {
+    const int64_t H = q.size(0), G = keys.size(0), g = H / G, hd = q.size(2), L = keys.size(1);
+    at::Tensor out = at::zeros({H, L}, keys.options().dtype(at::kFloat));
+    const int64_t begin = std::min(kNonCausalBegin, L);
+    const int64_t end = L - std::min(kNonCausalEnd, L - begin), n = end - begin;
+    if (n == 0) return out;
+    const int64_t C = kNonCausalChunk, chunks = (n + C - 1) / C, pad = chunks * C - n;
+    at::Tensor qs = q.narrow(1, begin, n).to(at::kFloat).view({G, g, n, hd});  // [G, g, n, hd]
+    at::Tensor ks = keys.narrow(1, begin, n).to(at::kFloat);                   // [G, n, hd]
+    if (pad > 0) {
+        qs = at::constant_pad_nd(qs, {0, 0, 0, pad});
+        ks = at::constant_pad_nd(ks, {0, 0, 0, pad});
+    }
+    const at::Tensor kc = ks.view({G, 1, chunks, C, hd});
+    const at::Tensor qc = qs.view({G, g, chunks, C, hd});
+    // Blocks of chunks, about 2^26 weights each.
+    const int64_t block = std::max<int64_t>(1, (int64_t{1} << 26) / (H * C * C));
+    std::vector<at::Tensor> sums;
+    for (int64_t c0 = 0; c0 < chunks; c0 += block) {
+        const int64_t m = std::min(block, chunks - c0);
+        const at::Tensor dots = at::matmul(qc.narrow(2, c0, m), kc.narrow(2, c0, m).transpose(-2, -1));
+        sums.push_back(at::softmax(dots, -1).sum(-2));  // [G, g, m, C]: over the chunk's queries
+    }
+    out.narrow(1, begin, n).copy_(at::cat(sums, 2).reshape({H, chunks * C}).narrow(1, 0, n));
+    return out;
+}
+
+}  // namespace
+
+void add_all_query_attention(const LlamaModel& model, PrefillCapture& capture, bool observed, bool noncausal,
+                             const JobControl& job) {
+    if (!observed && !noncausal) return;
     const int64_t L = static_cast<int64_t>(capture.ids.size());
-    if (L == 0 || capture.layers.empty()) throw Error("observed attention: the capture is empty");
+    if (L == 0 || capture.layers.empty()) throw Error("the all-queries pass: the capture is empty");
     if (capture.next_position != L)
         throw Error(
-            fmt::format("observed attention: the capture continues an earlier cache (its {} ids end at "
-                        "position {}); it reads the context from position 0",
+            fmt::format("the all-queries pass (observed and non-causal attention): the capture continues "
+                        "an earlier cache (its {} ids end at position {}); it reads the context from "
+                        "position 0",
                         L, capture.next_position));
     KVCache cache = model.new_cache();
     ForwardOptions opt;
@@ -144,29 +204,16 @@ void add_observed_attention(const LlamaModel& model, PrefillCapture& capture, co
     opt.observer_window = L;
     opt.cancel = job.cancel;
     opt.observer = [&](const LayerCapture& cap) -> std::optional<LayerKV> {
-        const at::Tensor& q = cap.window_queries;      // [H, L, hd] post-RoPE
-        const at::Tensor k = cap.keys.to(at::kFloat);  // [G, L, hd]
-        const int64_t H = q.size(0), G = k.size(0), g = H / G, hd = q.size(2);
-        const auto opts = k.options();
-        at::Tensor sum = at::zeros({G, g, L}, opts);
-        // Blocks of queries, about 2^26 weights each: the [H, block, L] weights, never the [H, L, L] matrix.
-        const int64_t block = std::max<int64_t>(1, (int64_t{1} << 26) / std::max<int64_t>(1, H * L));
-        const at::Tensor key_pos = at::arange(L, opts.dtype(at::kLong));
-        for (int64_t b0 = 0; b0 < L; b0 += block) {
-            const int64_t n = std::min(block, L - b0);
-            const at::Tensor qb = q.narrow(1, b0, n).to(at::kFloat).reshape({G, g * n, hd});
-            at::Tensor s =
-                at::bmm(qb, k.transpose(1, 2)) / std::sqrt(static_cast<double>(hd));  // [G, g n, L]
-            const at::Tensor future =
-                key_pos.unsqueeze(0) > (b0 + at::arange(n, opts.dtype(at::kLong))).unsqueeze(1);  // [n, L]
-            s = s.view({G, g, n, L}).masked_fill(future, -std::numeric_limits<float>::infinity());
-            sum += at::softmax(s, -1).sum(2);
-        }
-        const at::Tensor seen_by = at::arange(L, 0, -1, opts);  // L - t queries see position t
-        capture.layers[static_cast<size_t>(cap.layer)].observed_attention = (sum / seen_by).reshape({H, L});
+        LayerCapture& out = capture.layers[static_cast<size_t>(cap.layer)];
+        if (observed) out.observed_attention = observed_attention(cap.window_queries, cap.keys);
+        if (noncausal) out.noncausal_attention = noncausal_attention(cap.window_queries, cap.keys);
         return std::nullopt;
     };
     model.forward(capture.ids, cache, opt);
+}
+
+void add_observed_attention(const LlamaModel& model, PrefillCapture& capture, const JobControl& job) {
+    add_all_query_attention(model, capture, true, false, job);
 }
 
 double probe_time_ms(const PrefillCapture& capture, MethodProbe probe) {
@@ -178,6 +225,7 @@ double probe_time_ms(const PrefillCapture& capture, MethodProbe probe) {
         case MethodProbe::Repeat:
             return capture.repeat_ms;
         case MethodProbe::Observed:
+        case MethodProbe::NonCausal:
             return capture.observed_ms;
     }
     return 0.0;
@@ -185,6 +233,11 @@ double probe_time_ms(const PrefillCapture& capture, MethodProbe probe) {
 
 void add_probes(const Session& session, PrefillCapture& capture, const ProbeRequest& request,
                 const JobControl& job) {
+    if (request.question_in_prefix < 0 ||
+        request.question_in_prefix >= static_cast<int64_t>(capture.ids.size()))
+        throw Error(fmt::format("probe: a question of {} ids does not fit a prefix of {}",
+                                request.question_in_prefix, capture.ids.size()));
+    for (LayerCapture& c : capture.layers) c.question_tokens = request.question_in_prefix;
     if (request.needs.question) {
         if (request.question_ids.empty())
             throw Error(
@@ -198,9 +251,10 @@ void add_probes(const Session& session, PrefillCapture& capture, const ProbeRequ
         add_repeat_scores(session.model(), capture, repeat_prompt(session, request.chat), job);
         capture.repeat_ms += lap_ms(t);
     }
-    if (request.needs.observed) {
+    if (request.needs.observed || request.needs.noncausal) {
         auto t = SteadyClock::now();
-        add_observed_attention(session.model(), capture, job);
+        add_all_query_attention(session.model(), capture, request.needs.observed, request.needs.noncausal,
+                                job);
         capture.observed_ms += lap_ms(t);
     }
 }

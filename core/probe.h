@@ -14,8 +14,11 @@
 //             (softmax over the keys it sees, in fp32) summed per key and divided by how many queries see
 //             it (kvpress's ObservedAttentionPress on eager attention, H2O). Costs one more prefill and the
 //             attention matrix's arithmetic, in blocks of queries (never the whole matrix at once).
-// The results land in each LayerCapture (question_attention, repeat_scores, observed_attention); the
-// capture is otherwise unchanged.
+//   noncausal the same pass: every query's attention within its chunk of 256, before and after it, logits
+//             unscaled (kvpress's NonCausalAttnPress inside CompactorPress). Costs the same prefill (shared
+//             with observed) and little arithmetic.
+// The results land in each LayerCapture (question_attention, repeat_scores, observed_attention,
+// noncausal_attention); the capture is otherwise unchanged.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -32,7 +35,8 @@ struct ProbeNeeds {
     bool question = false;
     bool repeat = false;
     bool observed = false;
-    bool any() const { return question || repeat || observed; }
+    bool noncausal = false;
+    bool any() const { return question || repeat || observed || noncausal; }
 };
 // What the registered methods `methods` read beyond the prefill.
 ProbeNeeds probe_needs(const std::vector<std::string>& methods);
@@ -63,17 +67,24 @@ void add_repeat_scores(const LlamaModel& model, PrefillCapture& capture, const R
 // Fills observed_attention of every layer. The capture must start at position 0 (a prefill that began on
 // an empty cache).
 void add_observed_attention(const LlamaModel& model, PrefillCapture& capture, const JobControl& job = {});
+// Fills observed_attention and/or noncausal_attention of every layer, both from one pass over the context.
+void add_all_query_attention(const LlamaModel& model, PrefillCapture& capture, bool observed, bool noncausal,
+                             const JobControl& job = {});
 
 // What a capture's extra passes need: which, the ids that follow the prefix, and whether prompts are chat.
 struct ProbeRequest {
     ProbeNeeds needs;
     std::vector<int64_t> question_ids;  // question (+ chat suffix) + answer prefix
     bool chat = false;
+    // How many of the prefix's last ids are the question (query-aware mode; 0 when it holds none): set as
+    // every layer's LayerCapture::question_tokens (Finch's window).
+    int64_t question_in_prefix = 0;
 };
 // The time of the extra pass a method with `probe` reads (charged to its analysis); 0 for none.
 double probe_time_ms(const PrefillCapture& capture, MethodProbe probe);
 
-// Runs the passes `request` asks for, timing each in capture.question_ms / repeat_ms / observed_ms.
+// Marks the question in the prefix (question_in_prefix) and runs the passes `request` asks for, timing each
+// in capture.question_ms / repeat_ms / observed_ms (the all-queries pass: observed and non-causal attention).
 void add_probes(const Session& session, PrefillCapture& capture, const ProbeRequest& request,
                 const JobControl& job = {});
 

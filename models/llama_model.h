@@ -52,6 +52,13 @@ struct LayerCapture {
     at::Tensor repeat_scores;       // [n_kv_head, L] fp32: KVzip's context-reconstruction scores
     at::Tensor observed_attention;  // [n_head, L] fp32: each position's attention weight summed over every
                                     // prefill query that sees it, over how many do (H2O's observed attention)
+    // [n_head, L] fp32: Compactor's non-causal attention. Positions [kNonCausalBegin, L - kNonCausalEnd) in
+    // chunks of kNonCausalChunk from the first; each key's softmax weight (unscaled logits, zero-padded last
+    // chunk) summed over every query of its chunk, before and after it. 0 outside the span.
+    at::Tensor noncausal_attention;
+    // How many of the last ids are the question, when the compressed prefix ends with it (query-aware mode)
+    // and the caller says so (core/probe.h); 0 otherwise. Finch's window is the question.
+    int64_t question_tokens = 0;
     // The ids of positions 0..L-1 ([L] int64 on the compute device), when the observed prefill began on an
     // empty cache (the runtime does not know the ids of entries from an earlier call); undefined otherwise.
     at::Tensor token_ids;
@@ -60,6 +67,11 @@ struct LayerCapture {
 // The first positions' queries are left out of the query statistics (attention-sink outliers; kvpress's
 // Expected Attention n_sink).
 constexpr int64_t kQueryStatsSkip = 4;
+// The span and chunks of LayerCapture::noncausal_attention: kvpress's CompactorPress defaults (sinks 8 and 4,
+// which it always keeps, chunks of 256).
+constexpr int64_t kNonCausalBegin = 8;
+constexpr int64_t kNonCausalEnd = 4;
+constexpr int64_t kNonCausalChunk = 256;
 
 // Returns a replacement for the layer's cache (shorter for eviction, same length for reconstruction), or
 // nullopt to keep it. Called once per layer, in layer order, on the thread running the forward pass.

@@ -3,7 +3,8 @@
 // Our knorm, keydiff, tova, random, lagkv, cur, leverage, observed-attention and chunkkv against kvpress's
 // KnormPress, KeyDiffPress, TOVAPress, RandomPress(seed=0), LagKVPress (lag 128 and 32), CURPress,
 // LeverageScorePress (torch seeded with 0 before every layer), ObservedAttentionPress (eager attention; ours
-// from the observed-attention pass) and ChunkKVPress(SnapKVPress(), 20)
+// from the observed-attention pass), ChunkKVPress(SnapKVPress(), 20) and CompactorPress (seeded as leverage;
+// ours from the all-queries pass)
 // (tests/data/oracles/kvpress_scorers.json, made by
 // scripts/oracles/generate.sh --only kvpress-scorers through kvpress's own press and pipeline code, versions
 // in its "generator" field) on the SnapKV reference's llama31-gqa4 checkpoint and ids: compression ratios 0.5
@@ -54,7 +55,8 @@ std::string method_of(const nlohmann::json& c) {
         {"ChunkKVPress", "chunkkv"},
         {"LagKVPress-lag32", "lagkv"},
         {"LeverageScorePress", "leverage"},
-        {"ObservedAttentionPress", "observed-attention"}};
+        {"ObservedAttentionPress", "observed-attention"},
+        {"CompactorPress", "compactor"}};
     return methods.at(c["press"].get<std::string>());
 }
 
@@ -87,7 +89,7 @@ class TestKvpressScorers : public QObject {
                 QString::fromStdString("no " + reference_path().string() +
                                        ": run scripts/oracles/generate.sh --only kvpress-scorers")));
         QVERIFY(reference()["generator"].contains("kvpress"));
-        QCOMPARE(reference()["cases"].size(), size_t(40));  // 10 presses x 2 modes x 2 ratios
+        QCOMPARE(reference()["cases"].size(), size_t(44));  // 11 presses x 2 modes x 2 ratios
     }
 
     // Per layer and KV head the kept positions are kvpress's, and so is the greedy answer from the cache.
@@ -102,7 +104,8 @@ class TestKvpressScorers : public QObject {
             s.budget = 1.0 - c["compression_ratio"].get<double>();
             const std::string name = method_of(c);
             PrefillCapture cap = capture_prefill(m, compressed, s);
-            if (method_probe(name) == MethodProbe::Observed) add_observed_attention(m, cap);
+            add_all_query_attention(m, cap, method_probe(name) == MethodProbe::Observed,
+                                    method_probe(name) == MethodProbe::NonCausal);
             // LagKV at lag 32 as well: at its default 128 this context keeps only score-1 tokens.
             const int64_t lag = c["press_args"].value("lag_size", LagKVMethod::kLag);
             std::unique_ptr<CompressionMethod> method =
@@ -172,7 +175,7 @@ class TestKvpressScorers : public QObject {
                 "%s: kept positions identical to kvpress's in %ld of %ld (layer, KV head) pairs; the others "
                 "differ only between exactly tied scores",
                 name.c_str(), static_cast<long>(n - tied[name]), static_cast<long>(n));
-        QCOMPARE(pairs.size(), size_t(10));
+        QCOMPARE(pairs.size(), size_t(11));
     }
 };
 

@@ -3,9 +3,11 @@
 // Our think, snap-think, criticalkv, critical-adakv and snapkv-rerotate against kvpress's ThinKPress (key
 // channel ratios 0.25 and 0.5), ComposedPress([SnapKVPress(ratio), ThinKPress(0.5)]),
 // CriticalKVPress(SnapKVPress(ratio)), CriticalAdaKVPress(SnapKVPress(ratio)) and
-// KeyRerotationPress(SnapKVPress(ratio)) (tests/data/oracles/kvpress_wrappers.json, made by
-// scripts/oracles/generate.sh --only kvpress-wrappers through kvpress's own presses and pipeline, versions in
-// its "generator" field) on the SnapKV reference's llama31-gqa4 checkpoint and ids, query-agnostic and
+// KeyRerotationPress(SnapKVPress(ratio)), finch against FinchPress (query-aware: its window is the question)
+// and snapkv-per-layer against PerLayerCompressionPress(SnapKVPress(), ratios) (positions only: kvpress
+// decodes layers of other lengths only with flash attention) (tests/data/oracles/kvpress_wrappers.json, made
+// by scripts/oracles/generate.sh --only kvpress-wrappers through kvpress's own presses and pipeline, versions
+// in its "generator" field) on the SnapKV reference's llama31-gqa4 checkpoint and ids, query-agnostic and
 // query-aware. Per layer and KV head the pruned key channels and the kept positions are identical, and the
 // greedy answer decoded from our cache (dense, and through the channel-pruned store; KeyRerotation's from the
 // position after its kept tokens) is kvpress's (kvpress cannot decode CriticalAdaKV's masked cache on this
@@ -84,8 +86,9 @@ class TestKvpressWrappers : public QObject {
                 QString::fromStdString("no " + reference_path().string() +
                                        ": run scripts/oracles/generate.sh --only kvpress-wrappers")));
         QVERIFY(reference()["generator"].contains("kvpress"));
-        // (ThinK x 2 ratios + composed, CriticalKV, CriticalAdaKV, KeyRerotation x 2 ratios) x 2 modes
-        QCOMPARE(reference()["cases"].size(), size_t(20));
+        // (ThinK x 2 ratios + composed, CriticalKV, CriticalAdaKV, KeyRerotation, PerLayerCompression x 2
+        // ratios or ratio lists) x 2 modes, and Finch x 2 ratios query-aware
+        QCOMPARE(reference()["cases"].size(), size_t(26));
     }
 
     void channels_positions_and_answers_match() {
@@ -149,14 +152,17 @@ class TestKvpressWrappers : public QObject {
               checked_pairs);
     }
 
-    // CriticalKV, CriticalAdaKV and KeyRerotation over SnapKV: kept positions per layer and KV head, and the
-    // answers (KeyRerotation's decoded from the kept count's position: at the context's end they differ).
+    // CriticalKV, CriticalAdaKV and KeyRerotation over SnapKV, and Finch: kept positions per layer and KV
+    // head, and the answers (KeyRerotation's and Finch's decoded from the kept count's position: at the
+    // context's end they differ).
     void eviction_wrappers_match() {
         const auto& ref = reference();
         LlamaModel& m = model();
         const std::map<std::string, std::string> methods = {{"CriticalKVPress", "criticalkv"},
                                                             {"CriticalAdaKVPress", "critical-adakv"},
-                                                            {"KeyRerotationPress", "snapkv-rerotate"}};
+                                                            {"KeyRerotationPress", "snapkv-rerotate"},
+                                                            {"FinchPress", "finch"},
+                                                            {"PerLayerCompressionPress", "snapkv-per-layer"}};
         int checked = 0, renumbering_matters = 0;
         for (const auto& c : ref["cases"]) {
             const auto it = methods.find(c["press"].get<std::string>());
@@ -164,9 +170,18 @@ class TestKvpressWrappers : public QObject {
             const auto [compressed, prompt] = test::kvpress_case_ids(reference(), c);
             const auto L = static_cast<int64_t>(compressed.size());
             CodecSettings s;
-            s.budget = 1.0 - c["compression_ratio"].get<double>();
+            if (c.contains("compression_ratios")) {
+                // kvpress's per-layer ratios r_l: the profile 1 - r_l at kappa = its mean (0.5, exact).
+                s.budget = 0.5;
+                for (double r : c["compression_ratios"].get<std::vector<double>>())
+                    s.layer_profile.push_back(1.0 - r);
+            } else {
+                s.budget = 1.0 - c["compression_ratio"].get<double>();
+            }
             const std::string& name = it->second;
             PrefillCapture cap = capture_prefill(m, compressed, s);
+            // Finch's window is the question at the prefix's end (what compare's query-aware probe marks).
+            for (LayerCapture& lc : cap.layers) lc.question_tokens = c.value("window", int64_t{0});
             auto method = make_method(name, s);
             const MethodAnalysis analysis(*method, cap);
             std::vector<LayerAllocation> alloc = analysis.allocate(s);
@@ -197,7 +212,9 @@ class TestKvpressWrappers : public QObject {
                 renumbering_matters += generate_greedy(m, at_end, prompt, go).generated != want;
             }
         }
-        QCOMPARE(checked, 72);  // 3 presses x 2 modes x 2 ratios x 3 layers x 2 KV heads
+        // (3 presses x 2 modes + Finch query-aware + PerLayerCompression x 2 modes) x 2 ratios (lists) x 3
+        // layers x 2 KV heads
+        QCOMPARE(checked, 108);
         QVERIFY(renumbering_matters > 0);
     }
 

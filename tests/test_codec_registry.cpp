@@ -48,10 +48,11 @@ LayerCapture capture(uint64_t seed) {
     c.query_cov = at::eye(sh.head_dim).expand({sh.n_head, sh.head_dim, sh.head_dim}).contiguous();
     c.token_ids = at::randint(0, 50, {sh.n_tokens}, at::kLong);  // varrate-rare's once-only ids
     // The extra passes' outputs (core/probe.h): the question's attention, KVzip's repeat scores and every
-    // query's observed attention.
+    // query's observed and non-causal attention.
     c.question_attention = at::randn({sh.n_head, sh.n_tokens}).softmax(-1);
     c.repeat_scores = at::rand({sh.n_kv_head, sh.n_tokens});
     c.observed_attention = at::rand({sh.n_head, sh.n_tokens});
+    c.noncausal_attention = at::rand({sh.n_head, sh.n_tokens});
     return c;
 }
 

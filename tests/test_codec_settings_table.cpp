@@ -27,15 +27,19 @@ CodecSettings every_field_changed() {
     s.pool_kernel = 7;
     s.coef_bits = 4;
     s.key_channel_ratio = 0.25;
+    s.layer_profile = {0.75, 0.25, 1.5};
     s.paper_accounting = true;
     s.precise_timing = true;
     return s;
 }
 
-const std::vector<std::string> kFields = {
-    "budget",           "r_min",         "rank",        "stride",    "anchors",
-    "window",           "obs_window",    "pool_kernel", "coef_bits", "key_channel_ratio",
-    "paper_accounting", "precise_timing"};
+const std::vector<std::string> kFields = {"budget",        "r_min",
+                                          "rank",          "stride",
+                                          "anchors",       "window",
+                                          "obs_window",    "pool_kernel",
+                                          "coef_bits",     "key_channel_ratio",
+                                          "layer_profile", "paper_accounting",
+                                          "precise_timing"};
 
 CodecSettings from_json_field(const char* key, const nlohmann::json& value) {
     nlohmann::json j = nlohmann::json::object();
@@ -58,15 +62,21 @@ class TestSettingsTable : public QObject {
             QVERIFY2(std::string(spec.flag).rfind("--", 0) == 0, spec.flag);
             QVERIFY2(std::string(spec.help).size() > 10, spec.key);
             QVERIFY2(std::string(spec.label).size() > 0, spec.key);
-            QVERIFY2((spec.real != nullptr) + (spec.integer != nullptr) + (spec.boolean != nullptr) == 1,
+            QVERIFY2((spec.real != nullptr) + (spec.integer != nullptr) + (spec.boolean != nullptr) +
+                             (spec.list != nullptr) ==
+                         1,
                      spec.key);
+            QVERIFY2((spec.list != nullptr) == (spec.kind == SettingKind::List), spec.key);
         }
         for (const std::string& f : kFields) QVERIFY2(find_codec_setting(f) != nullptr, f.c_str());
         // Each field alone is named as the difference from the defaults.
         const CodecSettings changed = every_field_changed();
         for (const CodecSettingSpec& spec : codec_setting_specs()) {
             CodecSettings one;
-            set_setting_value(spec, one, setting_value(spec, changed));
+            if (spec.list)
+                one.*(spec.list) = changed.*(spec.list);
+            else
+                set_setting_value(spec, one, setting_value(spec, changed));
             const std::string diff = setting_difference(one, CodecSettings{}, SettingTier::Runtime);
             QVERIFY2(diff.rfind(std::string(spec.key) + " ", 0) == 0, diff.c_str());
         }
@@ -88,9 +98,36 @@ class TestSettingsTable : public QObject {
         QCOMPARE(back.pool_kernel, s.pool_kernel);
         QCOMPARE(back.coef_bits, s.coef_bits);
         QCOMPARE(back.key_channel_ratio, s.key_channel_ratio);
+        QCOMPARE(back.layer_profile, s.layer_profile);
         QCOMPARE(back.paper_accounting, s.paper_accounting);
         QCOMPARE(back.precise_timing, s.precise_timing);
         QVERIFY(setting_difference(back, s, SettingTier::Runtime).empty());
+        // An empty list is not written (settings made before the row read the same), and reads back empty.
+        QVERIFY(!to_json(CodecSettings{}).contains("layer_profile"));
+        QVERIFY(codec_settings_from_json(to_json(CodecSettings{}), "t").layer_profile.empty());
+    }
+
+    // A list row: its text form, each entry checked and named, in JSON as on the command line.
+    void list_rows_parse_and_check_each_entry() {
+        const CodecSettingSpec& spec = *find_codec_setting("layer_profile");
+        QCOMPARE(spec.kind, SettingKind::List);
+        QCOMPARE(parse_setting_list(spec, " 0.75, 0.25 ,2", "--layer-profile"),
+                 (std::vector<double>{0.75, 0.25, 2.0}));
+        QVERIFY(parse_setting_list(spec, "", "x").empty());
+        EXPECT_ERROR(parse_setting_list(spec, "0.5,0,1", "--layer-profile"),
+                     "--layer-profile: \"layer_profile\" entry 2 must be a number in (0,", "got \"0\"");
+        EXPECT_ERROR(parse_setting_list(spec, "0.5,,1", "--layer-profile"), "entry 2");
+        EXPECT_ERROR(parse_setting_list(spec, "0.5,abc", "--layer-profile"), "entry 2", "\"abc\"");
+        EXPECT_ERROR(from_json_field("layer_profile", nlohmann::json::array({0.5, -1})),
+                     "f.json: \"layer_profile\" entry 2 must be", "-1");
+        EXPECT_ERROR(from_json_field("layer_profile", 0.5), "\"layer_profile\" must be an array");
+        CodecSettings bad;
+        bad.layer_profile = {1.0, 0.0};
+        EXPECT_ERROR(check_codec_settings(bad, "s"), "s: \"layer_profile\" entry 2 must be", "got 0");
+        CodecSettings s;
+        s.layer_profile = {0.75, 0.25};
+        QCOMPARE(QString::fromStdString(format_setting(spec, s)), QString("0.75,0.25"));
+        EXPECT_ERROR(setting_value(spec, s), "no single value");
     }
 
     // One check per row, with one message form, from JSON as from code.
@@ -129,6 +166,9 @@ class TestSettingsTable : public QObject {
         QCOMPARE(update_tier(base, with("budget", 0.5)), SettingTier::Budget);
         QCOMPARE(update_tier(base, with("r_min", 3)), SettingTier::Allocation);
         QCOMPARE(update_tier(base, with("coef_bits", 4)), SettingTier::Allocation);
+        CodecSettings profiled = base;
+        profiled.layer_profile = {1.0, 2.0};
+        QCOMPARE(update_tier(base, profiled), SettingTier::Allocation);
         QCOMPARE(update_tier(base, with("rank", 64)), SettingTier::Analysis);
         QCOMPARE(update_tier(base, with("paper_accounting", 1)), SettingTier::Analysis);
         for (const char* key : {"stride", "anchors", "window", "obs_window", "pool_kernel"}) {

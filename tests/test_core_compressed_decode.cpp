@@ -218,7 +218,7 @@ class TestCoreCompressedDecode : public QObject {
         PrefillCapture cap = capture_prefill(*model, ids, s);
         add_question_attention(*model, cap, question);
         add_repeat_scores(*model, cap, RepeatPrompt{{5, 6, 7}, {8, 9, 10}, {11}, 0});
-        add_observed_attention(*model, cap);
+        add_all_query_attention(*model, cap, /*observed=*/true, /*noncausal=*/true);
         std::set<std::string> kinds;
         for (const std::string& name : method_names()) {
             for (int64_t bits : {int64_t(16), int64_t(4)}) {

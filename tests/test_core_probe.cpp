@@ -146,6 +146,57 @@ class TestCoreProbe : public QObject {
         }
     }
 
+    // Compactor's non-causal attention: every query of [8, L - 4) against every key of that span (one chunk
+    // here), logits unscaled, the chunk padded to 256 with zero queries and keys, by loops.
+    void noncausal_attention_is_every_querys_unscaled_softmax_within_the_chunk() {
+        VARRATE_REQUIRE_FIXTURE(dir, "stories260k");
+        QVERIFY(need_fixture());
+        const int64_t L = static_cast<int64_t>(context_.size());
+        const int64_t begin = kNonCausalBegin, end = L - kNonCausalEnd, n = end - begin;
+        const int64_t pad = kNonCausalChunk - n;
+        QVERIFY(n > 0 && pad > 0);
+        CodecSettings s;
+        s.obs_window = 16;
+        PrefillCapture cap = capture_prefill(fixture_->model(), context_, s, {}, 512, false);
+        add_all_query_attention(fixture_->model(), cap, /*observed=*/false, /*noncausal=*/true);
+        const auto [keys, queries] = independent(context_, L);
+        for (size_t l = 0; l < cap.layers.size(); ++l) {
+            QVERIFY(!cap.layers[l].observed_attention.defined());
+            const at::Tensor& a = cap.layers[l].noncausal_attention;  // [H, L]
+            const int64_t H = a.size(0), G = keys[l].size(0);
+            QCOMPARE(a.size(1), L);
+            for (int64_t h = 0; h < H; ++h) {
+                const at::Tensor k = keys[l][h / (H / G)];
+                // Each zero query spreads 1/256 over the chunk's keys.
+                std::vector<double> sum(static_cast<size_t>(n), static_cast<double>(pad) / kNonCausalChunk);
+                for (int64_t i = begin; i < end; ++i) {
+                    std::vector<double> logit(static_cast<size_t>(n));
+                    double mx = 0;  // the zero keys' logit
+                    for (int64_t t = 0; t < n; ++t) {
+                        double x = 0;
+                        for (int64_t c = 0; c < k.size(1); ++c)
+                            x += queries[l][h][i][c].item<double>() * k[begin + t][c].item<double>();
+                        mx = std::max(mx, logit[static_cast<size_t>(t)] = x);
+                    }
+                    double z = static_cast<double>(pad) * std::exp(-mx);
+                    for (double x : logit) z += std::exp(x - mx);
+                    for (int64_t t = 0; t < n; ++t)
+                        sum[static_cast<size_t>(t)] += std::exp(logit[static_cast<size_t>(t)] - mx) / z;
+                }
+                for (int64_t t = 0; t < L; ++t) {
+                    const double want = t < begin || t >= end ? 0.0 : sum[static_cast<size_t>(t - begin)];
+                    QVERIFY2(std::abs(a[h][t].item<double>() - want) < 1e-4 * (1 + want),
+                             qPrintable(QString("layer %1 head %2 position %3: %4, expected %5")
+                                            .arg(l)
+                                            .arg(h)
+                                            .arg(t)
+                                            .arg(a[h][t].item<double>())
+                                            .arg(want)));
+                }
+            }
+        }
+    }
+
     // kvpress finds the chat header and the turn's end by rendering a dummy content; the chat prompt's parts
     // start and end with them, and KVzip does not reconstruct that header.
     void chat_frame_is_the_header_and_the_turn_end() {
@@ -235,6 +286,7 @@ class TestCoreProbe : public QObject {
         QVERIFY(probe_needs({"varrate:oracle"}).question && !probe_needs({"varrate:oracle"}).repeat);
         QVERIFY(probe_needs({"varrate-kvzip"}).repeat && !probe_needs({"varrate", "snapkv"}).any());
         QVERIFY(probe_needs({"varrate@observed-attention"}).observed && !probe_needs({"varrate@tova"}).any());
+        QVERIFY(probe_needs({"compactor"}).noncausal && !probe_needs({"compactor"}).observed);
         const auto greedy = read_json_file(test::fixture("stories260k") / "expected_greedy.json");
         CompareRequest req;
         req.context = greedy["cases"][0]["text"].get<std::string>() + "\n" +
@@ -262,6 +314,46 @@ class TestCoreProbe : public QObject {
             QVERIFY(!at::equal(ranks("varrate"), ranks("varrate:oracle")));
             QVERIFY(!at::equal(ranks("varrate"), ranks("varrate-kvzip")));
         }
+        // Finch's window is the question when compare compresses it with the context: compare's kept sets
+        // are those of a capture of the same ids marked with the question's length, not those of the window
+        // that stands in without one.
+        req.methods = {"finch"};
+        req.mode = CompressionMode::QueryAware;
+        // The question is longer than the observation window: the capture keeps its queries too.
+        const CompareResult finch = run_compare(*fixture_, req);
+        QCOMPARE(finch.runs.size(), size_t{1});
+        const PromptParts parts = build_prompt(fixture_->tokenizer(), req.context, req.questions[0], false);
+        std::vector<int64_t> ids = parts.context_ids;
+        ids.insert(ids.end(), parts.question_ids.begin(), parts.question_ids.end());
+        const int64_t q = static_cast<int64_t>(parts.question_ids.size());
+        QVERIFY(q > req.settings.obs_window);
+        // Without the question's queries Finch says what it lacks.
+        PrefillCapture short_cap = capture_prefill(fixture_->model(), ids, req.settings);
+        for (LayerCapture& c : short_cap.layers) c.question_tokens = q;
+        const std::string refused =
+            test::error_message([&] { MethodAnalysis(*make_method("finch", req.settings), short_cap); });
+        QVERIFY2(refused.find("the capture kept") != std::string::npos, refused.c_str());
+        PrefillCapture cap =
+            capture_prefill(fixture_->model(), ids, req.settings, {}, ForwardOptions().chunk_size, true, q);
+        auto kept_masks = [&](int64_t question_tokens) {
+            for (LayerCapture& c : cap.layers) c.question_tokens = question_tokens;
+            const auto method = make_method("finch", req.settings);
+            const MethodAnalysis analysis(*method, cap);
+            std::vector<at::Tensor> masks;
+            for (const LayerAllocation& a : analysis.allocate(req.settings))
+                masks.push_back(a.diagnostics.kept);
+            return masks;
+        };
+        const std::vector<at::Tensor> marked = kept_masks(q), unmarked = kept_masks(0);
+        bool differs = false;
+        for (size_t l = 0; l < marked.size(); ++l) {
+            QVERIFY2(at::equal(finch.runs[0].layers[l].kept.to(at::kCPU), marked[l].to(at::kCPU)),
+                     qPrintable(QString("layer %1: compare's finch kept another set").arg(l)));
+            QVERIFY(marked[l].narrow(1, marked[l].size(1) - q, q).all().item<bool>());  // the question kept
+            differs |= !at::equal(marked[l], unmarked[l]);
+        }
+        QVERIFY(differs);
+
         // Without a question the oracle says what it needs.
         req.questions.clear();
         req.mode = CompressionMode::QueryAgnostic;

@@ -4,6 +4,7 @@
 #include <QLocale>
 
 #include "codec/registry.h"
+#include "codec/settings_table.h"
 
 namespace varrate::viz {
 
@@ -86,6 +87,11 @@ QString cache_settings_text(const std::string& method, const CodecSettings& s) {
     add(kReadsCoefBits, s.coef_bits < 16 ? QString("%1-bit coefficients").arg(s.coef_bits)
                                          : QString("coefficients at cache precision"));
     add(kReadsKeyChannels, QString("%1 of key channels pruned").arg(s.key_channel_ratio, 0, 'g', 3));
+    add(kReadsLayerProfile,
+        s.layer_profile.empty()
+            ? QString("no layer profile")
+            : QString("layer profile %1")
+                  .arg(QString::fromStdString(format_setting(*find_codec_setting("layer_profile"), s))));
     if ((reads & kReadsAccounting) && s.paper_accounting) parts << "paper accounting";
     return parts.join(" · ");
 }

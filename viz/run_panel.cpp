@@ -303,7 +303,7 @@ RunSettings RunPanel::settings() const {
     for (const std::string& name : method_names())  // registry order, whatever the grouping on screen
         for (const QCheckBox* c : methods_)
             if (c->isChecked() && c->text().toStdString() == name) s.methods.push_back(name);
-    for (const CodecEditor& e : codec_) set_setting_value(*e.spec, s.codec, e.value());
+    for (const CodecEditor& e : codec_) e.read(s.codec);
     s.mode = parse_mode(mode_->currentText().toStdString());
     s.max_new_tokens = max_new_->value();
     s.chat = chat_->isChecked();
@@ -351,7 +351,7 @@ void RunPanel::set_settings(const RunSettings& s) {
         wanted.push_back(find_method_traits(m) ? registered_method_name(m) : m);
     for (QCheckBox* c : methods_)
         c->setChecked(std::find(wanted.begin(), wanted.end(), c->text().toStdString()) != wanted.end());
-    for (const CodecEditor& e : codec_) e.set_value(setting_value(*e.spec, s.codec));
+    for (const CodecEditor& e : codec_) e.show(s.codec);
     mode_->setCurrentText(QString::fromStdString(to_string(s.mode)));
     max_new_->setValue(static_cast<int>(s.max_new_tokens));
     chat_->setChecked(s.chat);
@@ -439,17 +439,35 @@ QWidget* RunPanel::CodecEditor::widget() const {
     if (real) return real;
     if (integer) return integer;
     if (choice) return choice;
+    if (text) return text;
     return flag;
 }
 
-double RunPanel::CodecEditor::value() const {
-    if (real) return real->value();
-    if (integer) return integer->value();
-    if (choice) return choice->currentData().toDouble();
-    return flag->isChecked() ? 1.0 : 0.0;
+void RunPanel::CodecEditor::read(CodecSettings& s) const {
+    if (text) {
+        try {
+            s.*(spec->list) = parse_setting_list(*spec, text->text().toStdString(), spec->label);
+            text->setStyleSheet(QString());
+            text->setToolTip(QString::fromUtf8(spec->help));
+        } catch (const Error& e) {
+            text->setStyleSheet("color: #c0392b");
+            text->setToolTip(QString::fromStdString(e.what()));
+        }
+        return;
+    }
+    const double v = real      ? real->value()
+                     : integer ? integer->value()
+                     : choice  ? choice->currentData().toDouble()
+                               : (flag->isChecked() ? 1.0 : 0.0);
+    set_setting_value(*spec, s, v);
 }
 
-void RunPanel::CodecEditor::set_value(double v) const {
+void RunPanel::CodecEditor::show(const CodecSettings& s) const {
+    if (text) {
+        text->setText(QString::fromStdString(format_setting(*spec, s)));
+        return;
+    }
+    const double v = setting_value(*spec, s);
     if (real)
         real->setValue(v);
     else if (integer)
@@ -482,6 +500,10 @@ QWidget* RunPanel::make_codec_editor(CodecEditor& e) {
         case SettingKind::Flag:
             e.flag = new QCheckBox(QString::fromUtf8(spec.label));
             break;
+        case SettingKind::List:
+            e.text = new QLineEdit;
+            e.text->setPlaceholderText("none (comma-separated)");
+            break;
     }
     QWidget* editor = e.widget();
     editor->setObjectName(QString::fromUtf8(spec.key));
@@ -497,6 +519,7 @@ QWidget* RunPanel::make_codec_editor(CodecEditor& e) {
     if (e.integer) connect(e.integer, &QSpinBox::valueChanged, this, changed);
     if (e.choice) connect(e.choice, &QComboBox::currentIndexChanged, this, changed);
     if (e.flag) connect(e.flag, &QCheckBox::toggled, this, changed);
+    if (e.text) connect(e.text, &QLineEdit::editingFinished, this, changed);
     if (auto* box = qobject_cast<QAbstractSpinBox*>(editor)) box->installEventFilter(this);
     if (!spec.slider) return editor;
 

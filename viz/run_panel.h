@@ -90,10 +90,12 @@ class RunPanel : public QWidget {
         QSpinBox* integer = nullptr;
         QComboBox* choice = nullptr;
         QCheckBox* flag = nullptr;
+        QLineEdit* text = nullptr;  // a List row: comma-separated numbers
         QSlider* slider = nullptr;
         QWidget* widget() const;
-        double value() const;
-        void set_value(double v) const;
+        // The row's value into s (a List whose text does not parse keeps s's value; the box shows why).
+        void read(CodecSettings& s) const;
+        void show(const CodecSettings& s) const;
     };
     QWidget* make_codec_editor(CodecEditor& e);
     const CodecEditor* find_codec_editor(const std::string& key) const;

@@ -128,6 +128,18 @@ CodecFlags add_codec_options(CLI::App& sub, CodecSettings& s, BudgetOption budge
                         ->check(setting_validator(spec));
             }
             f.budget = o;
+        } else if (spec.kind == SettingKind::List) {
+            o = sub.add_option_function<std::string>(
+                       spec.flag,
+                       [&s, &spec](const std::string& text) {
+                           try {
+                               s.*(spec.list) = parse_setting_list(spec, text, spec.flag);
+                           } catch (const Error& e) {
+                               throw CLI::ValidationError(e.what());  // reported like any bad argument
+                           }
+                       },
+                       spec.help)
+                    ->default_str(format_setting(spec, s));
         } else if (spec.kind == SettingKind::Flag) {
             o = sub.add_flag(spec.flag, s.*(spec.boolean), spec.help);
         } else if (spec.real) {

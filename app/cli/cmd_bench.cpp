@@ -415,9 +415,9 @@ int run_bench_codec(BenchCodecArgs a) {
             synchronize_device(o.device);
             capture.repeat_ms = ms_between(tr, Clock::now());
         }
-        if (probes.observed) {
+        if (probes.observed || probes.noncausal) {
             auto to = Clock::now();
-            add_observed_attention(*model, capture);
+            add_all_query_attention(*model, capture, probes.observed, probes.noncausal);
             synchronize_device(o.device);
             capture.observed_ms = ms_between(to, Clock::now());
         }

@@ -32,13 +32,18 @@ at::Tensor LeverageMethod::scores(const LayerCapture& capture) const {
     if (!k.defined() || k.sizes() != capture.keys.sizes())
         throw Error(fmt::format("leverage: layer {} needs the pre-RoPE keys, the capture has {}",
                                 capture.layer, shape_str(k)));
+    return leverage_scores(k);
+}
+
+at::Tensor leverage_scores(const at::Tensor& k) {
     const int64_t G = k.size(0), hd = k.size(2);
     // torch.randn(1, G, hd, kSketch) after manual_seed(kSeed), in the keys' dtype: the same stream as torch.
-    at::Generator gen = at::detail::createCPUGenerator(kSeed);
-    const at::Tensor phi = (at::randn({1, G, hd, kSketch}, gen, at::TensorOptions().dtype(k.scalar_type())) *
-                            (1.0 / std::sqrt(static_cast<double>(kSketch))))
-                               .squeeze(0)
-                               .to(k.device());                                            // [G, hd, k]
+    at::Generator gen = at::detail::createCPUGenerator(LeverageMethod::kSeed);
+    const at::Tensor phi =
+        (at::randn({1, G, hd, LeverageMethod::kSketch}, gen, at::TensorOptions().dtype(k.scalar_type())) *
+         (1.0 / std::sqrt(static_cast<double>(LeverageMethod::kSketch))))
+            .squeeze(0)
+            .to(k.device());                                                               // [G, hd, k]
     const at::Tensor x = at::matmul(k - k.mean(1, /*keepdim=*/true), phi).to(at::kFloat);  // [G, L, k]
     const at::Tensor xt = x.transpose(1, 2);                                               // [G, k, L]
     const at::Tensor gram = at::matmul(xt, x);

@@ -19,4 +19,7 @@ class LeverageMethod : public ScorerEviction {
     at::Tensor scores(const LayerCapture& capture) const override;  // [G, L], >= 0
 };
 
+// The leverage scores of pre-RoPE keys [G, n, hd] (n >= 1), centred over those n: [G, n] fp32, >= 0.
+at::Tensor leverage_scores(const at::Tensor& keys_pre_rope);
+
 }  // namespace varrate

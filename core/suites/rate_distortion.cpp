@@ -255,7 +255,11 @@ RdResult run_rate_distortion(const Session& s, const RdRequest& req, const JobCo
             if (req.mode == CompressionMode::QueryAware)
                 ids.insert(ids.end(), dp[ci].question_ids.begin(), dp[ci].question_ids.end());
             job.report("prefill " + where, step, n_steps);
-            PrefillCapture capture = capture_prefill(s.model(), ids, req.settings, quiet);
+            const int64_t question_in_prefix = req.mode == CompressionMode::QueryAware
+                                                   ? static_cast<int64_t>(dp[ci].question_ids.size())
+                                                   : 0;
+            PrefillCapture capture = capture_prefill(s.model(), ids, req.settings, quiet,
+                                                     ForwardOptions().chunk_size, true, question_in_prefix);
             result.timing.prefill += capture.prefill_ms;
             // The extra passes the methods read (the question's attention, KVzip's reconstruction), once per
             // capture as compare runs them: the question is this capture's (the first one's when one
@@ -263,12 +267,13 @@ RdResult run_rate_distortion(const Session& s, const RdRequest& req, const JobCo
             ProbeRequest probes;
             probes.needs = probe_needs(req.methods);
             probes.chat = req.chat;
+            probes.question_in_prefix = question_in_prefix;
             if (probes.needs.question) {
                 probes.question_ids = dp[ci].question_ids;
                 probes.question_ids.insert(probes.question_ids.end(), dp[ci].prefix_ids.begin(),
                                            dp[ci].prefix_ids.end());
             }
-            if (probes.needs.any()) {
+            if (probes.needs.any() || probes.question_in_prefix > 0) {
                 const auto t0 = Clock::now();
                 add_probes(s, capture, probes, quiet);
                 result.timing.prefill += ms_since(t0);

@@ -1,7 +1,7 @@
 """kvpress's scorer presses on the SnapKV case's checkpoint and ids (kvpress_scorers.json, target
 "kvpress-scorers" of generate.py): KnormPress, KeyDiffPress, TOVAPress, RandomPress (seed 0), LagKVPress,
-CURPress, LeverageScorePress (their defaults; the leverage sketch drawn after torch.manual_seed(0) in every
-layer) and ChunkKVPress over SnapKVPress (chunks of 20, its default),
+CURPress, LeverageScorePress and CompactorPress (their defaults; the leverage sketch drawn after
+torch.manual_seed(0) in every layer) and ChunkKVPress over SnapKVPress (chunks of 20, its default),
 unchanged, run through kvpress's
 pipeline code in both modes at the SnapKV case's ratios. Each records the entries its compress() kept per layer
 and KV head (matched by rows, as the other presses' references are) and the greedy answer decoded from the
@@ -11,8 +11,8 @@ run on sdpa attention: TOVAPress then computes the last token's attention itself
 """
 
 import torch
-from kvpress import (ChunkKVPress, CURPress, KeyDiffPress, KnormPress, LagKVPress, LeverageScorePress,
-                     ObservedAttentionPress, RandomPress, SnapKVPress, TOVAPress)
+from kvpress import (ChunkKVPress, CompactorPress, CURPress, KeyDiffPress, KnormPress, LagKVPress,
+                     LeverageScorePress, ObservedAttentionPress, RandomPress, SnapKVPress, TOVAPress)
 from transformers import AutoModelForCausalLM
 
 # kvpress class and the arguments it is made with besides its compression ratio.
@@ -21,12 +21,13 @@ SCORERS = {"KnormPress": (KnormPress, {}), "KeyDiffPress": (KeyDiffPress, {}), "
            # At lag 128 the 300-token context keeps only score-1 tokens (sinks, last partition): lag 32 ranks.
            "LagKVPress-lag32": (LagKVPress, {"lag_size": 32}),
            "CURPress": (CURPress, {}), "ChunkKVPress": (ChunkKVPress, {"chunk_length": 20}),
-           "LeverageScorePress": (LeverageScorePress, {}), "ObservedAttentionPress": (ObservedAttentionPress, {})}
+           "LeverageScorePress": (LeverageScorePress, {}), "ObservedAttentionPress": (ObservedAttentionPress, {}),
+           "CompactorPress": (CompactorPress, {})}
 # Presses that read the attention weights: run on the eager-attention model.
 EAGER = {"ObservedAttentionPress"}
 # Presses that draw from torch's global generator: seeded with 0 before every layer's compress (kvpress leaves
 # it unseeded, so its own runs differ from one another).
-SEEDED = {"LeverageScorePress"}
+SEEDED = {"LeverageScorePress", "CompactorPress"}
 # Wrappers: the press they wrap takes the ratio (ChunkKV over SnapKV, window scoring as the ChunkKV paper).
 WRAPPED = {"ChunkKVPress": SnapKVPress}
 

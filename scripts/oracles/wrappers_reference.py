@@ -6,14 +6,22 @@ CriticalAdaKVPress(SnapKVPress(ratio)) ("critical_adakv_snapkv") and KeyRerotati
 Each records, per layer and KV head, the key channels ThinK zeroed, the entries kept (matched by rows;
 KeyRerotation: by the values' rows, its keys are turned; CriticalAdaKV: those it does not mask), and the greedy
 answer decoded from the compressed cache (KeyRerotation: decoding continues at the kept count, as kvpress's
-pipeline does for it).
+pipeline does for it). FinchPress (its defaults: no chunks, normalised scores, keys rerotated) runs query-aware only
+(its window is the question, found by a delimiter id between context and question that its embedding hook
+removes: the model reads context + question), recording the sorted indices it hands to rerotate_keys.
+PerLayerCompressionPress(SnapKVPress(), ratios) runs at two ratio lists whose mean is 0.5, both modes, recording
+SnapKV's kept entries per layer; its answers are decoded when kvpress's pipeline can (layers of other lengths).
 """
 
 import torch
-from kvpress import ComposedPress, CriticalAdaKVPress, CriticalKVPress, KeyRerotationPress, SnapKVPress, ThinKPress
+from kvpress import (ComposedPress, CriticalAdaKVPress, CriticalKVPress, FinchPress, KeyRerotationPress,
+                     PerLayerCompressionPress, SnapKVPress, ThinKPress)
 from transformers import AutoModelForCausalLM
 
 THINK_RATIOS = [0.25, 0.5]
+# PerLayerCompressionPress's ratios per layer (3 layers), each list of mean 0.5: exact in binary, so that kappa 0.5 x
+# (1 - r_l) / 0.5 is 1 - r_l to the bit.
+PER_LAYER_RATIOS = [[0.25, 0.5, 0.75], [0.625, 0.375, 0.5]]
 COMPOSED_THINK_RATIO = 0.5
 
 
@@ -94,6 +102,29 @@ class RecordingKeyRerotation(KeyRerotationPress):
         return KeyRerotationPress.rerotate_keys(module, indices, keys)
 
 
+class RecordingFinch(FinchPress):
+    """FinchPress, unchanged, recording the sorted indices its compress() hands to KeyRerotationPress.rerotate_keys
+    (patched around the call only)."""
+
+    records: list = None
+
+    def compress(self, module, hidden_states, keys, values, attentions, kwargs):
+        if self.records is None:
+            self.records = []
+        original = KeyRerotationPress.rerotate_keys
+
+        def recording(module_, indices, keys_):
+            self.records.append({"layer": int(module_.layer_idx),
+                                 "kept": [[int(t) for t in row] for row in indices[0]]})
+            return original(module_, indices, keys_)
+
+        KeyRerotationPress.rerotate_keys = staticmethod(recording)
+        try:
+            return super().compress(module, hidden_states, keys, values, attentions, kwargs)
+        finally:
+            KeyRerotationPress.rerotate_keys = staticmethod(original)
+
+
 def reference(g):
     model_dir = g.DATA / g.SNAPKV_MODEL
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="sdpa")
@@ -142,4 +173,37 @@ def reference(g):
                                      "answer_ids": answer, "layers": press.records})
                 print(f"kvpress {name}(SnapKVPress({ratio})) {mode}: kept "
                       f"{[len(k) for k in press.records[0]['kept']]} in layer 0, answer {answer}", flush=True)
+    for mode in ("query-agnostic", "query-aware"):
+        compressed = context if mode == "query-agnostic" else context + question
+        prompt = question + suffix if mode == "query-agnostic" else suffix
+        for ratios in PER_LAYER_RATIOS:
+            snap = _recording_snapkv(g)(compression_ratio=0.0)
+            press = PerLayerCompressionPress(press=snap, compression_ratios=ratios)
+            try:
+                answer = g.kvpress_run(model, press, compressed, prompt)
+            except Exception as e:  # noqa: BLE001 - recorded as "no answer", with the reason printed
+                print(f"kvpress PerLayerCompressionPress({ratios}) {mode}: no answer ({type(e).__name__}: {e})")
+                snap.records = []
+                with torch.no_grad(), press(model):
+                    model.model(input_ids=torch.tensor([compressed]), past_key_values=g.DynamicCache())
+                answer = None
+            assert len(snap.records) == model.config.num_hidden_layers
+            ref["cases"].append({"press": "PerLayerCompressionPress", "inner_press": "SnapKVPress", "mode": mode,
+                                 "compression_ratios": ratios, "n_tokens": len(compressed), "answer_ids": answer,
+                                 "layers": snap.records})
+            print(f"kvpress PerLayerCompressionPress(SnapKVPress(), {ratios}) {mode}: kept "
+                  f"{[len(r['kept'][0]) for r in snap.records]}, answer {answer}", flush=True)
+    # Finch: query-aware only (it needs the question as its window), a delimiter id absent from every id used.
+    delimiter = min(set(range(model.config.vocab_size)) - set(context + question + suffix))
+    for ratio in g.SNAPKV_RATIOS:
+        press = RecordingFinch(compression_ratio=ratio)
+        press.delimiter_token_id = delimiter
+        answer = g.kvpress_run(model, press, context + [delimiter] + question, suffix)
+        assert press.window_size == len(question)
+        assert len(press.records) == model.config.num_hidden_layers
+        ref["cases"].append({"press": "FinchPress", "mode": "query-aware", "compression_ratio": ratio,
+                             "delimiter_id": delimiter, "window": press.window_size,
+                             "n_tokens": len(context + question), "answer_ids": answer, "layers": press.records})
+        print(f"kvpress FinchPress({ratio}) query-aware: kept {len(press.records[0]['kept'][0])} tokens per head, "
+              f"answer {answer}", flush=True)
     return ref
