@@ -22,6 +22,22 @@ struct ScorerAnalysis : LayerAnalysis {
 
 }  // namespace
 
+at::Tensor descending_order(const at::Tensor& scores) {
+    return std::get<1>(
+        at::sort(scores.to(at::kFloat).neg(), /*stable=*/true, /*dim=*/-1, /*descending=*/false));
+}
+
+LayerAllocation keep_first_in_order(const LayerAnalysis& analysis, const std::string& method,
+                                    const at::Tensor& order, int64_t kept, const at::Tensor& kv_sq,
+                                    int64_t head_dim, int64_t element_size, SteadyClock::time_point started) {
+    LayerAllocation out;
+    out.kept = std::get<0>(order.narrow(1, 0, kept).sort(/*dim=*/-1));  // [G, kept] ascending
+    out.diagnostics = eviction_diagnostics(method, analysis.layer, out.kept, kv_sq, head_dim, element_size);
+    out.diagnostics.timing = analysis.timing;
+    out.diagnostics.timing.water_filling = lap_ms(started);
+    return out;
+}
+
 double smallest_kappa_keeping_more_than(int64_t floor, int64_t n_tokens) {
     double k = std::ceil(static_cast<double>(floor + 1) / static_cast<double>(n_tokens) * 1e4) / 1e4;
     while (static_cast<int64_t>(static_cast<double>(n_tokens) * k) <= floor) k += 1e-4;
@@ -55,9 +71,7 @@ std::shared_ptr<const LayerAnalysis> ScorerEviction::analyse(const LayerCapture&
     if (s.sizes() != at::IntArrayRef{shape.n_kv_head, shape.n_tokens})
         throw Error(fmt::format("{}: layer {} scores are {}, expected [{}, {}]", name(), capture.layer,
                                 shape_str(s), shape.n_kv_head, shape.n_tokens));
-    // A stable sort of the negated scores: descending, equal scores to the earlier position, on every device.
-    a->order =
-        std::get<1>(at::sort(s.to(at::kFloat).neg(), /*stable=*/true, /*dim=*/-1, /*descending=*/false));
+    a->order = descending_order(s);
     a->kv_sq = eviction_kv_sq(capture);
     sync_for_timing(a->order, settings_.precise_timing);
     a->timing.salience = lap_ms(t);
@@ -67,13 +81,8 @@ std::shared_ptr<const LayerAnalysis> ScorerEviction::analyse(const LayerCapture&
 LayerAllocation ScorerEviction::allocate(const LayerAnalysis& analysis, const CodecSettings& budget) {
     auto t = SteadyClock::now();
     const auto& a = dynamic_cast<const ScorerAnalysis&>(analysis);
-    const int64_t kept = kept_tokens(a.n_tokens, budget.budget);
-    LayerAllocation out;
-    out.kept = std::get<0>(a.order.narrow(1, 0, kept).sort(/*dim=*/-1));  // [G, kept] ascending
-    out.diagnostics = eviction_diagnostics(name(), a.layer, out.kept, a.kv_sq, a.head_dim, a.element_size);
-    out.diagnostics.timing = a.timing;
-    out.diagnostics.timing.water_filling = lap_ms(t);
-    return out;
+    return keep_first_in_order(a, name(), a.order, kept_tokens(a.n_tokens, budget.budget), a.kv_sq,
+                               a.head_dim, a.element_size, t);
 }
 
 LayerKV ScorerEviction::materialise(const LayerCapture& capture, const LayerAnalysis&,

@@ -4,6 +4,7 @@
 // cache physically shrinks to [n_kv_head, kept, head_dim]. A scorer eviction is this class and its score
 // function (and, when the press has one, its own kept count): the analysis, the selection, the
 // diagnostics and the gather are shared.
+#include "base/stopwatch.h"
 #include "codec/method.h"
 
 namespace varrate {
@@ -33,6 +34,16 @@ class ScorerEviction : public CompressionMethod {
     CodecSettings settings_;
     std::string name_;
 };
+
+// Positions by descending score, equal scores to the earlier position (a stable sort, on every device):
+// scores [G, L] any floating dtype -> [G, L] int64.
+at::Tensor descending_order(const at::Tensor& scores);
+// The allocation that keeps, per KV head, the first `kept` positions of `order` [G, L] (ascending in the
+// result), with the eviction's diagnostics (kv_sq: eviction_kv_sq) and the analysis's timing plus the
+// allocation's since `started`.
+LayerAllocation keep_first_in_order(const LayerAnalysis& analysis, const std::string& method,
+                                    const at::Tensor& order, int64_t kept, const at::Tensor& kv_sq,
+                                    int64_t head_dim, int64_t element_size, SteadyClock::time_point started);
 
 // The smallest kappa (to 1e-4) at which int(L * kappa) exceeds `floor` tokens.
 double smallest_kappa_keeping_more_than(int64_t floor, int64_t n_tokens);

@@ -82,16 +82,9 @@ std::shared_ptr<const LayerAnalysis> CompactorMethod::analyse(const LayerCapture
 LayerAllocation CompactorMethod::allocate(const LayerAnalysis& analysis, const CodecSettings& budget) {
     auto t = SteadyClock::now();
     const auto& a = dynamic_cast<const CompactorAnalysis&>(analysis);
-    const int64_t kept = kept_tokens(a.n_tokens, budget.budget);
-    // Descending, equal scores to the earlier position (a stable sort of the negated scores).
-    const at::Tensor order = std::get<1>(
-        at::sort(blended(a, budget.budget).neg(), /*stable=*/true, /*dim=*/-1, /*descending=*/false));
-    LayerAllocation out;
-    out.kept = std::get<0>(order.narrow(1, 0, kept).sort(/*dim=*/-1));  // [G, kept] ascending
-    out.diagnostics = eviction_diagnostics(name(), a.layer, out.kept, a.kv_sq, a.head_dim, a.element_size);
-    out.diagnostics.timing = a.timing;
-    out.diagnostics.timing.water_filling = lap_ms(t);
-    return out;
+    return keep_first_in_order(a, name(), descending_order(blended(a, budget.budget)),
+                               kept_tokens(a.n_tokens, budget.budget), a.kv_sq, a.head_dim, a.element_size,
+                               t);
 }
 
 }  // namespace varrate
