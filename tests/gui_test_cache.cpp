@@ -268,8 +268,9 @@ class GuiTestCache : public QObject {
     // here is written by hand), and every field goes through set_settings, settings() and a session file.
     void run_panel_has_an_editor_per_setting() {
         RunPanel panel;
-        for (const char* key : {"budget", "r_min", "rank", "stride", "anchors", "window", "obs_window",
-                                "pool_kernel", "coef_bits", "paper_accounting", "precise_timing"}) {
+        for (const char* key :
+             {"budget", "r_min", "rank", "stride", "anchors", "window", "obs_window", "pool_kernel",
+              "coef_bits", "key_channel_ratio", "layer_profile", "paper_accounting", "precise_timing"}) {
             QWidget* editor = panel.codec_editor(key);
             QVERIFY2(editor, key);
             QCOMPARE(editor->objectName(), QString(key));
@@ -285,14 +286,29 @@ class GuiTestCache : public QObject {
         s.codec.obs_window = 13;
         s.codec.pool_kernel = 7;
         s.codec.coef_bits = 4;
+        s.codec.layer_profile = {0.7, 0.9, 1.1, 1.3};
         s.codec.paper_accounting = true;
         s.codec.precise_timing = true;
         panel.set_settings(s);
+        auto* profile = qobject_cast<QLineEdit*>(panel.codec_editor("layer_profile"));
+        QVERIFY(profile);
+        QCOMPARE(profile->text(), QString("0.7,0.9,1.1,1.3"));
         const RunSettings back = run_settings_from_json(to_json(panel.settings()), "test");
+        QCOMPARE(back.codec.layer_profile, s.codec.layer_profile);
         QVERIFY2(setting_difference(back.codec, s.codec, SettingTier::Runtime).empty(),
                  setting_difference(back.codec, s.codec, SettingTier::Runtime).c_str());
         QCOMPARE(back.codec.precise_timing, true);
         QCOMPARE(back.codec.pool_kernel, int64_t{7});
+        // A list typed in the box: a bad entry keeps the last good value and the box says why; a good one is
+        // the setting; an empty box is none.
+        profile->setText("1, 0, 2");
+        QCOMPARE(panel.settings().codec.layer_profile, s.codec.layer_profile);
+        QVERIFY2(profile->toolTip().contains("entry 2"), qPrintable(profile->toolTip()));
+        profile->setText("2, 1");
+        QCOMPARE(panel.settings().codec.layer_profile, (std::vector<double>{2.0, 1.0}));
+        profile->clear();
+        QVERIFY(panel.settings().codec.layer_profile.empty());
+        panel.set_settings(s);
         // A session saved with an old method name (an alias) checks the method it now is; the panel lists the
         // methods in registry order whatever their grouping on screen.
         s.methods = {"varrate-kvzip", "snapkv", "full"};

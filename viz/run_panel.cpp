@@ -446,13 +446,14 @@ QWidget* RunPanel::CodecEditor::widget() const {
 void RunPanel::CodecEditor::read(CodecSettings& s) const {
     if (text) {
         try {
-            s.*(spec->list) = parse_setting_list(*spec, text->text().toStdString(), spec->label);
+            listed = parse_setting_list(*spec, text->text().toStdString(), spec->label);
             text->setStyleSheet(QString());
             text->setToolTip(QString::fromUtf8(spec->help));
         } catch (const Error& e) {
             text->setStyleSheet("color: #c0392b");
             text->setToolTip(QString::fromStdString(e.what()));
         }
+        s.*(spec->list) = listed;
         return;
     }
     const double v = real      ? real->value()
@@ -464,6 +465,7 @@ void RunPanel::CodecEditor::read(CodecSettings& s) const {
 
 void RunPanel::CodecEditor::show(const CodecSettings& s) const {
     if (text) {
+        listed = s.*(spec->list);
         text->setText(QString::fromStdString(format_setting(*spec, s)));
         return;
     }

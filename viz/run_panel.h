@@ -90,10 +90,12 @@ class RunPanel : public QWidget {
         QSpinBox* integer = nullptr;
         QComboBox* choice = nullptr;
         QCheckBox* flag = nullptr;
-        QLineEdit* text = nullptr;  // a List row: comma-separated numbers
+        QLineEdit* text = nullptr;           // a List row: comma-separated numbers
+        mutable std::vector<double> listed;  // its last value that parsed (what a bad text leaves in place)
         QSlider* slider = nullptr;
         QWidget* widget() const;
-        // The row's value into s (a List whose text does not parse keeps s's value; the box shows why).
+        // The row's value into s (a List whose text does not parse gives its last good value; the box says
+        // why).
         void read(CodecSettings& s) const;
         void show(const CodecSettings& s) const;
     };
