@@ -234,7 +234,7 @@ double probe_time_ms(const PrefillCapture& capture, MethodProbe probe) {
 void add_probes(const Session& session, PrefillCapture& capture, const ProbeRequest& request,
                 const JobControl& job) {
     if (request.question_in_prefix < 0 ||
-        request.question_in_prefix >= static_cast<int64_t>(capture.ids.size()))
+        request.question_in_prefix > static_cast<int64_t>(capture.ids.size()))
         throw Error(fmt::format("probe: a question of {} ids does not fit a prefix of {}",
                                 request.question_in_prefix, capture.ids.size()));
     for (LayerCapture& c : capture.layers) c.question_tokens = request.question_in_prefix;
