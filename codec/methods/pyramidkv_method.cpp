@@ -72,14 +72,7 @@ int64_t PyramidKVMethod::layer_kept_tokens(const CodecSettings& s, int64_t n_tok
 }
 
 std::shared_ptr<const LayerAnalysis> PyramidKVMethod::analyse(const LayerCapture& capture) {
-    if (capture.n_layers <= 0)
-        throw Error(
-            fmt::format("pyramidkv: layer {} capture does not say how many layers the model has "
-                        "(LayerCapture::n_layers is 0); PyramidKV's depth schedule needs it",
-                        capture.layer));
-    if (capture.layer < 0 || capture.layer >= capture.n_layers)
-        throw Error(fmt::format("pyramidkv: capture of layer {} from a model of {} layers", capture.layer,
-                                capture.n_layers));
+    check_layer_count(capture, "PyramidKV's depth schedule");
     return SnapKVMethod::analyse(capture);
 }
 

@@ -93,6 +93,17 @@ void SnapKVMethod::check_budget_settings(const SnapKVAnalysis& a, const CodecSet
         throw Error(fmt::format("{}: layer {} was analysed with other settings ({})", name(), a.layer, diff));
 }
 
+void SnapKVMethod::check_layer_count(const LayerCapture& capture, const std::string& reader) const {
+    if (capture.n_layers <= 0)
+        throw Error(
+            fmt::format("{}: layer {} capture does not say how many layers the model has "
+                        "(LayerCapture::n_layers is 0); {} needs it",
+                        name(), capture.layer, reader));
+    if (capture.layer < 0 || capture.layer >= capture.n_layers)
+        throw Error(fmt::format("{}: capture of layer {} from a model of {} layers", name(), capture.layer,
+                                capture.n_layers));
+}
+
 LayerAllocation SnapKVMethod::allocate_kept(const SnapKVAnalysis& a, int64_t kept) const {
     return allocate_kept_positions(
         a, snapkv_keep_from_order(a.order, a.n_tokens, settings_.obs_window, kept));  // [G, kept]

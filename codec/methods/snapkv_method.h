@@ -34,6 +34,9 @@ class SnapKVMethod : public CompressionMethod {
     void analyse_into(SnapKVAnalysis& a, const LayerCapture& capture) const;
     // Throws Error when `budget`'s structural settings are not the method's.
     void check_budget_settings(const SnapKVAnalysis& a, const CodecSettings& budget) const;
+    // Throws Error, naming what needs it (`reader`), for a capture that does not say how many layers the
+    // model has (n_layers 0) or whose layer is outside them: per-layer budgets read both.
+    void check_layer_count(const LayerCapture& capture, const std::string& reader) const;
     // Every KV head keeps `kept` tokens (the window and the top-scoring others), diagnostics named name().
     LayerAllocation allocate_kept(const SnapKVAnalysis& a, int64_t kept) const;
     // The same for given positions: kept [G, n] ascending (ChunkKV's whole chunks).

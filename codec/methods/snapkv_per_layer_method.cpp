@@ -29,11 +29,7 @@ double SnapKVPerLayerMethod::layer_budget(const CodecSettings& s, int64_t n_laye
 }
 
 std::shared_ptr<const LayerAnalysis> SnapKVPerLayerMethod::analyse(const LayerCapture& capture) {
-    if (capture.n_layers <= 0)
-        throw Error(
-            fmt::format("snapkv-per-layer: layer {} capture does not say how many layers the model has "
-                        "(LayerCapture::n_layers is 0); the profile is per layer",
-                        capture.layer));
+    check_layer_count(capture, "the per-layer profile");
     layer_budget(settings_, capture.n_layers, capture.layer);  // the profile's length, before any budget
     return SnapKVMethod::analyse(capture);
 }
