@@ -65,7 +65,9 @@ at::Tensor long_tensor(const nlohmann::json& j) {
 
 nlohmann::json to_json(const CodecSettings& s) {
     nlohmann::json j = nlohmann::json::object();
+    const CodecSettings defaults;
     for (const CodecSettingSpec& spec : codec_setting_specs()) {
+        if (spec.omit_default && same_setting(spec, s, defaults)) continue;
         if (spec.list) {
             // Written only when set, so that settings, sweep identities and references made before the row
             // existed read the same.

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "base/error.h"
@@ -37,7 +38,7 @@ at::Tensor uniform_split(int64_t total, int64_t n, int64_t begin, int64_t count,
 
 }  // namespace
 
-CompressedLayer::CompressedLayer(Parts parts) : p_(std::move(parts)) {
+CompressedLayer::CompressedLayer(Parts parts) : p_(std::move(parts)), cache_(new_chunk_cache()) {
     const auto where = fmt::format("compressed layer {}", p_.layer);
     const int64_t L = p_.n_tokens, G = p_.n_kv_head, hd = p_.head_dim;
     if (L <= 0 || G <= 0 || hd <= 0 || hd % 2 != 0)
@@ -127,6 +128,18 @@ CompressedLayer::CompressedLayer(Parts parts) : p_(std::move(parts)) {
         blocks_.push_back(b);
     }
     sum_ranks_ = offset;
+    for (const Block& b : blocks_) max_width_ = std::max(max_width_, b.width);
+    if (p_.landmark_chunk < 0 || p_.select_tokens < 0)
+        throw Error(fmt::format("{}: landmark chunk {} and selected tokens {} must be >= 0", where,
+                                p_.landmark_chunk, p_.select_tokens));
+    if (p_.select_tokens > 0 && p_.landmark_chunk == 0)
+        throw Error(
+            fmt::format("{}: selective attention over {} tokens needs landmarks", where, p_.select_tokens));
+    if (p_.landmark_chunk > 0) {
+        check(p_.landmarks, {G, ceil_div(n_coded, p_.landmark_chunk), hd}, "landmarks");
+    } else if (p_.landmarks.defined() && p_.landmarks.numel() > 0) {
+        throw Error(fmt::format("{}: landmarks without a landmark chunk", where));
+    }
     if (quantized()) {
         if (p_.codes.size(0) != packed_bytes(offset, p_.coef_bits))
             throw Error(fmt::format("{}: {} bytes of {}-bit codes for ranks summing to {} (expected {})",
@@ -216,7 +229,8 @@ at::Tensor CompressedLayer::coded_positions(int64_t begin, int64_t count) const 
 
 int64_t CompressedLayer::resident_bytes() const {
     return bytes_of(p_.exact_keys) + bytes_of(p_.exact_values) + bytes_of(p_.nearest) + bytes_of(p_.ranks) +
-           bytes_of(p_.coefficients) + bytes_of(p_.codes) + bytes_of(p_.group_scale) + bytes_of(p_.group_min);
+           bytes_of(p_.coefficients) + bytes_of(p_.codes) + bytes_of(p_.group_scale) +
+           bytes_of(p_.group_min) + bytes_of(p_.landmarks);
 }
 
 int64_t CompressedLayer::padded_scalars() const {
@@ -313,7 +327,11 @@ at::Tensor CompressedLayer::attend(const at::Tensor& q, const at::Tensor& tail_k
     const int64_t n_tail = tail_keys.size(1), gq = g * n_q;
     // Query heads of one KV head side by side: head h*g + j reads KV head h (HF's repeat_kv).
     const at::Tensor qf = q.to(at::kFloat).reshape({G, gq, hd});  // [G, g*n_q, hd]
-    const at::Tensor exact_k = p_.exact_keys.to(at::kFloat);      // [G, n_exact, hd] pre-RoPE
+    if (selective())
+        return attend_selective(qf, tail_keys, tail_values, scale, n_q)
+            .view({H, n_q, hd})
+            .to(q.scalar_type());
+    const at::Tensor exact_k = p_.exact_keys.to(at::kFloat);  // [G, n_exact, hd] pre-RoPE
     const at::Tensor exact_v = p_.exact_values.to(at::kFloat);
     const at::Tensor anchors_joint = anchor_vectors();
     const at::Tensor near_all = nearest(0, n_coded_);  // [n_coded, c], decoded once for keys and values

@@ -17,7 +17,17 @@
 // block by block of coded tokens into a bounded scratch (RoPE does not commute with the basis): mean of
 // the anchors' keys plus V_k^T c_t, rotated at the token's position, scored, discarded.
 // Compute is fp32 whatever the cache dtype; the same arithmetic serves reconstruct().
+// Selective attention (select_tokens > 0, after ShadowKV): the store also holds one landmark per KV head and
+// chunk of landmark_chunk coded tokens (the chunk's mean post-RoPE key, charged to the budget). A step scores
+// the landmarks, takes per KV head the select_tokens / landmark_chunk chunks with the most softmax mass over
+// its queries, and attends over the exact rows, those chunks' coded tokens and the tail only; the values stay
+// factorised over the selected tokens on CUDA, where every selected chunk's keys are rebuilt each step (fixed
+// shapes, no host read). On the CPU the rebuilt keys and values of (KV head, chunk) pairs are kept across
+// steps in a bounded cache (twice one step's selection), so a step rebuilds only the chunks it newly selects
+// and attends densely over what it selected.
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -54,9 +64,18 @@ class CompressedLayer : public LayerPrefix {
         at::Tensor basis;                   // [>= max rank, D] fp32, shared (D = 2 * n_kv_head * head_dim)
         at::Tensor inv_freq;                // [head_dim / 2] fp32 RoPE frequencies (model-level)
         at::ScalarType rope_dtype = at::kFloat;  // the dtype the model's cos/sin tables are rounded to
+        // Selective attention: coded tokens per landmark (0: no landmarks), the coded tokens a step rebuilds
+        // (rounded up to whole chunks; 0: every one, the exact path) and the landmarks.
+        int64_t landmark_chunk = 0;
+        int64_t select_tokens = 0;
+        at::Tensor landmarks;  // [n_kv_head, ceil(n_coded / landmark_chunk), head_dim] post-RoPE, cache dtype
     };
     // Checks shapes and the layout; throws Error naming what does not match.
     explicit CompressedLayer(Parts parts);
+    ~CompressedLayer() override;
+    // Landmarks of a layer's coded tokens: the mean of each chunk of `chunk` consecutive coded tokens' keys,
+    // keys [n_kv_head, L, head_dim] post-RoPE -> [n_kv_head, ceil(n_coded / chunk), head_dim] in keys' dtype.
+    static at::Tensor make_landmarks(const at::Tensor& keys, int64_t stride, int64_t window, int64_t chunk);
     // The positions of the exact rows in store order for a context of L tokens: [n_exact] int64 CPU.
     static at::Tensor exact_order(int64_t n_tokens, int64_t stride, int64_t window);
 
@@ -91,6 +110,30 @@ class CompressedLayer : public LayerPrefix {
     // The most scratch attend() allocates at once for n_q queries of n_head heads and n_tail tail entries.
     int64_t scratch_bytes(int64_t n_head, int64_t n_q, int64_t n_tail) const;
 
+    // Selective attention: whether attend() selects chunks, the chunks, and how many each KV head takes.
+    bool selective() const { return p_.select_tokens > 0 && p_.landmark_chunk > 0 && n_coded_ > 0; }
+    int64_t n_chunks() const { return p_.landmarks.defined() ? p_.landmarks.size(1) : 0; }
+    int64_t chunks_per_head() const;
+    // The chunks post-RoPE queries q [n_head, n_q, head_dim] select: [n_kv_head, chunks_per_head()] int64
+    // ascending, on the store's device.
+    at::Tensor select_chunks(const at::Tensor& q, double scale) const;
+    // The same store (tensors shared) attending with another selection; 0 is the exact path.
+    std::shared_ptr<const CompressedLayer> with_selection(int64_t select_tokens) const;
+    struct ChunkCacheStats {
+        int64_t lookups = 0, hits = 0;  // (KV head, chunk) pairs a step selected, and found rebuilt
+        int64_t capacity_bytes = 0;     // the cache's bound (0 before the first selective step, or on CUDA)
+    };
+    ChunkCacheStats chunk_cache_stats() const;
+    // Whether CPU stores use the chunk cache (process-wide; default on, VARRATE_CHUNK_CACHE=off turns it
+    // off): off, a CPU step takes the CUDA path (every selected key rebuilt, values factorised), to measure
+    // the cache and to test that path without a GPU.
+    static bool chunk_cache_enabled();
+    static void set_chunk_cache_enabled(bool on);
+    // Bytes one decoding step reads from the store: all of it on the exact path; on the selective path the
+    // landmarks, the exact rows, the rank stream and at most the selected tokens' anchor sets and
+    // coefficients.
+    int64_t step_bytes() const;
+
     // Attention of post-RoPE queries q [n_head, n_q, head_dim] over the compressed prefix followed by `tail`
     // ([n_kv_head, n_tail, head_dim] post-RoPE entries appended after it, n_tail >= n_q: the queries' own
     // entries are its last n_q, causal among themselves). Returns [n_head, n_q, head_dim] in q's dtype.
@@ -121,9 +164,32 @@ class CompressedLayer : public LayerPrefix {
     // cos/sin [n, head_dim] fp32 (rounded through rope_dtype) for positions [n] int64.
     std::pair<at::Tensor, at::Tensor> rope_tables(const at::Tensor& positions) const;
 
+    // Selective attention's parts. Coded ordinals `tokens` [n] -> anchor ordinals [n, c], and coefficients
+    // padded to `width` [n, width] fp32 (r_all / start_all: every coded token's rank and first coefficient).
+    at::Tensor nearest_at(const at::Tensor& tokens) const;
+    at::Tensor coefficients_at(const at::Tensor& tokens, const at::Tensor& r_all, const at::Tensor& start_all,
+                               int64_t width) const;
+    // Rows of KV heads `heads` [h] at coded ordinals tokens [h, m] from their anchor ordinals [h, m, c] and
+    // padded coefficients [h, m, w]: post-RoPE keys [h, m, head_dim] fp32, and values (with_values).
+    std::pair<at::Tensor, at::Tensor> rebuild_rows(const at::Tensor& heads, const at::Tensor& tokens,
+                                                   const at::Tensor& near, const at::Tensor& coefs,
+                                                   bool with_values) const;
+    // The selected chunks' keys and values [n_kv_head, kc * chunk, head_dim] fp32 through the chunk cache.
+    std::pair<at::Tensor, at::Tensor> cached_rows(const at::Tensor& chunks) const;
+    at::Tensor select_chunks_grouped(const at::Tensor& qf, double scale) const;  // qf [G, g * n_q, hd] fp32
+    at::Tensor attend_selective(const at::Tensor& qf, const at::Tensor& tail_keys,
+                                const at::Tensor& tail_values, double scale, int64_t n_q) const;
+
     Parts p_;
-    int64_t n_anchors_ = 0, n_coded_ = 0, c_ = 0, dim_ = 0, sum_ranks_ = 0;
+    int64_t n_anchors_ = 0, n_coded_ = 0, c_ = 0, dim_ = 0, sum_ranks_ = 0, max_width_ = 0;
     std::vector<Block> blocks_;
+    struct ChunkCache;
+    static std::shared_ptr<ChunkCache> new_chunk_cache();  // shared_ptr: the type is complete in one file
+    std::shared_ptr<ChunkCache> cache_;  // selective attention's rebuilt chunks (CPU), guarded by its mutex
 };
+
+// How a cache's compressed stores are attended, said by `varrate ask` and the app: "" when no layer is a
+// CompressedLayer, else "exact (...)" or "selective (...)" with the selection.
+std::string store_attention_summary(const std::vector<std::shared_ptr<const LayerPrefix>>& stores);
 
 }  // namespace varrate

@@ -148,24 +148,39 @@ CodecBudget plan_codec_budget(const CodecSettings& s, int64_t n_tokens, int64_t 
         if (self_calibrated_basis) b.basis_rows = b.rank_cap;
     }
     b.basis_scalars = b.basis_rows * dim;
+    if (s.select_tokens > 0) {
+        if (s.landmark_chunk < 1)
+            throw Error(fmt::format("{}: selective attention needs a landmark chunk >= 1 (got {})", who,
+                                    s.landmark_chunk));
+        b.landmark_chunk = s.landmark_chunk;
+        b.landmark_scalars = (b.n_coded + s.landmark_chunk - 1) / s.landmark_chunk * (dim / 2);
+    }
     const int64_t floor_scalars_needed = coefficient_scalars(b, s.r_min * b.n_coded);
-    const int64_t needed_uncharged = b.n_exact * dim + b.index_scalars + floor_scalars_needed;
+    const int64_t needed_uncharged =
+        b.n_exact * dim + b.index_scalars + b.landmark_scalars + floor_scalars_needed;
     const int64_t needed = needed_uncharged + b.basis_scalars;
     b.min_feasible_budget = smallest_kappa(needed, n_tokens, dim);
     b.min_feasible_uncharged = smallest_kappa(needed_uncharged, n_tokens, dim);
-    const std::string hint =
-        b.basis_scalars > 0
+    const std::string landmark_note =
+        b.landmark_scalars > 0
             ? fmt::format(
-                  "the smallest feasible kappa for L={} (D={}, {} exact + {} coded tokens at r_min={}, "
-                  "a charged basis of R={} x D={}) is {:.4f}",
-                  n_tokens, dim, b.n_exact, b.n_coded, s.r_min, b.basis_rows, dim, b.min_feasible_budget)
-            : fmt::format(
-                  "the smallest feasible kappa for L={} (D={}, {} exact + {} coded tokens at "
-                  "r_min={}) is {:.4f}",
-                  n_tokens, dim, b.n_exact, b.n_coded, s.r_min, b.min_feasible_budget);
+                  " (selective attention's landmarks, one per KV head and {} coded tokens, take {} "
+                  "scalars of it)",
+                  b.landmark_chunk, b.landmark_scalars)
+            : std::string();
+    const std::string hint =
+        (b.basis_scalars > 0
+             ? fmt::format(
+                   "the smallest feasible kappa for L={} (D={}, {} exact + {} coded tokens at r_min={}, "
+                   "a charged basis of R={} x D={}) is {:.4f}",
+                   n_tokens, dim, b.n_exact, b.n_coded, s.r_min, b.basis_rows, dim, b.min_feasible_budget)
+             : fmt::format("the smallest feasible kappa for L={} (D={}, {} exact + {} coded tokens at "
+                           "r_min={}) is {:.4f}",
+                           n_tokens, dim, b.n_exact, b.n_coded, s.r_min, b.min_feasible_budget)) +
+        landmark_note;
     check_budget(s.budget, who, hint);
     const int64_t total = floor_scalars(s.budget, n_tokens, dim);
-    const int64_t left = total - b.n_exact * dim - b.index_scalars - b.basis_scalars;
+    const int64_t left = total - b.n_exact * dim - b.index_scalars - b.basis_scalars - b.landmark_scalars;
     b.budget_B = coefficients_in(b, left);
     if (left < floor_scalars_needed || b.budget_B < s.r_min * b.n_coded) {
         if (b.basis_scalars > 0)

@@ -28,6 +28,10 @@ struct CodecBudget {
     int64_t basis_rows = 0;             // basis rows charged: R for a self-calibrated basis, else 0
     int64_t basis_scalars = 0;          // basis_rows * D
     int64_t coef_bits = 16;             // 16: coefficients at cache precision; else quantized (bits each)
+    // Selective attention (select_tokens > 0): one post-RoPE landmark key per KV head and chunk of
+    // landmark_chunk coded tokens, at cache precision, charged whatever the accounting (a decoder reads them).
+    int64_t landmark_chunk = 0;    // 0: no landmarks
+    int64_t landmark_scalars = 0;  // ceil(n_coded / landmark_chunk) * D / 2
     int64_t budget_B = 0;               // sum of the coded ranks
     double min_feasible_budget = 0;     // smallest kappa that is feasible for this L
     double min_feasible_uncharged = 0;  // the same without the basis charge (with a calibrated basis file)
@@ -43,7 +47,7 @@ struct CodecBudget {
     // n_groups: the quantization groups, sum over coded tokens of ceil(r_t / 32) (ignored unquantized).
     int64_t stored_bytes(int64_t sum_ranks, int64_t n_groups = 0) const {
         return n_exact * dim * element_size + coefficient_bytes(sum_ranks, n_groups) + index_total_bytes() +
-               basis_bytes();
+               basis_bytes() + landmark_scalars * element_size;
     }
 };
 

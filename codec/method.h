@@ -34,6 +34,12 @@ struct CodecSettings {
     // Per-layer budget profile (snapkv-per-layer, kvpress's PerLayerCompressionPress): layer l keeps kappa x
     // p_l / mean(p) of its tokens, so that the layers keep kappa on average; empty: kappa in every layer.
     std::vector<double> layer_profile;
+    // Selective attention through a VarRate/flat store (codec/compressed_layer.h): a decoding step rebuilds
+    // the keys of only the coded tokens in the select_tokens / landmark_chunk chunks whose landmarks (the
+    // post-RoPE mean key of landmark_chunk coded tokens, per KV head, stored and charged to the budget)
+    // score highest. 0: no landmarks; every coded key is rebuilt every step (the exact path, the reference).
+    int64_t select_tokens = 0;
+    int64_t landmark_chunk = 16;
     bool paper_accounting =
         false;  // true: anchor indices are not charged to B (the paper; footprint > kappa)
     // Wait for the device at stage boundaries so stage times are real: a host read per stage on a GPU, so off
@@ -137,6 +143,8 @@ struct LayerAllocation {
     // Channel pruning (ThinK): [n_kv_head, n_kept] int64 ascending, the key channels every token keeps.
     at::Tensor kept_channels;
     int64_t coef_bits = 16;  // what the coefficients were stored with (CodecSettings::coef_bits)
+    // VarRate/flat selective attention (CodecSettings::select_tokens): landmark chunk charged, 0 for none.
+    int64_t select_tokens = 0, landmark_chunk = 0;
 };
 
 // Every method in three steps, so that one prefill capture serves every method and budget:

@@ -119,6 +119,12 @@ PrefixTensors compressed_layer_tensors(const CompressedLayer& c, const std::stri
     } else {
         out.tensors.push_back({prefix + "coefficients", p.coefficients});
     }
+    if (p.landmark_chunk >
+        0) {  // selective attention's landmarks (written only then: older files read the same)
+        out.meta["landmark_chunk"] = p.landmark_chunk;
+        out.meta["select_tokens"] = p.select_tokens;
+        out.tensors.push_back({prefix + "landmarks", p.landmarks});
+    }
     out.shared_bytes = bytes_of(basis) + bytes_of(p.inv_freq);
     return out;
 }
@@ -162,6 +168,11 @@ std::shared_ptr<const LayerPrefix> compressed_layer_from_tensors(const nlohmann:
         p.group_min = typed(tensors, prefix + "group_min", {at::kHalf}, where);
     } else {
         p.coefficients = typed(tensors, prefix + "coefficients", {expect.dtype}, where);
+    }
+    if (meta.contains("landmark_chunk")) {
+        p.landmark_chunk = integer(meta, "landmark_chunk", where);
+        p.select_tokens = integer(meta, "select_tokens", where);
+        p.landmarks = typed(tensors, prefix + "landmarks", {expect.dtype}, where);
     }
     const at::Tensor basis = typed(tensors, prefix + "basis", {at::kFloat}, where);
     p.inv_freq = typed(tensors, prefix + "inv_freq", {at::kFloat}, where);

@@ -10,7 +10,8 @@
 //                       nearest, ranks, coefficients, basis (only the rows the ranks reach), inv_freq;
 //                       scalars layer, n_tokens, n_kv_head, head_dim, stride, window, rope_dtype, basis_rows
 //                       (the rows of the basis the store was made with: the saved rows are zero-padded back
-//                       to it, so that attention runs the same arithmetic as before saving).
+//                       to it, so that attention runs the same arithmetic as before saving); with
+//                       selective attention also <prefix>landmarks and scalars landmark_chunk, select_tokens.
 //   "quantized_layer"   codec/quantized_layer.h (KIVI).
 //   "headwise_eviction" codec/headwise_eviction.h (Ada-KV). Tensors <prefix>keys, values ([n_kv_head,
 //                       n_tokens, head_dim], each head padded to the longest), valid ([n_kv_head, n_tokens]

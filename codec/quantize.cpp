@@ -139,6 +139,25 @@ at::Tensor unpack_bits(const at::Tensor& packed, int64_t bits, int64_t begin, in
     return (mine * powers_of_two(bits, b)).sum(1).to(out_type);
 }
 
+at::Tensor unpack_bits_at(const at::Tensor& packed, int64_t bits, const at::Tensor& indices) {
+    check_width(bits, "unpack");
+    if (bits > 56) throw Error(fmt::format("unpack: a gather reads codes of up to 56 bits, not {}", bits));
+    const at::ScalarType out_type = bits <= 8 ? at::kByte : at::kLong;
+    if (indices.numel() == 0) return at::empty({0}, packed.options().dtype(out_type));
+    // Code i starts at bit i * bits: its byte, the shift within it, and the (bits + 7) / 8 + 1 bytes at most
+    // that it spans, assembled little-endian (at most 63 bits: no sign trouble once masked).
+    const at::Tensor bit0 = indices.to(at::kLong) * bits;
+    const at::Tensor byte0 = bit0.div(8, "floor");
+    const int64_t span = (bits + 7 + 7) / 8;
+    const at::Tensor offsets = at::arange(span, bit0.options());
+    const at::Tensor where = (byte0.unsqueeze(1) + offsets).clamp_max(packed.size(0) - 1);  // [n, span]
+    const at::Tensor bytes = packed.index_select(0, where.reshape({-1})).to(at::kLong).view(where.sizes());
+    const at::Tensor word = at::bitwise_left_shift(bytes, offsets * 8).sum(1);
+    const at::Tensor code =
+        at::bitwise_and(at::bitwise_right_shift(word, bit0 - byte0 * 8), (int64_t{1} << bits) - 1);
+    return code.to(out_type);
+}
+
 int64_t bit_width(int64_t max_value) {
     int64_t bits = 1;
     while (bits < 62 && (int64_t(1) << bits) <= max_value) ++bits;

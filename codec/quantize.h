@@ -38,6 +38,9 @@ at::Tensor pack_bits(const at::Tensor& codes, int64_t bits);
 // Codes [begin, begin + count) of a packed stream -> [count] on the stream's device: uint8 for widths up to
 // 8 bits, int64 above.
 at::Tensor unpack_bits(const at::Tensor& packed, int64_t bits, int64_t begin, int64_t count);
+// Codes at positions `indices` ([n] int64, each in the stream) of a packed stream of `bits` <= 56 bits -> [n]
+// on the stream's device (uint8 up to 8 bits, int64 above): a gather, reading only the bytes they span.
+at::Tensor unpack_bits_at(const at::Tensor& packed, int64_t bits, const at::Tensor& indices);
 // Bits that hold every integer in [0, max_value] (at least 1): the width of a packed index or rank.
 int64_t bit_width(int64_t max_value);
 

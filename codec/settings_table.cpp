@@ -82,6 +82,11 @@ CodecSettingSpec up_to_dim(CodecSettingSpec s) {
     return s;
 }
 
+CodecSettingSpec added_later(CodecSettingSpec s) {
+    s.omit_default = true;
+    return s;
+}
+
 CodecSettingSpec basis(CodecSettingSpec s) {
     s.shapes_basis = true;
     return s;
@@ -131,6 +136,16 @@ std::vector<CodecSettingSpec> make_specs() {
              "(kvpress's ratios r_l are p_l = 1 - r_l at kappa = their mean); empty: kappa everywhere. Other "
              "methods ignore it",
              T::Allocation, &S::layer_profile, 1e6),
+        added_later(integer(
+            "select_tokens", "--select-tokens", "Selective attention tokens",
+            "VarRate/flat stores: the coded tokens whose keys a decoding step rebuilds, in whole chunks "
+            "chosen per KV head by their landmarks (stored post-RoPE chunk means, charged to the budget); 0 "
+            "rebuilds every coded key every step (exact attention, the reference). Other methods ignore it",
+            T::Allocation, &S::select_tokens, 0, kMaxLength)),
+        added_later(integer("landmark_chunk", "--landmark-chunk", "Landmark chunk",
+                            "coded tokens per landmark with --select-tokens > 0 (one post-RoPE key per KV "
+                            "head and chunk: 1 / (2 x chunk) of the full cache's bytes per coded token)",
+                            T::Allocation, &S::landmark_chunk, 1, 4096)),
         flag("paper_accounting", "--paper-accounting", "Paper accounting (indices free)",
              "charge neither anchor indices nor a self-calibrated basis to the budget (the paper's "
              "accounting; "

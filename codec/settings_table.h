@@ -45,6 +45,9 @@ struct CodecSettingSpec {
     bool dim_bounded = false;  // a rank: its slider spans 0..D of the loaded model
     // A self-calibrated basis is fitted on residuals that depend on it: a change fits the basis again.
     bool shapes_basis = false;
+    // Written to JSON only when it differs from the default, so that settings, sweep identities and
+    // references made before the row existed read the same.
+    bool omit_default = false;
     double CodecSettings::*real = nullptr;
     int64_t CodecSettings::*integer = nullptr;
     bool CodecSettings::*boolean = nullptr;

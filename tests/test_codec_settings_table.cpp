@@ -28,18 +28,17 @@ CodecSettings every_field_changed() {
     s.coef_bits = 4;
     s.key_channel_ratio = 0.25;
     s.layer_profile = {0.75, 0.25, 1.5};
+    s.select_tokens = 512;
+    s.landmark_chunk = 32;
     s.paper_accounting = true;
     s.precise_timing = true;
     return s;
 }
 
-const std::vector<std::string> kFields = {"budget",        "r_min",
-                                          "rank",          "stride",
-                                          "anchors",       "window",
-                                          "obs_window",    "pool_kernel",
-                                          "coef_bits",     "key_channel_ratio",
-                                          "layer_profile", "paper_accounting",
-                                          "precise_timing"};
+const std::vector<std::string> kFields = {
+    "budget",        "r_min",         "rank",           "stride",           "anchors",
+    "window",        "obs_window",    "pool_kernel",    "coef_bits",        "key_channel_ratio",
+    "layer_profile", "select_tokens", "landmark_chunk", "paper_accounting", "precise_timing"};
 
 CodecSettings from_json_field(const char* key, const nlohmann::json& value) {
     nlohmann::json j = nlohmann::json::object();
@@ -99,12 +98,23 @@ class TestSettingsTable : public QObject {
         QCOMPARE(back.coef_bits, s.coef_bits);
         QCOMPARE(back.key_channel_ratio, s.key_channel_ratio);
         QCOMPARE(back.layer_profile, s.layer_profile);
+        QCOMPARE(back.select_tokens, s.select_tokens);
+        QCOMPARE(back.landmark_chunk, s.landmark_chunk);
         QCOMPARE(back.paper_accounting, s.paper_accounting);
         QCOMPARE(back.precise_timing, s.precise_timing);
         QVERIFY(setting_difference(back, s, SettingTier::Runtime).empty());
         // An empty list is not written (settings made before the row read the same), and reads back empty.
         QVERIFY(!to_json(CodecSettings{}).contains("layer_profile"));
         QVERIFY(codec_settings_from_json(to_json(CodecSettings{}), "t").layer_profile.empty());
+        // Rows added after references were made are written only when set, so that those read the same.
+        for (const char* key : {"select_tokens", "landmark_chunk"}) {
+            QVERIFY(find_codec_setting(key)->omit_default);
+            QVERIFY(!to_json(CodecSettings{}).contains(key));
+        }
+        CodecSettings selective;
+        selective.select_tokens = 1024;
+        QCOMPARE(to_json(selective).value("select_tokens", int64_t{0}), int64_t{1024});
+        QVERIFY(!to_json(selective).contains("landmark_chunk"));
     }
 
     // A list row: its text form, each entry checked and named, in JSON as on the command line.

@@ -3,6 +3,7 @@
 #include <QFileInfo>
 #include <QLocale>
 
+#include "codec/compressed_layer.h"
 #include "codec/registry.h"
 #include "codec/settings_table.h"
 
@@ -108,6 +109,8 @@ QString cache_summary_html(const OpenedCache& c) {
     h += QString("Accounted: %1 of the full cache's %2 (%3) · resident: %4 (%5)<br>")
              .arg(bytes_text(i.stored_bytes), bytes_text(i.full_bytes), percent(i.footprint_fraction()),
                   bytes_text(i.resident_bytes), percent(i.resident_fraction()));
+    if (const std::string how = store_attention_summary(c.context->stores); !how.empty())
+        h += QString("Attention through the store: %1<br>").arg(QString::fromStdString(how).toHtmlEscaped());
     if (!i.basis_source.empty())
         h += QString("Basis: %1 (%2)%3<br>")
                  .arg(QString::fromStdString(i.basis_source).toHtmlEscaped(),

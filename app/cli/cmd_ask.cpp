@@ -11,6 +11,7 @@
 #include "app/cli/cli_common.h"
 #include "app/cli/commands.h"
 #include "codec/codec_json.h"
+#include "codec/compressed_layer.h"
 #include "codec/registry.h"
 #include "core/cache_file.h"
 #include "models/tokenizer/tokenizer.h"
@@ -65,6 +66,7 @@ int run_ask(AskArgs a) {
                                   {"resident_bytes", info.resident_bytes},
                                   {"saved_shared_bytes", info.saved_shared_bytes},
                                   {"load_ms", load_ms},
+                                  {"store_attention", store_attention_summary(ctx.stores)},
                                   {"questions", a.questions},
                                   {"answers", answers},
                                   {"answer_ids", ids}};
@@ -76,6 +78,8 @@ int run_ask(AskArgs a) {
         "(loaded in {:.0f} ms, no prefill)\n",
         a.cache, info.method, budget, info.next_position, 100.0 * info.footprint_fraction(),
         100.0 * info.resident_fraction(), load_ms);
+    if (const std::string how = store_attention_summary(ctx.stores); !how.empty())
+        std::cout << "attention through the store: " << how << "\n";
     for (size_t i = 0; i < answers.size(); ++i) {
         std::string one_line = answers[i];
         for (char& c : one_line)

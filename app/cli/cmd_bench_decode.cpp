@@ -11,6 +11,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
@@ -61,12 +62,38 @@ int64_t resident_set_bytes() {
 
 struct DecodeRow {
     std::string method;
+    std::string path = "-";  // stores: "exact" (every coded key rebuilt each step) or "selective"
     int64_t accounted = 0, resident = 0, full = 0, scratch = 0, rss_delta = 0;
     int64_t ranks = 0, padded = 0;  // coefficients stored, and the slots the key rebuild multiplies
     double codec_ms = 0, tokens_per_s = 0;
     double store_attention_ms = -1;  // one decoding step's attention through every layer's store
     bool stored = false;             // decoding reads stores (VarRate/flat compressed, KIVI packed)
+    int64_t step_bytes = 0;      // bytes one step reads from the cache (stores: CompressedLayer::step_bytes)
+    double cache_hit_rate = -1;  // selective: the chunk cache's hits over its lookups, all layers
+    int64_t cache_bytes = 0;     // selective: the chunk caches' bound, all layers
+    std::vector<double>
+        attention_error;  // selective: per layer, one step's ||selective - exact|| / ||exact||
 };
+
+// The last prefill query of each layer attended through its store, selective against exact: the relative
+// error of the attention output (the query's own entry repeated as the one tail entry both paths need).
+std::vector<double> selective_attention_error(const PrefillCapture& capture,
+                                              const std::vector<std::shared_ptr<const LayerPrefix>>& stores,
+                                              double scale) {
+    std::vector<double> out;
+    for (size_t l = 0; l < stores.size(); ++l) {
+        const auto* c = dynamic_cast<const CompressedLayer*>(stores[l].get());
+        if (!c || !c->selective()) continue;
+        const LayerCapture& lc = capture.layers[l];
+        const at::Tensor q = lc.window_queries.narrow(1, lc.window_queries.size(1) - 1, 1);
+        const int64_t L = lc.keys.size(1);
+        const at::Tensor k = lc.keys.narrow(1, L - 1, 1), v = lc.values.narrow(1, L - 1, 1);
+        const at::Tensor sel = c->attend(q, k, v, scale).to(at::kFloat);
+        const at::Tensor exact = c->with_selection(0)->attend(q, k, v, scale).to(at::kFloat);
+        out.push_back((sel - exact).norm().item<double>() / std::max(exact.norm().item<double>(), 1e-30));
+    }
+    return out;
+}
 
 int run_bench_decode(BenchDecodeArgs a) {
     apply_model_codec_defaults(a.flags, a.model, a.settings);
@@ -91,6 +118,33 @@ int run_bench_decode(BenchDecodeArgs a) {
     GenerateOptions gen;
     gen.max_new_tokens = a.new_tokens;
     gen.reconstruct_prefixes = a.reconstruct;
+    const double scale = 1.0 / std::sqrt(static_cast<double>(cfg.head_dim));
+    // Greedy decoding tokens/s from `cache` (median of the repeats), and one step's attention through every
+    // layer's store alone (one query, one tail entry per layer).
+    auto time_decode = [&](KVCache& cache, DecodeRow& row) {
+        std::vector<double> rates;
+        for (int r = 0; r < a.repeats; ++r) {
+            const KVCache::Snapshot before = cache.snapshot();
+            auto t0 = SteadyClock::now();
+            const std::vector<const KVCache*> batch{&cache};
+            const auto out = generate_greedy_batch(*model, batch, {}, capture.last_logits, {}, gen);
+            const double ms = ms_since(t0);
+            cache.restore(before);
+            rates.push_back(1000.0 * static_cast<double>(out.front().generated.size()) / ms);
+        }
+        row.tokens_per_s = median(rates);
+        if (!row.stored) return;
+        const auto opts = at::TensorOptions().dtype(model->options().dtype).device(model->options().device);
+        const at::Tensor q = at::randn({cfg.n_head, 1, cfg.head_dim}, opts);
+        const at::Tensor kv = at::randn({cfg.n_kv_head, 1, cfg.head_dim}, opts);
+        std::vector<double> steps;
+        for (int r = 0; r < 3; ++r) {
+            auto t0 = SteadyClock::now();
+            for (int64_t l = 0; l < cfg.n_layer; ++l) cache.prefix(l)->attend(q, kv, kv, scale);
+            steps.push_back(ms_since(t0));
+        }
+        row.store_attention_ms = median(steps);
+    };
     std::vector<DecodeRow> rows;
     for (const std::string& name : names) {
         DecodeRow row;
@@ -99,24 +153,28 @@ int run_bench_decode(BenchDecodeArgs a) {
         auto method = make_method(name, settings, method_needs_basis(name) ? basis : nullptr);
         t = SteadyClock::now();
         KVCache cache;
+        std::vector<std::shared_ptr<const LayerPrefix>> stores;
+        std::vector<LayerKV> layers;
         {
             const MethodAnalysis analysis(*method, capture);
             std::vector<LayerAllocation> allocations = analysis.allocate(settings);
             std::vector<LayerDiagnostics> diagnostics;
             for (LayerAllocation& al : allocations) diagnostics.push_back(std::move(al.diagnostics));
-            std::vector<std::shared_ptr<const LayerPrefix>> stores;
-            std::vector<LayerKV> layers = analysis.materialise(allocations, diagnostics, &stores);
+            layers = analysis.materialise(allocations, diagnostics, &stores);
             for (size_t l = 0; l < layers.size(); ++l) {
                 row.accounted += diagnostics[l].stored_bytes;
                 row.full += diagnostics[l].full_bytes;
                 if (stores[l]) layers[l] = LayerKV{};  // decoding reads the store: drop the reconstruction
                 if (stores[l]) row.stored = true;
+                row.step_bytes += stores[l] ? stores[l]->resident_bytes() : diagnostics[l].stored_bytes;
                 if (const auto* q = dynamic_cast<const QuantizedLayer*>(stores[l].get()))
                     row.scratch = std::max(row.scratch, q->scratch_bytes(cfg.n_head, 1, a.new_tokens));
                 if (const auto* c = dynamic_cast<const CompressedLayer*>(stores[l].get())) {
                     row.scratch = std::max(row.scratch, c->scratch_bytes(cfg.n_head, 1, a.new_tokens));
                     row.ranks += c->sum_ranks();
                     row.padded += c->padded_scalars();
+                    row.path = c->selective() ? "selective" : "exact";
+                    row.step_bytes += c->step_bytes() - c->resident_bytes();
                 }
             }
             cache = cache_from_layers(*model, layers, capture.next_position, stores, name);
@@ -124,35 +182,38 @@ int run_bench_decode(BenchDecodeArgs a) {
         row.codec_ms = ms_since(t);
         row.resident = cache.used_bytes();
         row.rss_delta = rss0 >= 0 ? resident_set_bytes() - rss0 : -1;
-        std::vector<double> rates;
-        for (int r = 0; r < a.repeats; ++r) {
-            const KVCache::Snapshot before = cache.snapshot();
-            t = SteadyClock::now();
-            const std::vector<const KVCache*> batch{&cache};
-            const auto out = generate_greedy_batch(*model, batch, {}, capture.last_logits, {}, gen);
-            const double ms = ms_since(t);
-            cache.restore(before);
-            rates.push_back(1000.0 * static_cast<double>(out.front().generated.size()) / ms);
+        time_decode(cache, row);
+        if (row.path == "selective") {
+            int64_t lookups = 0, hits = 0;
+            for (const auto& st : stores)
+                if (const auto* c = dynamic_cast<const CompressedLayer*>(st.get())) {
+                    const auto stats = c->chunk_cache_stats();
+                    lookups += stats.lookups;
+                    hits += stats.hits;
+                    row.cache_bytes += stats.capacity_bytes;
+                }
+            row.cache_hit_rate = lookups > 0 ? static_cast<double>(hits) / static_cast<double>(lookups) : 0.0;
+            row.attention_error = selective_attention_error(capture, stores, scale);
         }
-        row.tokens_per_s = median(rates);
-        // Where a step's time goes: the attention through the stores alone (one query, one tail entry per
-        // layer), against the whole step (1000 / tokens_per_s).
-        if (row.stored) {
-            const auto opts =
-                at::TensorOptions().dtype(model->options().dtype).device(model->options().device);
-            const at::Tensor q = at::randn({cfg.n_head, 1, cfg.head_dim}, opts);
-            const at::Tensor kv = at::randn({cfg.n_kv_head, 1, cfg.head_dim}, opts);
-            std::vector<double> steps;
-            for (int r = 0; r < 3; ++r) {
-                t = SteadyClock::now();
-                for (int64_t l = 0; l < cfg.n_layer; ++l)
-                    cache.prefix(l)->attend(q, kv, kv, 1.0 / std::sqrt(static_cast<double>(cfg.head_dim)));
-                steps.push_back(ms_since(t));
-            }
-            row.store_attention_ms = median(steps);
-        }
-        spdlog::info("{}: resident {} bytes, {:.2f} tokens/s", name, row.resident, row.tokens_per_s);
+        spdlog::info("{} ({}): resident {} bytes, {:.2f} tokens/s", name, row.path, row.resident,
+                     row.tokens_per_s);
         rows.push_back(row);
+        if (row.path != "selective") continue;
+        // The same stores on the exact path, in the same run: the reference the selective path is held to.
+        DecodeRow exact = row;
+        exact.path = "exact";
+        exact.cache_hit_rate = -1;
+        exact.cache_bytes = 0;
+        exact.attention_error.clear();
+        exact.step_bytes = 0;
+        std::vector<std::shared_ptr<const LayerPrefix>> exact_stores = stores;
+        for (auto& st : exact_stores)
+            if (const auto* c = dynamic_cast<const CompressedLayer*>(st.get())) st = c->with_selection(0);
+        for (const auto& st : exact_stores) exact.step_bytes += st ? st->resident_bytes() : 0;
+        KVCache exact_cache = cache_from_layers(*model, layers, capture.next_position, exact_stores, name);
+        time_decode(exact_cache, exact);
+        spdlog::info("{} (exact): {:.2f} tokens/s", name, exact.tokens_per_s);
+        rows.push_back(exact);
     }
     double full_rate = 0;
     for (const DecodeRow& r : rows)
@@ -170,6 +231,11 @@ int run_bench_decode(BenchDecodeArgs a) {
         j["methods"] = nlohmann::json::array();
         for (const DecodeRow& r : rows)
             j["methods"].push_back({{"method", r.method},
+                                    {"store_attention", r.path},
+                                    {"step_bytes", r.step_bytes},
+                                    {"chunk_cache_hit_rate", r.cache_hit_rate},
+                                    {"chunk_cache_bytes", r.cache_bytes},
+                                    {"attention_error_per_layer", r.attention_error},
                                     {"accounted_bytes", r.accounted},
                                     {"resident_bytes", r.resident},
                                     {"full_bytes", r.full},
@@ -189,21 +255,34 @@ int run_bench_decode(BenchDecodeArgs a) {
         "{} tokens, {} new, {}, {} threads, kappa {}, decoding from the {}; prefill {:.0f} ms\n", a.tokens,
         a.new_tokens, dtype_name(model->options().dtype), at::get_num_threads(), settings.budget,
         a.reconstruct ? "caches rebuilt dense once" : "compressed stores", prefill_ms);
-    std::cout << fmt::format("{:<8} {:>12} {:>12} {:>9} {:>10} {:>10} {:>10} {:>9} {:>8} {:>13}\n", "method",
-                             "accounted", "resident", "res/full", "scratch", "RSS delta", "codec ms", "tok/s",
-                             "vs full", "store attn ms");
+    std::cout << fmt::format(
+        "{:<10} {:<9} {:>12} {:>12} {:>9} {:>10} {:>10} {:>10} {:>9} {:>8} {:>13} {:>10} {:>6}\n", "method",
+        "attention", "accounted", "resident", "res/full", "scratch", "RSS delta", "codec ms", "tok/s",
+        "vs full", "store attn ms", "step MB", "hit %");
     for (const DecodeRow& r : rows)
         std::cout << fmt::format(
-            "{:<8} {:>12} {:>12} {:>8.2f}% {:>10} {:>10} {:>10.0f} {:>9.2f} {:>8.2f} {:>13}\n", r.method,
-            r.accounted, r.resident,
+            "{:<10} {:<9} {:>12} {:>12} {:>8.2f}% {:>10} {:>10} {:>10.0f} {:>9.2f} {:>8.2f} {:>13} {:>10.1f} "
+            "{:>6}\n",
+            r.method, r.path, r.accounted, r.resident,
             r.full > 0 ? 100.0 * static_cast<double>(r.resident) / static_cast<double>(r.full) : 0.0,
             r.scratch, r.rss_delta, r.codec_ms, r.tokens_per_s,
             full_rate > 0 ? r.tokens_per_s / full_rate : 0.0,
-            r.store_attention_ms >= 0 ? fmt::format("{:.1f}", r.store_attention_ms) : std::string("-"));
+            r.store_attention_ms >= 0 ? fmt::format("{:.1f}", r.store_attention_ms) : std::string("-"),
+            static_cast<double>(r.step_bytes) / 1e6,
+            r.cache_hit_rate >= 0 ? fmt::format("{:.1f}", 100.0 * r.cache_hit_rate) : std::string("-"));
+    for (const DecodeRow& r : rows)
+        if (!r.attention_error.empty()) {
+            std::vector<std::string> e;
+            for (double x : r.attention_error) e.push_back(fmt::format("{:.3g}", x));
+            std::cout << fmt::format(
+                "{} selective vs exact, one step's attention output error per layer: {}\n", r.method,
+                fmt::join(e, " "));
+        }
     std::cout
         << "store attn ms: one decoding step's attention through every layer's compressed store (a step "
            "takes 1000 / tok/s ms); RSS delta: the process's resident set change while the cache is held "
-           "(allocator caching makes it coarse)\n";
+           "(allocator caching makes it coarse); step MB: what one step reads from the cache; hit %: the "
+           "selective path's rebuilt-chunk cache\n";
     return 0;
 }
 

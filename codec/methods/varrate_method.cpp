@@ -393,7 +393,7 @@ std::vector<double> VarRateMethod::layer_budgets(
         offset += n;
         // kappa_l whose scalar total is this layer's fixed part (exact rows, indices, basis) plus B: the
         // planner floors kappa * L * D, so aim half a scalar above.
-        const int64_t fixed = p.n_exact * p.dim + p.index_scalars + p.basis_scalars;
+        const int64_t fixed = p.n_exact * p.dim + p.index_scalars + p.basis_scalars + p.landmark_scalars;
         const double scalars = static_cast<double>(p.n_tokens) * static_cast<double>(p.dim);
         out.push_back(std::min(1.0, (static_cast<double>(B + fixed) + 0.5) / scalars));
     }
@@ -441,6 +441,8 @@ LayerAllocation VarRateMethod::allocate(const LayerAnalysis& analysis, const Cod
     // materialise() reconstructs from.
     // Quantized coefficients are projected every time: the table holds no quantization error.
     out.coef_bits = budget.coef_bits;
+    out.landmark_chunk = plan.landmark_chunk;
+    out.select_tokens = plan.landmark_chunk > 0 ? budget.select_tokens : 0;
     const at::Tensor& V = basis_on(a.layer, a.rank, a.coded.device(), a.dtype);  // [R, D]
     const at::Tensor table = plan.quantized() ? at::Tensor() : error_table(a, V);
     at::Tensor err, err_pos, quant;  // [n_coded]: relative errors, their positions, the quantization part
@@ -607,6 +609,11 @@ std::shared_ptr<const LayerPrefix> VarRateMethod::store(const LayerCapture& capt
     }
     p.inv_freq = capture.rope_inv_freq;
     p.rope_dtype = capture.rope_cos.scalar_type();
+    if (allocation.landmark_chunk > 0) {
+        p.landmark_chunk = allocation.landmark_chunk;
+        p.select_tokens = allocation.select_tokens;
+        p.landmarks = CompressedLayer::make_landmarks(capture.keys, p.stride, p.window, p.landmark_chunk);
+    }
     return std::make_shared<const CompressedLayer>(std::move(p));
 }
 

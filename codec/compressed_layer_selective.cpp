@@ -1,0 +1,354 @@
+// Selective attention through a compressed store (codec/compressed_layer.h): landmarks, the chunks a step
+// selects, the selected tokens' keys rebuilt (through a cache of rebuilt chunks on the CPU) and the attention
+// over the exact rows, the selected tokens and the tail.
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <limits>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+
+#include "base/error.h"
+#include "codec/anchor_sets.h"
+#include "codec/anchors.h"
+#include "codec/compressed_layer.h"
+#include "codec/method.h"
+#include "codec/quantize.h"
+#include "models/rope.h"
+
+namespace varrate {
+
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) {
+    return (a + b - 1) / b;
+}
+
+// Coded ordinals -> positions: the j-th coded token sits after j / (stride - 1) + 1 anchors.
+at::Tensor coded_position_of(const at::Tensor& j, int64_t stride) {
+    return j + j.div(stride - 1, "floor") + 1;
+}
+
+std::atomic<bool>& chunk_cache_switch() {
+    static std::atomic<bool> on{[] {
+        const char* v = std::getenv("VARRATE_CHUNK_CACHE");
+        return !(v && std::string(v) == "off");
+    }()};
+    return on;
+}
+
+}  // namespace
+
+bool CompressedLayer::chunk_cache_enabled() {
+    return chunk_cache_switch().load();
+}
+
+void CompressedLayer::set_chunk_cache_enabled(bool on) {
+    chunk_cache_switch().store(on);
+}
+
+// Rebuilt post-RoPE keys of (KV head, chunk) pairs, kept across steps: `capacity` slots of one chunk's keys,
+// replaced least recently used first (never one the current step reads).
+struct CompressedLayer::ChunkCache {
+    std::mutex mutex;
+    int64_t capacity = 0;
+    at::Tensor slab;                               // [capacity, chunk, head_dim] fp32
+    std::unordered_map<int64_t, int64_t> slot_of;  // head * n_chunks + chunk -> slot
+    std::vector<int64_t> key_of, last_use;  // per slot: its pair (-1: free), the step that last read it
+    int64_t step = 0, lookups = 0, hits = 0;
+};
+
+CompressedLayer::~CompressedLayer() = default;
+
+std::shared_ptr<CompressedLayer::ChunkCache> CompressedLayer::new_chunk_cache() {
+    return std::make_shared<ChunkCache>();
+}
+
+at::Tensor CompressedLayer::make_landmarks(const at::Tensor& keys, int64_t stride, int64_t window,
+                                           int64_t chunk) {
+    const int64_t G = keys.size(0), L = keys.size(1), hd = keys.size(2);
+    const int64_t head = std::max<int64_t>(L - window, 0);
+    const int64_t n_coded = head - ceil_div(head, stride);
+    if (chunk < 1) throw Error(fmt::format("landmarks: chunk {} (expected >= 1)", chunk));
+    if (n_coded == 0) return at::empty({G, 0, hd}, keys.options());
+    const at::Tensor j = at::arange(n_coded, keys.options().dtype(at::kLong));
+    const at::Tensor k = keys.index_select(1, coded_position_of(j, stride)).to(at::kFloat);  // [G, n, hd]
+    const int64_t n_chunks = ceil_div(n_coded, chunk);
+    const at::Tensor which = j.div(chunk, "floor");
+    at::Tensor sum = at::zeros({G, n_chunks, hd}, k.options());
+    sum.index_add_(1, which, k);
+    const at::Tensor count =
+        at::zeros({n_chunks}, k.options()).index_add_(0, which, at::ones_like(j, k.options()));
+    return sum.div_(count.view({1, n_chunks, 1})).to(keys.scalar_type());
+}
+
+int64_t CompressedLayer::chunks_per_head() const {
+    if (!selective()) return n_chunks();
+    return std::min(n_chunks(), ceil_div(p_.select_tokens, p_.landmark_chunk));
+}
+
+std::shared_ptr<const CompressedLayer> CompressedLayer::with_selection(int64_t select_tokens) const {
+    Parts p = p_;
+    p.select_tokens = select_tokens;
+    return std::make_shared<const CompressedLayer>(std::move(p));
+}
+
+CompressedLayer::ChunkCacheStats CompressedLayer::chunk_cache_stats() const {
+    std::lock_guard<std::mutex> lock(cache_->mutex);
+    return {cache_->lookups, cache_->hits,
+            cache_->slab.defined() ? cache_->slab.numel() * static_cast<int64_t>(sizeof(float)) : 0};
+}
+
+int64_t CompressedLayer::step_bytes() const {
+    if (!selective()) return resident_bytes();
+    auto bytes = [](const at::Tensor& t) { return t.defined() ? t.numel() * t.element_size() : 0; };
+    const int64_t tokens = std::min(n_coded_, chunks_per_head() * p_.landmark_chunk * p_.n_kv_head);
+    const int64_t coef =
+        bytes(p_.coefficients) + bytes(p_.codes) + bytes(p_.group_scale) + bytes(p_.group_min);
+    const int64_t per_token = (bytes(p_.nearest) + coef + n_coded_ - 1) / std::max<int64_t>(n_coded_, 1);
+    return bytes(p_.landmarks) + bytes(p_.exact_keys) + bytes(p_.exact_values) + bytes(p_.ranks) +
+           tokens * per_token;
+}
+
+at::Tensor CompressedLayer::nearest_at(const at::Tensor& tokens) const {
+    const int64_t n = tokens.size(0);
+    if (p_.set_bits > 0)
+        return decode_anchor_sets(unpack_bits_at(p_.nearest, p_.set_bits, tokens).to(at::kLong), n_anchors_,
+                                  c_);
+    const at::Tensor at = (tokens * c_).unsqueeze(1) + at::arange(c_, tokens.options());
+    return unpack_bits_at(p_.nearest, p_.index_bits, at.reshape({-1})).to(at::kLong).view({n, c_});
+}
+
+at::Tensor CompressedLayer::coefficients_at(const at::Tensor& tokens, const at::Tensor& r_all,
+                                            const at::Tensor& start_all, int64_t width) const {
+    const int64_t n = tokens.size(0), W = width;
+    const auto f32 = p_.exact_keys.options().dtype(at::kFloat);
+    if (W == 0 || sum_ranks_ == 0) return at::zeros({n, W}, f32);
+    const at::Tensor r = r_all.index_select(0, tokens);            // [n]
+    const at::Tensor i = at::arange(W, r.options()).unsqueeze(0);  // [1, W]
+    const at::Tensor keep = i < r.unsqueeze(1);                    // [n, W]
+    const at::Tensor slot = (start_all.index_select(0, tokens).unsqueeze(1) + i).clamp_max(sum_ranks_ - 1);
+    if (!quantized())
+        return p_.coefficients.index_select(0, slot.reshape({-1})).to(at::kFloat).view({n, W}).mul_(keep);
+    // Each slot's group: the token's first group plus its index along the rank / 32.
+    const at::Tensor n_groups = (r_all + kQuantGroup - 1).div(kQuantGroup, "floor");
+    const at::Tensor gstart = (n_groups.cumsum(0) - n_groups).index_select(0, tokens);  // [n]
+    const at::Tensor group = (gstart.unsqueeze(1) + i.div(kQuantGroup, "floor"))
+                                 .clamp_max(std::max<int64_t>(p_.group_scale.size(0) - 1, 0))
+                                 .reshape({-1});
+    const at::Tensor codes = unpack_bits_at(p_.codes, p_.coef_bits, slot.reshape({-1}));
+    return (codes.to(at::kFloat) * p_.group_scale.index_select(0, group).to(at::kFloat) +
+            p_.group_min.index_select(0, group).to(at::kFloat))
+        .view({n, W})
+        .mul_(keep);
+}
+
+std::pair<at::Tensor, at::Tensor> CompressedLayer::rebuild_rows(const at::Tensor& heads,
+                                                                const at::Tensor& tokens,
+                                                                const at::Tensor& near,
+                                                                const at::Tensor& coefs,
+                                                                bool with_values) const {
+    const int64_t h = tokens.size(0), m = tokens.size(1), hd = p_.head_dim, G = p_.n_kv_head,
+                  W = coefs.size(2);
+    // The mean of each token's anchors in its KV head: a mean-mode bag over the anchors' rows [G *
+    // n_anchors].
+    const at::Tensor rows = (near + (heads * n_anchors_).view({h, 1, 1})).reshape({-1});  // [h * m * c]
+    const at::Tensor offsets = at::arange(0, h * m * c_, c_, rows.options());
+    auto part = [&](const at::Tensor& exact, int64_t column) {
+        const at::Tensor table = exact.narrow(1, 0, n_anchors_).to(at::kFloat).reshape({G * n_anchors_, hd});
+        at::Tensor z = std::get<0>(at::embedding_bag(table, rows, offsets, false, 1)).view({h, m, hd});
+        if (W > 0) {  // + V^T c_t with the head's columns of the basis: [h, W, hd]
+            const at::Tensor V = p_.basis.narrow(0, 0, W)
+                                     .narrow(1, column, G * hd)
+                                     .to(at::kFloat)
+                                     .view({W, G, hd})
+                                     .permute({1, 0, 2})
+                                     .index_select(0, heads);
+            z.baddbmm_(coefs, V);
+        }
+        return z;
+    };
+    auto [cos, sin] = rope_tables(coded_position_of(tokens.reshape({-1}), p_.stride));
+    at::Tensor keys = apply_rope(part(p_.exact_keys, 0), cos.view({h, m, hd}), sin.view({h, m, hd}));
+    return {keys, with_values ? part(p_.exact_values, G * hd) : at::Tensor()};
+}
+
+std::pair<at::Tensor, at::Tensor> CompressedLayer::cached_rows(const at::Tensor& chunks) const {
+    const int64_t G = p_.n_kv_head, kc = chunks.size(1), C = p_.landmark_chunk, hd = p_.head_dim;
+    const int64_t T = kc * C, n_ch = n_chunks();
+    ChunkCache& cache = *cache_;
+    std::lock_guard<std::mutex> lock(cache.mutex);
+    if (cache.capacity < 2 * G * kc) {  // twice one step's selection: room for the next step's new chunks
+        cache.capacity = 2 * G * kc;
+        cache.slab = at::empty({cache.capacity, 2, C, hd}, p_.exact_keys.options().dtype(at::kFloat));
+        cache.slot_of.clear();
+        cache.key_of.assign(cache.capacity, -1);
+        cache.last_use.assign(cache.capacity, -1);
+    }
+    const int64_t step = ++cache.step;
+    const at::Tensor host = chunks.contiguous();  // on the CPU: no copy
+    const int64_t* ch = host.data_ptr<int64_t>();
+    std::vector<int64_t> slots(static_cast<size_t>(G * kc), -1);
+    std::vector<std::vector<int64_t>> misses(static_cast<size_t>(G));  // per head: the chunks to rebuild
+    int64_t n_miss = 0;
+    for (int64_t h = 0; h < G; ++h)
+        for (int64_t m = 0; m < kc; ++m) {
+            const int64_t key = h * n_ch + ch[h * kc + m];
+            const auto found = cache.slot_of.find(key);
+            if (found == cache.slot_of.end()) {
+                misses[h].push_back(m);
+                ++n_miss;
+                continue;
+            }
+            slots[h * kc + m] = found->second;
+            cache.last_use[found->second] = step;
+            ++cache.hits;
+        }
+    cache.lookups += G * kc;
+    if (n_miss > 0) {
+        // Victims: free slots first, then the least recently read; never one this step reads.
+        std::vector<int64_t> order;
+        for (int64_t s = 0; s < cache.capacity; ++s)
+            if (cache.last_use[s] < step) order.push_back(s);
+        std::stable_sort(order.begin(), order.end(),
+                         [&](int64_t a, int64_t b) { return cache.last_use[a] < cache.last_use[b]; });
+        const auto index = chunks.options();
+        const at::Tensor r_all = ranks(0, n_coded_);  // the coefficients' offsets need every rank
+        const at::Tensor start_all = r_all.cumsum(0) - r_all;
+        const at::Tensor within = at::arange(C, index);
+        size_t next = 0;
+        for (int64_t h = 0; h < G; ++h) {
+            if (misses[h].empty()) continue;
+            const int64_t n = static_cast<int64_t>(misses[h].size());
+            std::vector<int64_t> mine, chunk_ids;
+            for (int64_t m : misses[h]) {
+                const int64_t slot = order[next++];
+                if (cache.key_of[slot] >= 0) cache.slot_of.erase(cache.key_of[slot]);
+                const int64_t key = h * n_ch + ch[h * kc + m];
+                cache.key_of[slot] = key;
+                cache.slot_of[key] = slot;
+                cache.last_use[slot] = step;
+                slots[h * kc + m] = slot;
+                mine.push_back(slot);
+                chunk_ids.push_back(ch[h * kc + m]);
+            }
+            // The chunks' coded ordinals (the last chunk's padding clamped: masked by the caller), padded to
+            // the widest rank among them.
+            const at::Tensor tokens = (at::tensor(chunk_ids, index).unsqueeze(1) * C + within)
+                                          .clamp_max(n_coded_ - 1)
+                                          .reshape({-1});
+            const int64_t width = r_all.index_select(0, tokens).max().item<int64_t>();
+            const at::Tensor coefs = coefficients_at(tokens, r_all, start_all, width);  // [n * C, width]
+            auto [k, v] = rebuild_rows(at::full({1}, h, index), tokens.view({1, n * C}),
+                                       nearest_at(tokens).view({1, n * C, c_}), coefs.view({1, n * C, width}),
+                                       /*with_values=*/true);
+            cache.slab.index_copy_(0, at::tensor(mine, index),
+                                   at::stack({k.view({n, C, hd}), v.view({n, C, hd})}, 1));
+        }
+    }
+    const at::Tensor rows =
+        cache.slab.index_select(0, at::tensor(slots, chunks.options()));  // [G*kc, 2, C, hd]
+    return {rows.select(1, 0).reshape({G, T, hd}), rows.select(1, 1).reshape({G, T, hd})};
+}
+
+at::Tensor CompressedLayer::select_chunks_grouped(const at::Tensor& qf, double scale) const {
+    const int64_t G = p_.n_kv_head, n = n_chunks(), kc = chunks_per_head();
+    const auto index = p_.exact_keys.options().dtype(at::kLong);
+    if (kc >= n) return at::arange(n, index).unsqueeze(0).expand({G, n}).contiguous();
+    // Each query's softmax over the landmarks, summed over the KV head's queries: [G, n].
+    const at::Tensor s = at::bmm(qf, p_.landmarks.to(at::kFloat).transpose(1, 2)).mul_(scale);
+    const at::Tensor mass = s.softmax(2).sum(1);
+    const at::Tensor top = std::get<1>(at::topk(mass, kc, 1, /*largest=*/true, /*sorted=*/false));
+    return std::get<0>(at::sort(top, /*stable=*/false, /*dim=*/1, /*descending=*/false));
+}
+
+at::Tensor CompressedLayer::select_chunks(const at::Tensor& q, double scale) const {
+    const int64_t G = p_.n_kv_head, hd = p_.head_dim;
+    if (q.dim() != 3 || q.size(2) != hd || q.size(0) % G != 0)
+        throw Error(fmt::format("compressed layer {}: queries must be [k * {}, n, {}], got {}", p_.layer, G,
+                                hd, shape_str(q)));
+    return select_chunks_grouped(q.to(at::kFloat).reshape({G, -1, hd}), scale);
+}
+
+at::Tensor CompressedLayer::attend_selective(const at::Tensor& qf, const at::Tensor& tail_keys,
+                                             const at::Tensor& tail_values, double scale, int64_t n_q) const {
+    const int64_t G = p_.n_kv_head, gq = qf.size(1), C = p_.landmark_chunk, hd = p_.head_dim;
+    const at::Tensor chunks = select_chunks_grouped(qf, scale);  // [G, kc] ascending
+    const int64_t kc = chunks.size(1), T = kc * C;
+    // The selected coded ordinals; the last chunk's padding (clamped to the last token) is masked.
+    const at::Tensor ordinal = (chunks.unsqueeze(2) * C + at::arange(C, chunks.options())).view({G, T});
+    const at::Tensor valid = ordinal.lt(n_coded_);              // [G, T]
+    const at::Tensor tokens = ordinal.clamp_max(n_coded_ - 1);  // [G, T]
+    // CUDA: every selected key rebuilt, values factorised (fixed shapes, no host read). CPU: keys and values
+    // of the selected chunks from the cache of rebuilt chunks.
+    const bool cached = !qf.is_cuda() && chunk_cache_enabled();
+    at::Tensor keys, values, near, coefs;
+    if (cached) {
+        std::tie(keys, values) = cached_rows(chunks);
+    } else {
+        const at::Tensor flat = tokens.reshape({-1});
+        const at::Tensor r_all = ranks(0, n_coded_);
+        near = nearest_at(flat).view({G, T, c_});
+        coefs = coefficients_at(flat, r_all, r_all.cumsum(0) - r_all, max_width_).view({G, T, max_width_});
+        keys = rebuild_rows(at::arange(G, flat.options()), tokens, near, coefs, /*with_values=*/false).first;
+    }
+    const at::Tensor exact_k = p_.exact_keys.to(at::kFloat), exact_v = p_.exact_values.to(at::kFloat);
+    const int64_t n_exact = this->n_exact(), n_tail = tail_keys.size(1), n_all = n_exact + T + n_tail;
+    at::Tensor scores = at::empty({G, gq, n_all}, qf.options());  // [G, gq, exact | selected | tail]
+    {
+        auto [cos, sin] = rope_tables(exact_positions());
+        at::Tensor s = scores.narrow(2, 0, n_exact);
+        at::bmm_out(s, qf, apply_rope(exact_k, cos, sin).transpose(1, 2));
+    }
+    {
+        at::Tensor s = scores.narrow(2, n_exact, T);
+        at::bmm_out(s, qf, keys.transpose(1, 2));
+        s.masked_fill_(valid.logical_not().unsqueeze(1), -std::numeric_limits<float>::infinity());
+    }
+    {
+        at::Tensor s = scores.narrow(2, n_exact + T, n_tail);
+        at::bmm_out(s, qf, tail_keys.to(at::kFloat).transpose(1, 2));
+        mask_future_tail(s, n_q, gq / n_q);
+    }
+    scores.mul_(scale);
+    const at::Tensor p = scores.softmax(2);
+    at::Tensor out = at::bmm(p.narrow(2, 0, n_exact), exact_v);  // [G, gq, hd]
+    out.baddbmm_(p.narrow(2, n_exact + T, n_tail), tail_values.to(at::kFloat));
+    const at::Tensor pc = p.narrow(2, n_exact, T);  // [G, gq, T]
+    if (cached) return out.baddbmm_(pc, values);
+    // sum_t p_t vbar_t: each selected token's weight, over c, onto its anchors in its head.
+    const at::Tensor onto = near.view({G, 1, T * c_}).expand({G, gq, T * c_});
+    at::Tensor w = at::zeros({G, gq, n_anchors_}, p.options());
+    w.scatter_add_(2, onto, pc.repeat_interleave(c_, 2).mul(1.0 / static_cast<double>(c_)));
+    out.baddbmm_(w, exact_v.narrow(1, 0, n_anchors_));
+    if (max_width_ > 0) {
+        // V_v^T sum_t p_t c_t over each head's selected tokens.
+        const at::Tensor sum = at::bmm(pc, coefs);  // [G, gq, W]
+        const at::Tensor Vv = p_.basis.narrow(0, 0, max_width_)
+                                  .narrow(1, G * hd, G * hd)
+                                  .to(at::kFloat)
+                                  .view({max_width_, G, hd})
+                                  .permute({1, 0, 2});
+        out.baddbmm_(sum, Vv);
+    }
+    return out;
+}
+
+std::string store_attention_summary(const std::vector<std::shared_ptr<const LayerPrefix>>& stores) {
+    for (const auto& st : stores) {
+        const auto* c = dynamic_cast<const CompressedLayer*>(st.get());
+        if (!c) continue;
+        if (!c->selective()) return "exact (every coded key rebuilt each step)";
+        return fmt::format(
+            "selective ({} coded tokens a step per KV head, in chunks of {} chosen by landmark)",
+            c->chunks_per_head() * c->parts().landmark_chunk, c->parts().landmark_chunk);
+    }
+    return "";
+}
+
+}  // namespace varrate
