@@ -18,20 +18,21 @@ namespace varrate {
 struct CodecBudget {
     int64_t n_tokens = 0, dim = 0;
     int64_t n_anchors = 0, n_exact = 0, n_coded = 0;
-    int64_t rank_cap = 0;               // R clamped to D
-    int64_t element_size = 0;           // bytes per cache scalar
-    int64_t anchors = 0;                // c anchors per coded token
-    int64_t index_bits = 0;             // bits per anchor ordinal: anchor_index_bits(n_anchors)
-    int64_t set_bits = 0;               // bits per coded token's anchor set as one number; 0: c ordinals
-    int64_t rank_bits = 0;              // bits per coded token's rank; 0: uniform ranks, not stored
-    int64_t index_scalars = 0;          // index bytes charged to B, in scalars (0 with paper accounting)
-    int64_t basis_rows = 0;             // basis rows charged: R for a self-calibrated basis, else 0
-    int64_t basis_scalars = 0;          // basis_rows * D
-    int64_t coef_bits = 16;             // 16: coefficients at cache precision; else quantized (bits each)
+    int64_t rank_cap = 0;       // R clamped to D
+    int64_t element_size = 0;   // bytes per cache scalar
+    int64_t anchors = 0;        // c anchors per coded token
+    int64_t index_bits = 0;     // bits per anchor ordinal: anchor_index_bits(n_anchors)
+    int64_t set_bits = 0;       // bits per coded token's anchor set as one number; 0: c ordinals
+    int64_t rank_bits = 0;      // bits per coded token's rank; 0: uniform ranks, not stored
+    int64_t index_scalars = 0;  // index bytes charged to B, in scalars (0 with paper accounting)
+    int64_t basis_rows = 0;     // basis rows charged: R for a self-calibrated basis, else 0
+    int64_t basis_scalars = 0;  // basis_rows * D
+    int64_t coef_bits = 16;     // 16: coefficients at cache precision; else quantized (bits each)
     // Selective attention (select_tokens > 0): one post-RoPE landmark key per KV head and chunk of
-    // landmark_chunk coded tokens, at cache precision, charged whatever the accounting (a decoder reads them).
-    int64_t landmark_chunk = 0;    // 0: no landmarks
-    int64_t landmark_scalars = 0;  // ceil(n_coded / landmark_chunk) * D / 2
+    // landmark_chunk coded tokens, at cache precision, charged whatever the accounting (a decoder reads
+    // them).
+    int64_t landmark_chunk = 0;         // 0: no landmarks
+    int64_t landmark_scalars = 0;       // ceil(n_coded / landmark_chunk) * D / 2
     int64_t budget_B = 0;               // sum of the coded ranks
     double min_feasible_budget = 0;     // smallest kappa that is feasible for this L
     double min_feasible_uncharged = 0;  // the same without the basis charge (with a calibrated basis file)
