@@ -23,8 +23,8 @@
 // its queries, and attends over the exact rows, those chunks' coded tokens and the tail only; the values stay
 // factorised over the selected tokens on CUDA, where every selected chunk's keys are rebuilt each step (fixed
 // shapes, no host read). On the CPU the rebuilt keys and values of (KV head, chunk) pairs are kept across
-// steps in a bounded cache (twice one step's selection), so a step rebuilds only the chunks it newly selects
-// and attends densely over what it selected.
+// steps in a bounded cache (twice one step's selection, at the cache dtype as a dense cache holds them), so a
+// step rebuilds only the chunks it newly selects and attends densely over what it selected.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -174,6 +174,12 @@ class CompressedLayer : public LayerPrefix {
     std::pair<at::Tensor, at::Tensor> rebuild_rows(const at::Tensor& heads, const at::Tensor& tokens,
                                                    const at::Tensor& near, const at::Tensor& coefs,
                                                    bool with_values) const;
+    // Rows of one width class to rebuild into the chunk cache: per KV head, coded ordinals and cache rows.
+    struct RebuildClass {
+        std::vector<std::vector<int64_t>> tokens, dest;
+    };
+    void rebuild_class(int64_t width, const RebuildClass& rc, const at::Tensor& r_all,
+                       const at::Tensor& start_all) const;
     // The selected chunks' keys and values [n_kv_head, kc * chunk, head_dim] fp32 through the chunk cache.
     std::pair<at::Tensor, at::Tensor> cached_rows(const at::Tensor& chunks) const;
     at::Tensor select_chunks_grouped(const at::Tensor& qf, double scale) const;  // qf [G, g * n_q, hd] fp32

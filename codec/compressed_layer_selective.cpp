@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <string>
 #include <tuple>
@@ -57,7 +58,8 @@ void CompressedLayer::set_chunk_cache_enabled(bool on) {
 struct CompressedLayer::ChunkCache {
     std::mutex mutex;
     int64_t capacity = 0;
-    at::Tensor slab;                               // [capacity, chunk, head_dim] fp32
+    // [capacity, chunk, 2, head_dim] at the cache dtype (as a dense cache holds them): keys, values.
+    at::Tensor slab;
     std::unordered_map<int64_t, int64_t> slot_of;  // head * n_chunks + chunk -> slot
     std::vector<int64_t> key_of, last_use;  // per slot: its pair (-1: free), the step that last read it
     int64_t step = 0, lookups = 0, hits = 0;
@@ -101,7 +103,7 @@ std::shared_ptr<const CompressedLayer> CompressedLayer::with_selection(int64_t s
 CompressedLayer::ChunkCacheStats CompressedLayer::chunk_cache_stats() const {
     std::lock_guard<std::mutex> lock(cache_->mutex);
     return {cache_->lookups, cache_->hits,
-            cache_->slab.defined() ? cache_->slab.numel() * static_cast<int64_t>(sizeof(float)) : 0};
+            cache_->slab.defined() ? cache_->slab.numel() * cache_->slab.element_size() : 0};
 }
 
 int64_t CompressedLayer::step_bytes() const {
@@ -178,6 +180,39 @@ std::pair<at::Tensor, at::Tensor> CompressedLayer::rebuild_rows(const at::Tensor
     return {keys, with_values ? part(p_.exact_values, G * hd) : at::Tensor()};
 }
 
+void CompressedLayer::rebuild_class(int64_t width, const RebuildClass& rc, const at::Tensor& r_all,
+                                    const at::Tensor& start_all) const {
+    // The KV heads with rows to rebuild, each padded to the longest list with its own first token (rebuilt,
+    // then dropped), so that one batched product serves every head.
+    std::vector<int64_t> heads, tokens, dest, real;
+    size_t longest = 0;
+    for (size_t h = 0; h < rc.tokens.size(); ++h) longest = std::max(longest, rc.tokens[h].size());
+    for (size_t h = 0; h < rc.tokens.size(); ++h) {
+        if (rc.tokens[h].empty()) continue;
+        const int64_t base = static_cast<int64_t>(heads.size() * longest);
+        heads.push_back(static_cast<int64_t>(h));
+        for (size_t i = 0; i < longest; ++i) {
+            const bool is_real = i < rc.tokens[h].size();
+            tokens.push_back(rc.tokens[h][is_real ? i : 0]);
+            if (!is_real) continue;
+            real.push_back(base + static_cast<int64_t>(i));
+            dest.push_back(rc.dest[h][i]);
+        }
+    }
+    const auto index = r_all.options();
+    const int64_t n_heads = static_cast<int64_t>(heads.size()), m = static_cast<int64_t>(longest);
+    const int64_t hd = p_.head_dim;
+    const at::Tensor t = at::tensor(tokens, index);  // [n_heads * m]
+    const at::Tensor coefs = coefficients_at(t, r_all, start_all, width);
+    auto [k, v] =
+        rebuild_rows(at::tensor(heads, index), t.view({n_heads, m}), nearest_at(t).view({n_heads, m, c_}),
+                     coefs.view({n_heads, m, width}), /*with_values=*/true);
+    const at::Tensor rows = at::stack({k.reshape({-1, hd}), v.reshape({-1, hd})}, 1);  // [n_heads * m, 2, hd]
+    cache_->slab.view({-1, 2, hd})
+        .index_copy_(0, at::tensor(dest, index),
+                     rows.index_select(0, at::tensor(real, index)).to(cache_->slab.scalar_type()));
+}
+
 std::pair<at::Tensor, at::Tensor> CompressedLayer::cached_rows(const at::Tensor& chunks) const {
     const int64_t G = p_.n_kv_head, kc = chunks.size(1), C = p_.landmark_chunk, hd = p_.head_dim;
     const int64_t T = kc * C, n_ch = n_chunks();
@@ -185,7 +220,7 @@ std::pair<at::Tensor, at::Tensor> CompressedLayer::cached_rows(const at::Tensor&
     std::lock_guard<std::mutex> lock(cache.mutex);
     if (cache.capacity < 2 * G * kc) {  // twice one step's selection: room for the next step's new chunks
         cache.capacity = 2 * G * kc;
-        cache.slab = at::empty({cache.capacity, 2, C, hd}, p_.exact_keys.options().dtype(at::kFloat));
+        cache.slab = at::empty({cache.capacity, C, 2, hd}, p_.exact_keys.options());
         cache.slot_of.clear();
         cache.key_of.assign(cache.capacity, -1);
         cache.last_use.assign(cache.capacity, -1);
@@ -217,43 +252,41 @@ std::pair<at::Tensor, at::Tensor> CompressedLayer::cached_rows(const at::Tensor&
             if (cache.last_use[s] < step) order.push_back(s);
         std::stable_sort(order.begin(), order.end(),
                          [&](int64_t a, int64_t b) { return cache.last_use[a] < cache.last_use[b]; });
-        const auto index = chunks.options();
-        const at::Tensor r_all = ranks(0, n_coded_);  // the coefficients' offsets need every rank
-        const at::Tensor start_all = r_all.cumsum(0) - r_all;
-        const at::Tensor within = at::arange(C, index);
+        const at::Tensor r_all =
+            ranks(0, n_coded_).contiguous();  // the coefficients' offsets need every rank
+        const int64_t* rank = r_all.data_ptr<int64_t>();
+        // Per width class (the rank rounded up to a power of two, at least 32) and KV head: the coded
+        // ordinals to rebuild (the last chunk's padding clamped to the last token: masked by the caller) and
+        // the slab rows they go to. A class is rebuilt padded to its own width, so a few wide tokens do not
+        // pad every row, and a token's arithmetic does not depend on which others are rebuilt with it.
+        std::map<int64_t, RebuildClass> classes;
         size_t next = 0;
-        for (int64_t h = 0; h < G; ++h) {
-            if (misses[h].empty()) continue;
-            const int64_t n = static_cast<int64_t>(misses[h].size());
-            std::vector<int64_t> mine, chunk_ids;
+        for (int64_t h = 0; h < G; ++h)
             for (int64_t m : misses[h]) {
-                const int64_t slot = order[next++];
+                const int64_t slot = order[next++], chunk = ch[h * kc + m];
                 if (cache.key_of[slot] >= 0) cache.slot_of.erase(cache.key_of[slot]);
-                const int64_t key = h * n_ch + ch[h * kc + m];
-                cache.key_of[slot] = key;
-                cache.slot_of[key] = slot;
+                cache.key_of[slot] = h * n_ch + chunk;
+                cache.slot_of[h * n_ch + chunk] = slot;
                 cache.last_use[slot] = step;
                 slots[h * kc + m] = slot;
-                mine.push_back(slot);
-                chunk_ids.push_back(ch[h * kc + m]);
+                for (int64_t i = 0; i < C; ++i) {
+                    const int64_t t = std::min(chunk * C + i, n_coded_ - 1);
+                    int64_t w = 32;
+                    while (w < rank[t]) w *= 2;
+                    RebuildClass& rc = classes[std::min(w, max_width_)];
+                    rc.tokens.resize(G);
+                    rc.dest.resize(G);
+                    rc.tokens[h].push_back(t);
+                    rc.dest[h].push_back(slot * C + i);
+                }
             }
-            // The chunks' coded ordinals (the last chunk's padding clamped: masked by the caller), padded to
-            // the widest rank among them.
-            const at::Tensor tokens = (at::tensor(chunk_ids, index).unsqueeze(1) * C + within)
-                                          .clamp_max(n_coded_ - 1)
-                                          .reshape({-1});
-            const int64_t width = r_all.index_select(0, tokens).max().item<int64_t>();
-            const at::Tensor coefs = coefficients_at(tokens, r_all, start_all, width);  // [n * C, width]
-            auto [k, v] = rebuild_rows(at::full({1}, h, index), tokens.view({1, n * C}),
-                                       nearest_at(tokens).view({1, n * C, c_}), coefs.view({1, n * C, width}),
-                                       /*with_values=*/true);
-            cache.slab.index_copy_(0, at::tensor(mine, index),
-                                   at::stack({k.view({n, C, hd}), v.view({n, C, hd})}, 1));
-        }
+        const at::Tensor start_all = r_all.cumsum(0) - r_all;
+        for (const auto& [width, rc] : classes) rebuild_class(width, rc, r_all, start_all);
     }
     const at::Tensor rows =
-        cache.slab.index_select(0, at::tensor(slots, chunks.options()));  // [G*kc, 2, C, hd]
-    return {rows.select(1, 0).reshape({G, T, hd}), rows.select(1, 1).reshape({G, T, hd})};
+        cache.slab.index_select(0, at::tensor(slots, chunks.options()));  // [G*kc, C, 2, hd]
+    return {rows.select(2, 0).reshape({G, T, hd}).to(at::kFloat),
+            rows.select(2, 1).reshape({G, T, hd}).to(at::kFloat)};
 }
 
 at::Tensor CompressedLayer::select_chunks_grouped(const at::Tensor& qf, double scale) const {

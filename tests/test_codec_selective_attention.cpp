@@ -232,7 +232,7 @@ class TestCodecSelectiveAttention : public QObject {
         QCOMPARE(stats.lookups, int64_t(8 * 2 * 6));  // 6 steps, then 2 with the cache
         QVERIFY(stats.hits > stats.lookups / 2);
         QVERIFY(stats.hits < stats.lookups);
-        QCOMPARE(stats.capacity_bytes, int64_t(2 * 2 * 6 * 2 * 16 * kHeadDim * 4));  // keys and values
+        QCOMPARE(stats.capacity_bytes, int64_t(2 * 2 * 6 * 2 * 16 * kHeadDim * 4));  // keys and values, fp32
     }
 
     // The gather read of a packed stream equals its range read, for every width a store uses.
