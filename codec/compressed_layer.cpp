@@ -136,7 +136,7 @@ CompressedLayer::CompressedLayer(Parts parts) : p_(std::move(parts)), cache_(new
         throw Error(
             fmt::format("{}: selective attention over {} tokens needs landmarks", where, p_.select_tokens));
     if (p_.landmark_chunk > 0) {
-        check(p_.landmarks, {G, ceil_div(n_coded, p_.landmark_chunk), hd}, "landmarks");
+        check(p_.landmarks, {G, ceil_div(n_coded, p_.landmark_chunk), 2, hd}, "landmarks");
     } else if (p_.landmarks.defined() && p_.landmarks.numel() > 0) {
         throw Error(fmt::format("{}: landmarks without a landmark chunk", where));
     }

@@ -17,10 +17,12 @@
 // block by block of coded tokens into a bounded scratch (RoPE does not commute with the basis): mean of
 // the anchors' keys plus V_k^T c_t, rotated at the token's position, scored, discarded.
 // Compute is fp32 whatever the cache dtype; the same arithmetic serves reconstruct().
-// Selective attention (select_tokens > 0, after ShadowKV): the store also holds one landmark per KV head and
-// chunk of landmark_chunk coded tokens (the chunk's mean post-RoPE key, charged to the budget). A step scores
-// the landmarks, takes per KV head the select_tokens / landmark_chunk chunks with the most softmax mass over
-// its queries, and attends over the exact rows, those chunks' coded tokens and the tail only; the values stay
+// Selective attention (select_tokens > 0, after ShadowKV and Quest): the store also holds one landmark per KV
+// head and chunk of landmark_chunk coded tokens, charged to the budget: the channel-wise minimum and maximum
+// of the chunk's post-RoPE keys (Quest's bounds: q . k <= sum_d max(q_d min_d, q_d max_d) for every key of
+// the chunk; ShadowKV's mean key lost the needles, see docs/DEVIATIONS.md). A step scores the landmarks'
+// bounds, takes per KV head the select_tokens / landmark_chunk chunks with the most softmax mass over its
+// queries, and attends over the exact rows, those chunks' coded tokens and the tail only; the values stay
 // factorised over the selected tokens on CUDA, where every selected chunk's keys are rebuilt each step (fixed
 // shapes, no host read). On the CPU the rebuilt keys and values of (KV head, chunk) pairs are kept across
 // steps in a bounded cache (twice one step's selection, at the cache dtype as a dense cache holds them), so a
@@ -68,13 +70,15 @@ class CompressedLayer : public LayerPrefix {
         // (rounded up to whole chunks; 0: every one, the exact path) and the landmarks.
         int64_t landmark_chunk = 0;
         int64_t select_tokens = 0;
-        at::Tensor landmarks;  // [n_kv_head, ceil(n_coded / landmark_chunk), head_dim] post-RoPE, cache dtype
+        at::Tensor
+            landmarks;  // [n_kv_head, ceil(n_coded / landmark_chunk), 2, head_dim]: min, max; cache dtype
     };
     // Checks shapes and the layout; throws Error naming what does not match.
     explicit CompressedLayer(Parts parts);
     ~CompressedLayer() override;
-    // Landmarks of a layer's coded tokens: the mean of each chunk of `chunk` consecutive coded tokens' keys,
-    // keys [n_kv_head, L, head_dim] post-RoPE -> [n_kv_head, ceil(n_coded / chunk), head_dim] in keys' dtype.
+    // Landmarks of a layer's coded tokens: the channel-wise minimum and maximum of each chunk of `chunk`
+    // consecutive coded tokens' keys, keys [n_kv_head, L, head_dim] post-RoPE -> [n_kv_head,
+    // ceil(n_coded / chunk), 2, head_dim] in keys' dtype.
     static at::Tensor make_landmarks(const at::Tensor& keys, int64_t stride, int64_t window, int64_t chunk);
     // The positions of the exact rows in store order for a context of L tokens: [n_exact] int64 CPU.
     static at::Tensor exact_order(int64_t n_tokens, int64_t stride, int64_t window);

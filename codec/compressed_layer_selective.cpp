@@ -77,16 +77,12 @@ at::Tensor CompressedLayer::make_landmarks(const at::Tensor& keys, int64_t strid
     const int64_t head = std::max<int64_t>(L - window, 0);
     const int64_t n_coded = head - ceil_div(head, stride);
     if (chunk < 1) throw Error(fmt::format("landmarks: chunk {} (expected >= 1)", chunk));
-    if (n_coded == 0) return at::empty({G, 0, hd}, keys.options());
-    const at::Tensor j = at::arange(n_coded, keys.options().dtype(at::kLong));
-    const at::Tensor k = keys.index_select(1, coded_position_of(j, stride)).to(at::kFloat);  // [G, n, hd]
+    if (n_coded == 0) return at::empty({G, 0, 2, hd}, keys.options());
     const int64_t n_chunks = ceil_div(n_coded, chunk);
-    const at::Tensor which = j.div(chunk, "floor");
-    at::Tensor sum = at::zeros({G, n_chunks, hd}, k.options());
-    sum.index_add_(1, which, k);
-    const at::Tensor count =
-        at::zeros({n_chunks}, k.options()).index_add_(0, which, at::ones_like(j, k.options()));
-    return sum.div_(count.view({1, n_chunks, 1})).to(keys.scalar_type());
+    // The last chunk padded with its last token (a repeat moves neither bound).
+    const at::Tensor j = at::arange(n_chunks * chunk, keys.options().dtype(at::kLong)).clamp_max(n_coded - 1);
+    const at::Tensor k = keys.index_select(1, coded_position_of(j, stride)).view({G, n_chunks, chunk, hd});
+    return at::stack({std::get<0>(k.min(2)), std::get<0>(k.max(2))}, 2);  // [G, n_chunks, 2, hd]
 }
 
 int64_t CompressedLayer::chunks_per_head() const {
@@ -293,8 +289,12 @@ at::Tensor CompressedLayer::select_chunks_grouped(const at::Tensor& qf, double s
     const int64_t G = p_.n_kv_head, n = n_chunks(), kc = chunks_per_head();
     const auto index = p_.exact_keys.options().dtype(at::kLong);
     if (kc >= n) return at::arange(n, index).unsqueeze(0).expand({G, n}).contiguous();
-    // Each query's softmax over the landmarks, summed over the KV head's queries: [G, n].
-    const at::Tensor s = at::bmm(qf, p_.landmarks.to(at::kFloat).transpose(1, 2)).mul_(scale);
+    // Each query's bound on its scores in each chunk, sum_d max(q_d min_d, q_d max_d) (Quest), softmax over
+    // the chunks, summed over the KV head's queries: [G, n].
+    const at::Tensor lm = p_.landmarks.to(at::kFloat);  // [G, n, 2, hd]
+    const at::Tensor s = at::bmm(qf.clamp_min(0), lm.select(2, 1).transpose(1, 2))
+                             .add_(at::bmm(qf.clamp_max(0), lm.select(2, 0).transpose(1, 2)))
+                             .mul_(scale);
     const at::Tensor mass = s.softmax(2).sum(1);
     const at::Tensor top = std::get<1>(at::topk(mass, kc, 1, /*largest=*/true, /*sorted=*/false));
     return std::get<0>(at::sort(top, /*stable=*/false, /*dim=*/1, /*descending=*/false));

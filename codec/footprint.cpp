@@ -153,7 +153,7 @@ CodecBudget plan_codec_budget(const CodecSettings& s, int64_t n_tokens, int64_t 
             throw Error(fmt::format("{}: selective attention needs a landmark chunk >= 1 (got {})", who,
                                     s.landmark_chunk));
         b.landmark_chunk = s.landmark_chunk;
-        b.landmark_scalars = (b.n_coded + s.landmark_chunk - 1) / s.landmark_chunk * (dim / 2);
+        b.landmark_scalars = (b.n_coded + s.landmark_chunk - 1) / s.landmark_chunk * dim;  // min and max keys
     }
     const int64_t floor_scalars_needed = coefficient_scalars(b, s.r_min * b.n_coded);
     const int64_t needed_uncharged =
@@ -164,7 +164,7 @@ CodecBudget plan_codec_budget(const CodecSettings& s, int64_t n_tokens, int64_t 
     const std::string landmark_note =
         b.landmark_scalars > 0
             ? fmt::format(
-                  " (selective attention's landmarks, one per KV head and {} coded tokens, take {} "
+                  " (selective attention's landmarks, two keys per KV head and {} coded tokens, take {} "
                   "scalars of it)",
                   b.landmark_chunk, b.landmark_scalars)
             : std::string();

@@ -139,13 +139,16 @@ std::vector<CodecSettingSpec> make_specs() {
         added_later(integer(
             "select_tokens", "--select-tokens", "Selective attention tokens",
             "VarRate/flat stores: the coded tokens whose keys a decoding step rebuilds, in whole chunks "
-            "chosen per KV head by their landmarks (stored post-RoPE chunk means, charged to the budget); 0 "
+            "chosen per KV head by their landmarks (each chunk's key bounds, stored and charged to the "
+            "budget); 0 "
             "rebuilds every coded key every step (exact attention, the reference). Other methods ignore it",
             T::Allocation, &S::select_tokens, 0, kMaxLength)),
-        added_later(integer("landmark_chunk", "--landmark-chunk", "Landmark chunk",
-                            "coded tokens per landmark with --select-tokens > 0 (one post-RoPE key per KV "
-                            "head and chunk: 1 / (2 x chunk) of the full cache's bytes per coded token)",
-                            T::Allocation, &S::landmark_chunk, 1, 4096)),
+        added_later(
+            integer("landmark_chunk", "--landmark-chunk", "Landmark chunk",
+                    "coded tokens per landmark with --select-tokens > 0 (the channel-wise minimum and "
+                    "maximum post-RoPE key per KV head and chunk: 1 / chunk of the full cache's bytes per "
+                    "coded token)",
+                    T::Allocation, &S::landmark_chunk, 1, 4096)),
         flag("paper_accounting", "--paper-accounting", "Paper accounting (indices free)",
              "charge neither anchor indices nor a self-calibrated basis to the budget (the paper's "
              "accounting; "

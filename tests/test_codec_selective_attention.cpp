@@ -140,8 +140,18 @@ class TestCodecSelectiveAttention : public QObject {
             QCOMPARE(chunks.sizes().vec(), (std::vector<int64_t>{n_kv_head, 5}));
             // The landmarks' softmax mass, recomputed here, ranks the chosen chunks first.
             const at::Tensor qg = st.q.reshape({n_kv_head, g * n_q, kHeadDim});
-            const at::Tensor lm = store.parts().landmarks.to(at::kFloat);
-            const at::Tensor mass = at::bmm(qg, lm.transpose(1, 2)).mul(scale()).softmax(2).sum(1);
+            // Quest's bound on the chunk's scores, from the keys' channel-wise minimum and maximum.
+            const int64_t n_ch = store.n_chunks();
+            at::Tensor bound = at::empty({n_kv_head, g * n_q, n_ch});
+            for (int64_t c = 0; c < n_ch; ++c) {
+                const at::Tensor chunk =
+                    s.capture.keys.to(at::kFloat)
+                        .index_select(1, store.coded_positions(
+                                             c * 16, std::min<int64_t>(16, store.n_coded() - c * 16)));
+                const at::Tensor lo = std::get<0>(chunk.min(1)), hi = std::get<0>(chunk.max(1));  // [G, hd]
+                bound.select(2, c).copy_(at::maximum(qg * lo.unsqueeze(1), qg * hi.unsqueeze(1)).sum(2));
+            }
+            const at::Tensor mass = bound.mul(scale()).softmax(2).sum(1);
             const at::Tensor got = store.attend(st.q, st.tail_keys, st.tail_values, scale());
             for (int64_t h = 0; h < n_kv_head; ++h) {
                 const at::Tensor chosen = chunks[h];
@@ -177,7 +187,8 @@ class TestCodecSelectiveAttention : public QObject {
             const Stored exact = make_store(8, 2, false, bits, 0, 0.3, 2000, at::kBFloat16);
             const Stored sel = make_store(8, 2, false, bits, 256, 0.3, 2000, at::kBFloat16);
             const LayerDiagnostics& d = sel.allocation.diagnostics;
-            const int64_t landmark_bytes = sel.store->n_chunks() * 2 * kHeadDim * 2;
+            const int64_t landmark_bytes =
+                sel.store->n_chunks() * 2 * 2 * kHeadDim * 2;  // G x (min, max) x bf16
             QCOMPARE(sel.store->parts().landmarks.numel() * 2, landmark_bytes);
             QCOMPARE(sel.store->resident_bytes(), d.stored_bytes);
             QVERIFY(d.stored_bytes <= static_cast<int64_t>(0.3 * static_cast<double>(d.full_bytes)));
@@ -192,7 +203,7 @@ class TestCodecSelectiveAttention : public QObject {
             const CodecBudget without = plan_codec_budget(s, 2000, 4 * kHeadDim, 2);
             s.select_tokens = 256;
             const CodecBudget with = plan_codec_budget(s, 2000, 4 * kHeadDim, 2);
-            QCOMPARE(with.landmark_scalars, (without.n_coded + 15) / 16 * 2 * kHeadDim);
+            QCOMPARE(with.landmark_scalars, (without.n_coded + 15) / 16 * 4 * kHeadDim);
             QVERIFY(with.budget_B < without.budget_B);
             if (bits == 16) QCOMPARE(without.budget_B - with.budget_B, with.landmark_scalars);
         }
