@@ -221,10 +221,14 @@ at::Tensor CompressedLayer::exact_positions() const {
     return at::cat({anchors, k + k.div(p_.stride - 1, "floor") + 1});
 }
 
-at::Tensor CompressedLayer::coded_positions(int64_t begin, int64_t count) const {
+at::Tensor CompressedLayer::coded_position_of(const at::Tensor& ordinals, int64_t stride) {
     // The j-th coded token sits after j / (stride - 1) + 1 anchors: p = j + j / (stride - 1) + 1.
-    const at::Tensor j = at::arange(begin, begin + count, p_.exact_keys.options().dtype(at::kLong));
-    return j + j.div(p_.stride - 1, "floor") + 1;
+    return ordinals + ordinals.div(stride - 1, "floor") + 1;
+}
+
+at::Tensor CompressedLayer::coded_positions(int64_t begin, int64_t count) const {
+    return coded_position_of(at::arange(begin, begin + count, p_.exact_keys.options().dtype(at::kLong)),
+                             p_.stride);
 }
 
 int64_t CompressedLayer::resident_bytes() const {
@@ -315,6 +319,26 @@ at::Tensor CompressedLayer::joint_rows(const Block& b, const at::Tensor& near_al
     return z;
 }
 
+void CompressedLayer::score_exact_and_tail(const at::Tensor& qf, const at::Tensor& tail_keys, int64_t n_q,
+                                           at::Tensor& scores) const {
+    const int64_t n_exact = this->n_exact(), n_tail = tail_keys.size(1);
+    {
+        auto [cos, sin] = rope_tables(exact_positions());
+        const at::Tensor k = apply_rope(p_.exact_keys.to(at::kFloat), cos, sin);  // [G, n_exact, hd]
+        at::Tensor s = scores.narrow(2, 0, n_exact);
+        at::bmm_out(s, qf, k.transpose(1, 2));
+    }
+    at::Tensor s = scores.narrow(2, scores.size(2) - n_tail, n_tail);
+    at::bmm_out(s, qf, tail_keys.to(at::kFloat).transpose(1, 2));
+    mask_future_tail(s, n_q, qf.size(1) / n_q);
+}
+
+at::Tensor CompressedLayer::exact_and_tail_output(const at::Tensor& p, const at::Tensor& tail_values) const {
+    const int64_t n_tail = tail_values.size(1);
+    at::Tensor out = at::bmm(p.narrow(2, 0, n_exact()), p_.exact_values.to(at::kFloat));  // [G, gq, hd]
+    return out.baddbmm_(p.narrow(2, p.size(2) - n_tail, n_tail), tail_values.to(at::kFloat));
+}
+
 at::Tensor CompressedLayer::attend(const at::Tensor& q, const at::Tensor& tail_keys,
                                    const at::Tensor& tail_values, double scale) const {
     const int64_t H = q.size(0), n_q = q.size(1), hd = p_.head_dim, G = p_.n_kv_head, g = H / G;
@@ -331,18 +355,11 @@ at::Tensor CompressedLayer::attend(const at::Tensor& q, const at::Tensor& tail_k
         return attend_selective(qf, tail_keys, tail_values, scale, n_q)
             .view({H, n_q, hd})
             .to(q.scalar_type());
-    const at::Tensor exact_k = p_.exact_keys.to(at::kFloat);  // [G, n_exact, hd] pre-RoPE
-    const at::Tensor exact_v = p_.exact_values.to(at::kFloat);
     const at::Tensor anchors_joint = anchor_vectors();
     const at::Tensor near_all = nearest(0, n_coded_);  // [n_coded, c], decoded once for keys and values
     const int64_t n_exact = this->n_exact(), n_coded = this->n_coded(), n_all = n_exact + n_coded + n_tail;
     at::Tensor scores = at::empty({G, gq, n_all}, qf.options());  // [G, g*n_q, exact | coded | tail]
-    {
-        auto [cos, sin] = rope_tables(exact_positions());
-        const at::Tensor k = apply_rope(exact_k, cos, sin);
-        at::Tensor s = scores.narrow(2, 0, n_exact);
-        at::bmm_out(s, qf, k.transpose(1, 2));
-    }
+    score_exact_and_tail(qf, tail_keys, n_q, scores);
     for (const Block& b : blocks_) {
         const at::Tensor k_pre = joint_rows(b, near_all, anchors_joint, /*with_values=*/false)  // [n, G*hd]
                                      .view({b.count, G, hd})
@@ -351,22 +368,16 @@ at::Tensor CompressedLayer::attend(const at::Tensor& q, const at::Tensor& tail_k
         at::Tensor s = scores.narrow(2, n_exact + b.begin, b.count);
         at::bmm_out(s, qf, apply_rope(k_pre, cos, sin).transpose(1, 2));
     }
-    {
-        at::Tensor s = scores.narrow(2, n_exact + n_coded, n_tail);
-        at::bmm_out(s, qf, tail_keys.to(at::kFloat).transpose(1, 2));
-        mask_future_tail(s, n_q, g);
-    }
     scores.mul_(scale);
-    const at::Tensor p = scores.softmax(2);                      // [G, gq, n_all]
-    at::Tensor out = at::bmm(p.narrow(2, 0, n_exact), exact_v);  // [G, gq, hd]
-    out.baddbmm_(p.narrow(2, n_exact + n_coded, n_tail), tail_values.to(at::kFloat));
+    const at::Tensor p = scores.softmax(2);                  // [G, gq, n_all]
+    at::Tensor out = exact_and_tail_output(p, tail_values);  // [G, gq, hd]
     if (n_coded > 0) {
         const at::Tensor pc = p.narrow(2, n_exact, n_coded);  // [G, gq, n_coded]
         // sum_t p_t vbar_t: each token's weight, over c, onto its anchors, then the anchors' values.
         const at::Tensor near = near_all.reshape({-1});  // [n_coded * c]
         at::Tensor w = at::zeros({G, gq, n_anchors_}, p.options());
         w.index_add_(2, near, pc.repeat_interleave(c_, 2), 1.0 / static_cast<double>(c_));
-        out.baddbmm_(w, exact_v.narrow(1, 0, n_anchors_));
+        out.baddbmm_(w, p_.exact_values.narrow(1, 0, n_anchors_).to(at::kFloat));
         // V_v^T sum_t p_t c_t, the coefficient sum formed block by block over each block's width.
         const int64_t R = p_.basis.size(0);
         at::Tensor sum = at::zeros({G * gq, R}, p.options());  // [G*gq, R]

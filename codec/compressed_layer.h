@@ -95,6 +95,8 @@ class CompressedLayer : public LayerPrefix {
     // coded tokens: [n_exact], [n_coded] int64 on the store's device.
     at::Tensor exact_positions() const;
     at::Tensor coded_positions(int64_t begin, int64_t count) const;
+    // Coded ordinals (any shape, int64) -> their positions in a layout of anchors every `stride`.
+    static at::Tensor coded_position_of(const at::Tensor& ordinals, int64_t stride);
     // Coded tokens [begin, begin + count): their anchor ordinals [count, c] and ranks [count], int64 on the
     // store's device, unpacked from the streams.
     at::Tensor nearest(int64_t begin, int64_t count) const;
@@ -168,6 +170,12 @@ class CompressedLayer : public LayerPrefix {
     // cos/sin [n, head_dim] fp32 (rounded through rope_dtype) for positions [n] int64.
     std::pair<at::Tensor, at::Tensor> rope_tables(const at::Tensor& positions) const;
 
+    // Both paths' exact rows and tail: their columns of scores [G, g * n_q, n_exact | ... | n_tail] (the
+    // exact rows rotated, the tail's future masked), and the probabilities p's weighted exact and tail
+    // values.
+    void score_exact_and_tail(const at::Tensor& qf, const at::Tensor& tail_keys, int64_t n_q,
+                              at::Tensor& scores) const;
+    at::Tensor exact_and_tail_output(const at::Tensor& p, const at::Tensor& tail_values) const;
     // Selective attention's parts. Coded ordinals `tokens` [n] -> anchor ordinals [n, c], and coefficients
     // padded to `width` [n, width] fp32 (r_all / start_all: every coded token's rank and first coefficient).
     at::Tensor nearest_at(const at::Tensor& tokens) const;

@@ -30,11 +30,6 @@ int64_t ceil_div(int64_t a, int64_t b) {
     return (a + b - 1) / b;
 }
 
-// Coded ordinals -> positions: the j-th coded token sits after j / (stride - 1) + 1 anchors.
-at::Tensor coded_position_of(const at::Tensor& j, int64_t stride) {
-    return j + j.div(stride - 1, "floor") + 1;
-}
-
 std::atomic<bool>& chunk_cache_switch() {
     static std::atomic<bool> on{[] {
         const char* v = std::getenv("VARRATE_CHUNK_CACHE");
@@ -330,35 +325,24 @@ at::Tensor CompressedLayer::attend_selective(const at::Tensor& qf, const at::Ten
         coefs = coefficients_at(flat, r_all, r_all.cumsum(0) - r_all, max_width_).view({G, T, max_width_});
         keys = rebuild_rows(at::arange(G, flat.options()), tokens, near, coefs, /*with_values=*/false).first;
     }
-    const at::Tensor exact_k = p_.exact_keys.to(at::kFloat), exact_v = p_.exact_values.to(at::kFloat);
-    const int64_t n_exact = this->n_exact(), n_tail = tail_keys.size(1), n_all = n_exact + T + n_tail;
+    const int64_t n_exact = this->n_exact(), n_all = n_exact + T + tail_keys.size(1);
     at::Tensor scores = at::empty({G, gq, n_all}, qf.options());  // [G, gq, exact | selected | tail]
-    {
-        auto [cos, sin] = rope_tables(exact_positions());
-        at::Tensor s = scores.narrow(2, 0, n_exact);
-        at::bmm_out(s, qf, apply_rope(exact_k, cos, sin).transpose(1, 2));
-    }
+    score_exact_and_tail(qf, tail_keys, n_q, scores);
     {
         at::Tensor s = scores.narrow(2, n_exact, T);
         at::bmm_out(s, qf, keys.transpose(1, 2));
         s.masked_fill_(valid.logical_not().unsqueeze(1), -std::numeric_limits<float>::infinity());
     }
-    {
-        at::Tensor s = scores.narrow(2, n_exact + T, n_tail);
-        at::bmm_out(s, qf, tail_keys.to(at::kFloat).transpose(1, 2));
-        mask_future_tail(s, n_q, gq / n_q);
-    }
     scores.mul_(scale);
     const at::Tensor p = scores.softmax(2);
-    at::Tensor out = at::bmm(p.narrow(2, 0, n_exact), exact_v);  // [G, gq, hd]
-    out.baddbmm_(p.narrow(2, n_exact + T, n_tail), tail_values.to(at::kFloat));
-    const at::Tensor pc = p.narrow(2, n_exact, T);  // [G, gq, T]
+    at::Tensor out = exact_and_tail_output(p, tail_values);  // [G, gq, hd]
+    const at::Tensor pc = p.narrow(2, n_exact, T);           // [G, gq, T]
     if (cached) return out.baddbmm_(pc, values);
     // sum_t p_t vbar_t: each selected token's weight, over c, onto its anchors in its head.
     const at::Tensor onto = near.view({G, 1, T * c_}).expand({G, gq, T * c_});
     at::Tensor w = at::zeros({G, gq, n_anchors_}, p.options());
     w.scatter_add_(2, onto, pc.repeat_interleave(c_, 2).mul(1.0 / static_cast<double>(c_)));
-    out.baddbmm_(w, exact_v.narrow(1, 0, n_anchors_));
+    out.baddbmm_(w, p_.exact_values.narrow(1, 0, n_anchors_).to(at::kFloat));
     if (max_width_ > 0) {
         // V_v^T sum_t p_t c_t over each head's selected tokens.
         const at::Tensor sum = at::bmm(pc, coefs);  // [G, gq, W]
