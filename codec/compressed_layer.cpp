@@ -323,10 +323,8 @@ void CompressedLayer::score_exact_and_tail(const at::Tensor& qf, const at::Tenso
                                            at::Tensor& scores) const {
     const int64_t n_exact = this->n_exact(), n_tail = tail_keys.size(1);
     {
-        auto [cos, sin] = rope_tables(exact_positions());
-        const at::Tensor k = apply_rope(p_.exact_keys.to(at::kFloat), cos, sin);  // [G, n_exact, hd]
         at::Tensor s = scores.narrow(2, 0, n_exact);
-        at::bmm_out(s, qf, k.transpose(1, 2));
+        at::bmm_out(s, qf, rotated_exact_keys().transpose(1, 2));
     }
     at::Tensor s = scores.narrow(2, scores.size(2) - n_tail, n_tail);
     at::bmm_out(s, qf, tail_keys.to(at::kFloat).transpose(1, 2));

@@ -170,6 +170,9 @@ class CompressedLayer : public LayerPrefix {
     // cos/sin [n, head_dim] fp32 (rounded through rope_dtype) for positions [n] int64.
     std::pair<at::Tensor, at::Tensor> rope_tables(const at::Tensor& positions) const;
 
+    // The exact rows' keys rotated, [n_kv_head, n_exact, head_dim] fp32: made once and kept with the chunk
+    // cache (scratch, not the store's bytes).
+    at::Tensor rotated_exact_keys() const;
     // Both paths' exact rows and tail: their columns of scores [G, g * n_q, n_exact | ... | n_tail] (the
     // exact rows rotated, the tail's future masked), and the probabilities p's weighted exact and tail
     // values.
@@ -186,11 +189,17 @@ class CompressedLayer : public LayerPrefix {
     std::pair<at::Tensor, at::Tensor> rebuild_rows(const at::Tensor& heads, const at::Tensor& tokens,
                                                    const at::Tensor& near, const at::Tensor& coefs,
                                                    bool with_values) const;
-    // Rows of one width class to rebuild into the chunk cache: per KV head, coded ordinals and cache rows.
+    // Rows of one width class to rebuild into the chunk cache: per KV head, coded ordinals and cache rows;
+    // then (lay_out) the heads that have some, each padded to the longest list, flat, and which rows are
+    // real.
     struct RebuildClass {
         std::vector<std::vector<int64_t>> tokens, dest;
+        std::vector<int64_t> heads, flat_tokens, flat_dest, real;
+        int64_t longest = 0;
+        void lay_out();
     };
-    void rebuild_class(int64_t width, const RebuildClass& rc, const at::Tensor& r_all,
+    // near: the anchor ordinals of rc.flat_tokens, [n, c].
+    void rebuild_class(int64_t width, const RebuildClass& rc, const at::Tensor& near, const at::Tensor& r_all,
                        const at::Tensor& start_all) const;
     // The selected chunks' keys and values [n_kv_head, kc * chunk, head_dim] fp32 through the chunk cache.
     std::pair<at::Tensor, at::Tensor> cached_rows(const at::Tensor& chunks) const;

@@ -58,9 +58,19 @@ struct CompressedLayer::ChunkCache {
     std::unordered_map<int64_t, int64_t> slot_of;  // head * n_chunks + chunk -> slot
     std::vector<int64_t> key_of, last_use;  // per slot: its pair (-1: free), the step that last read it
     int64_t step = 0, lookups = 0, hits = 0;
+    at::Tensor exact_keys;  // [G, n_exact, hd] fp32, rotated: what every step of either path scores first
 };
 
 CompressedLayer::~CompressedLayer() = default;
+
+at::Tensor CompressedLayer::rotated_exact_keys() const {
+    std::lock_guard<std::mutex> lock(cache_->mutex);
+    if (!cache_->exact_keys.defined()) {
+        auto [cos, sin] = rope_tables(exact_positions());
+        cache_->exact_keys = apply_rope(p_.exact_keys.to(at::kFloat), cos, sin);
+    }
+    return cache_->exact_keys;
+}
 
 std::shared_ptr<CompressedLayer::ChunkCache> CompressedLayer::new_chunk_cache() {
     return std::make_shared<ChunkCache>();
@@ -171,37 +181,37 @@ std::pair<at::Tensor, at::Tensor> CompressedLayer::rebuild_rows(const at::Tensor
     return {keys, with_values ? part(p_.exact_values, G * hd) : at::Tensor()};
 }
 
-void CompressedLayer::rebuild_class(int64_t width, const RebuildClass& rc, const at::Tensor& r_all,
-                                    const at::Tensor& start_all) const {
+void CompressedLayer::RebuildClass::lay_out() {
     // The KV heads with rows to rebuild, each padded to the longest list with its own first token (rebuilt,
     // then dropped), so that one batched product serves every head.
-    std::vector<int64_t> heads, tokens, dest, real;
-    size_t longest = 0;
-    for (size_t h = 0; h < rc.tokens.size(); ++h) longest = std::max(longest, rc.tokens[h].size());
-    for (size_t h = 0; h < rc.tokens.size(); ++h) {
-        if (rc.tokens[h].empty()) continue;
-        const int64_t base = static_cast<int64_t>(heads.size() * longest);
+    size_t n = 0;
+    for (const auto& t : tokens) longest = std::max(longest, static_cast<int64_t>(t.size()));
+    for (size_t h = 0; h < tokens.size(); ++h) {
+        if (tokens[h].empty()) continue;
+        const int64_t base = static_cast<int64_t>(heads.size()) * longest;
         heads.push_back(static_cast<int64_t>(h));
-        for (size_t i = 0; i < longest; ++i) {
-            const bool is_real = i < rc.tokens[h].size();
-            tokens.push_back(rc.tokens[h][is_real ? i : 0]);
+        for (int64_t i = 0; i < longest; ++i, ++n) {
+            const bool is_real = i < static_cast<int64_t>(tokens[h].size());
+            flat_tokens.push_back(tokens[h][is_real ? i : 0]);
             if (!is_real) continue;
-            real.push_back(base + static_cast<int64_t>(i));
-            dest.push_back(rc.dest[h][i]);
+            real.push_back(base + i);
+            flat_dest.push_back(dest[h][i]);
         }
     }
+}
+
+void CompressedLayer::rebuild_class(int64_t width, const RebuildClass& rc, const at::Tensor& near,
+                                    const at::Tensor& r_all, const at::Tensor& start_all) const {
     const auto index = r_all.options();
-    const int64_t n_heads = static_cast<int64_t>(heads.size()), m = static_cast<int64_t>(longest);
-    const int64_t hd = p_.head_dim;
-    const at::Tensor t = at::tensor(tokens, index);  // [n_heads * m]
+    const int64_t n_heads = static_cast<int64_t>(rc.heads.size()), m = rc.longest, hd = p_.head_dim;
+    const at::Tensor t = at::tensor(rc.flat_tokens, index);  // [n_heads * m]
     const at::Tensor coefs = coefficients_at(t, r_all, start_all, width);
-    auto [k, v] =
-        rebuild_rows(at::tensor(heads, index), t.view({n_heads, m}), nearest_at(t).view({n_heads, m, c_}),
-                     coefs.view({n_heads, m, width}), /*with_values=*/true);
+    auto [k, v] = rebuild_rows(at::tensor(rc.heads, index), t.view({n_heads, m}), near.view({n_heads, m, c_}),
+                               coefs.view({n_heads, m, width}), /*with_values=*/true);
     const at::Tensor rows = at::stack({k.reshape({-1, hd}), v.reshape({-1, hd})}, 1);  // [n_heads * m, 2, hd]
     cache_->slab.view({-1, 2, hd})
-        .index_copy_(0, at::tensor(dest, index),
-                     rows.index_select(0, at::tensor(real, index)).to(cache_->slab.scalar_type()));
+        .index_copy_(0, at::tensor(rc.flat_dest, index),
+                     rows.index_select(0, at::tensor(rc.real, index)).to(cache_->slab.scalar_type()));
 }
 
 std::pair<at::Tensor, at::Tensor> CompressedLayer::cached_rows(const at::Tensor& chunks) const {
@@ -272,7 +282,19 @@ std::pair<at::Tensor, at::Tensor> CompressedLayer::cached_rows(const at::Tensor&
                 }
             }
         const at::Tensor start_all = r_all.cumsum(0) - r_all;
-        for (const auto& [width, rc] : classes) rebuild_class(width, rc, r_all, start_all);
+        // Every class's anchor sets decoded at once (a few ops per call, whatever the count).
+        std::vector<int64_t> all_tokens;
+        for (auto& [width, rc] : classes) {
+            rc.lay_out();
+            all_tokens.insert(all_tokens.end(), rc.flat_tokens.begin(), rc.flat_tokens.end());
+        }
+        const at::Tensor near = nearest_at(at::tensor(all_tokens, r_all.options()));  // [n, c]
+        int64_t offset = 0;
+        for (const auto& [width, rc] : classes) {
+            const int64_t n = static_cast<int64_t>(rc.flat_tokens.size());
+            rebuild_class(width, rc, near.narrow(0, offset, n), r_all, start_all);
+            offset += n;
+        }
     }
     const at::Tensor rows =
         cache.slab.index_select(0, at::tensor(slots, chunks.options()));  // [G*kc, C, 2, hd]
