@@ -272,6 +272,18 @@ at::Tensor CompressedLayer::anchor_vectors() const {
     return joint_vectors(p_.exact_keys.narrow(1, 0, n_anchors_), p_.exact_values.narrow(1, 0, n_anchors_));
 }
 
+at::Tensor CompressedLayer::dequantize_padded(const at::Tensor& codes, const at::Tensor& gstart,
+                                              const at::Tensor& i, const at::Tensor& keep) const {
+    // Each slot's group: its index along the token's rank / 32, past the token's first group.
+    const at::Tensor group = (gstart.unsqueeze(1) + i.div(kQuantGroup, "floor"))
+                                 .clamp_max(std::max<int64_t>(p_.group_scale.size(0) - 1, 0))
+                                 .reshape({-1});
+    return (codes.to(at::kFloat) * p_.group_scale.index_select(0, group).to(at::kFloat) +
+            p_.group_min.index_select(0, group).to(at::kFloat))
+        .view(keep.sizes())
+        .mul_(keep);
+}
+
 at::Tensor CompressedLayer::padded_coefficients(const Block& b) const {
     const at::Tensor r = ranks(b.begin, b.count);                        // [n]
     const at::Tensor start = r.cumsum(0) - r + b.coef_offset;            // [n] exclusive
@@ -286,15 +298,8 @@ at::Tensor CompressedLayer::padded_coefficients(const Block& b) const {
         const at::Tensor gstart = n_groups.cumsum(0) - n_groups + b.group_offset;  // [n]
         const at::Tensor local = (start - b.coef_offset).unsqueeze(1) + i;         // [n, width]
         const at::Tensor slot = local.clamp_max(std::max<int64_t>(n_coef - 1, 0)).reshape({-1});
-        const at::Tensor group = (gstart.unsqueeze(1) + i.div(kQuantGroup, "floor"))
-                                     .clamp_max(std::max<int64_t>(p_.group_scale.size(0) - 1, 0))
-                                     .reshape({-1});
         if (n_coef == 0) return at::zeros({b.count, b.width}, p_.basis.options().dtype(at::kFloat));
-        return (codes.index_select(0, slot).to(at::kFloat) *
-                    p_.group_scale.index_select(0, group).to(at::kFloat) +
-                p_.group_min.index_select(0, group).to(at::kFloat))
-            .view({b.count, b.width})
-            .mul_(keep);
+        return dequantize_padded(codes.index_select(0, slot), gstart, i, keep);
     }
     // Past its rank a token's index runs into the next token's coefficients (or is clamped): masked to 0.
     const at::Tensor idx = (start.unsqueeze(1) + i).clamp_max(p_.coefficients.size(0) - 1);

@@ -161,6 +161,10 @@ class CompressedLayer : public LayerPrefix {
     // The anchors' joint vectors [n_anchor, D] fp32 (pre-RoPE keys, values), which the coded tokens' means
     // read.
     at::Tensor anchor_vectors() const;
+    // Quantized coefficients of n tokens padded to W, dequantized: their codes [n * W] (slot order), each
+    // token's first group gstart [n], the slot index along the rank i [1, W] and the kept slots keep [n, W].
+    at::Tensor dequantize_padded(const at::Tensor& codes, const at::Tensor& gstart, const at::Tensor& i,
+                                 const at::Tensor& keep) const;
     // The block's coefficients padded to its width: [count, width] fp32, zero past each token's rank.
     at::Tensor padded_coefficients(const Block& b) const;
     // The block's keys and values pre-RoPE, [count, D] fp32 (values only when with_values).

@@ -79,8 +79,7 @@ std::shared_ptr<CompressedLayer::ChunkCache> CompressedLayer::new_chunk_cache() 
 at::Tensor CompressedLayer::make_landmarks(const at::Tensor& keys, int64_t stride, int64_t window,
                                            int64_t chunk) {
     const int64_t G = keys.size(0), L = keys.size(1), hd = keys.size(2);
-    const int64_t head = std::max<int64_t>(L - window, 0);
-    const int64_t n_coded = head - ceil_div(head, stride);
+    const int64_t n_coded = make_anchor_layout(L, stride, window).n_coded();
     if (chunk < 1) throw Error(fmt::format("landmarks: chunk {} (expected >= 1)", chunk));
     if (n_coded == 0) return at::empty({G, 0, 2, hd}, keys.options());
     const int64_t n_chunks = ceil_div(n_coded, chunk);
@@ -138,17 +137,9 @@ at::Tensor CompressedLayer::coefficients_at(const at::Tensor& tokens, const at::
     const at::Tensor slot = (start_all.index_select(0, tokens).unsqueeze(1) + i).clamp_max(sum_ranks_ - 1);
     if (!quantized())
         return p_.coefficients.index_select(0, slot.reshape({-1})).to(at::kFloat).view({n, W}).mul_(keep);
-    // Each slot's group: the token's first group plus its index along the rank / 32.
     const at::Tensor n_groups = (r_all + kQuantGroup - 1).div(kQuantGroup, "floor");
     const at::Tensor gstart = (n_groups.cumsum(0) - n_groups).index_select(0, tokens);  // [n]
-    const at::Tensor group = (gstart.unsqueeze(1) + i.div(kQuantGroup, "floor"))
-                                 .clamp_max(std::max<int64_t>(p_.group_scale.size(0) - 1, 0))
-                                 .reshape({-1});
-    const at::Tensor codes = unpack_bits_at(p_.codes, p_.coef_bits, slot.reshape({-1}));
-    return (codes.to(at::kFloat) * p_.group_scale.index_select(0, group).to(at::kFloat) +
-            p_.group_min.index_select(0, group).to(at::kFloat))
-        .view({n, W})
-        .mul_(keep);
+    return dequantize_padded(unpack_bits_at(p_.codes, p_.coef_bits, slot.reshape({-1})), gstart, i, keep);
 }
 
 std::pair<at::Tensor, at::Tensor> CompressedLayer::rebuild_rows(const at::Tensor& heads,

@@ -166,15 +166,17 @@ int run_bench_decode(BenchDecodeArgs a) {
                 row.full += diagnostics[l].full_bytes;
                 if (stores[l]) layers[l] = LayerKV{};  // decoding reads the store: drop the reconstruction
                 if (stores[l]) row.stored = true;
-                row.step_bytes += stores[l] ? stores[l]->resident_bytes() : diagnostics[l].stored_bytes;
+                const auto* c = dynamic_cast<const CompressedLayer*>(stores[l].get());
+                row.step_bytes += c           ? c->step_bytes()
+                                  : stores[l] ? stores[l]->resident_bytes()
+                                              : diagnostics[l].stored_bytes;
                 if (const auto* q = dynamic_cast<const QuantizedLayer*>(stores[l].get()))
                     row.scratch = std::max(row.scratch, q->scratch_bytes(cfg.n_head, 1, a.new_tokens));
-                if (const auto* c = dynamic_cast<const CompressedLayer*>(stores[l].get())) {
+                if (c) {
                     row.scratch = std::max(row.scratch, c->scratch_bytes(cfg.n_head, 1, a.new_tokens));
                     row.ranks += c->sum_ranks();
                     row.padded += c->padded_scalars();
                     row.path = c->selective() ? "selective" : "exact";
-                    row.step_bytes += c->step_bytes() - c->resident_bytes();
                 }
             }
             cache = cache_from_layers(*model, layers, capture.next_position, stores, name);
