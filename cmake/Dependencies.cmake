@@ -82,7 +82,9 @@ endif()
 
 find_package(spdlog REQUIRED)
 find_package(nlohmann_json 3.9 REQUIRED)
-find_package(CLI11 REQUIRED)
+if(NOT VARRATE_LIBRARIES_ONLY)
+  find_package(CLI11 REQUIRED)
+endif()
 find_package(Eigen3 REQUIRED NO_MODULE)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
@@ -139,7 +141,9 @@ endif()
 
 # Qt: Core + Test are enough for the test suites; the GUI needs the rest.
 set(_qt_components Core Test)
-if(VARRATE_GUI)
+if(VARRATE_LIBRARIES_ONLY)
+  # no Qt
+elseif(VARRATE_GUI)
   list(APPEND _qt_components Gui Widgets Charts Svg SvgWidgets Concurrent)
   find_package(Qt6 REQUIRED COMPONENTS ${_qt_components})
 else()

@@ -1,41 +1,15 @@
 #include "core/session.h"
 
-#include <cstring>
-
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
 #include "base/file_io.h"
-#include "base/hash.h"
 #include "core/codec_defaults.h"
-#include "models/safetensors.h"
+#include "models/model_fingerprint.h"
 
 namespace varrate {
-
-namespace {
-
-// Cheap to compute for any size: config, every tensor's name/dtype/shape and its first bytes. Two checkpoints
-// of the same architecture with different weights differ in those bytes.
-std::string compute_fingerprint(const ModelConfig& cfg, const std::filesystem::path& dir) {
-    uint64_t h = kFingerprintSeed;
-    const std::string c = cfg.to_json().dump();
-    h = fnv1a(h, c.data(), c.size());
-    const SafetensorsArchive archive = SafetensorsArchive::open(dir);
-    for (const std::string& name : archive.names()) {
-        const TensorInfo& info = archive.info(name);
-        h = fnv1a(h, name.data(), name.size());
-        h = fnv1a(h, info.dtype.data(), info.dtype.size());
-        h = fnv1a(h, info.shape.data(), info.shape.size() * sizeof(int64_t));
-        const at::Tensor t = archive.tensor(name);
-        const size_t n = std::min<size_t>(64, static_cast<size_t>(t.numel() * t.element_size()));
-        h = fnv1a(h, t.data_ptr(), n);
-    }
-    return fmt::format("{}-{}x{}-{:016x}", cfg.model_type, cfg.n_layer, cfg.hidden_size, h);
-}
-
-}  // namespace
 
 std::string positions_warning(const ModelConfig& config, int64_t positions, const std::string& what) {
     if (positions <= config.max_position_embeddings) return "";
@@ -82,7 +56,7 @@ std::unique_ptr<Session> Session::open(const std::filesystem::path& model_dir, c
                         "tokenizer belongs to another model",
                         model_dir.string(), v - 1, s->model_->config().vocab_size));
     if (job.progress) job.progress("load", 2, 3);
-    s->fingerprint_ = compute_fingerprint(s->model_->config(), model_dir);
+    s->fingerprint_ = model_fingerprint(s->model_->config(), model_dir);
     s->codec_defaults_ = read_codec_defaults(model_dir, width_codec_defaults(s->joint_dim()));
     std::filesystem::path bf = basis_file;
     if (bf.empty() && std::filesystem::exists(model_dir / kBasisFile)) bf = model_dir / kBasisFile;
