@@ -84,7 +84,10 @@ void bind_codec(py::module_& m) {
         .def_readonly("keys", &LayerCapture::keys)
         .def_readonly("values", &LayerCapture::values)
         .def_readonly("keys_pre_rope", &LayerCapture::keys_pre_rope)
-        .def_readonly("window_queries", &LayerCapture::window_queries);
+        .def_readonly("window_queries", &LayerCapture::window_queries)
+        .def_readonly("rope_cos", &LayerCapture::rope_cos)
+        .def_readonly("rope_sin", &LayerCapture::rope_sin)
+        .def_readonly("rope_inv_freq", &LayerCapture::rope_inv_freq);
 
     py::class_<MethodHandle>(m, "Method")
         .def(py::init([](const std::string& name, const std::string& settings,

@@ -26,8 +26,8 @@ def document():
 
 def synthetic_layer(seed=0, n_kv=2, group=4, length=300, head_dim=32, window=16, dtype=torch.float32):
     """Keys with a shared low-rank structure (as real keys have), values, window queries and RoPE frequencies."""
+    basis = torch.randn(8, head_dim, generator=torch.Generator().manual_seed(1234))  # the same for every seed
     g = torch.Generator().manual_seed(seed)
-    basis = torch.randn(8, head_dim, generator=g)
     pre = torch.randn(n_kv, length, 8, generator=g) @ basis + 0.1 * torch.randn(n_kv, length, head_dim, generator=g)
     values = torch.randn(n_kv, length, 8, generator=g) @ basis + 0.1 * torch.randn(n_kv, length, head_dim,
                                                                                    generator=g)
@@ -45,3 +45,23 @@ def synthetic_layer(seed=0, n_kv=2, group=4, length=300, head_dim=32, window=16,
 @pytest.fixture
 def layer():
     return synthetic_layer()
+
+
+SMALL = dict(r_min=2, rank=64, stride=32, anchors=4, window=16, obs_window=16)
+
+
+@pytest.fixture(scope="session")
+def small_basis():
+    """A basis calibrated on other synthetic layers (seeds 1-4), as a basis file is on other texts."""
+    import varrate
+    captures = []
+    for seed in range(1, 5):
+        lay = synthetic_layer(seed)
+        captures.append(varrate.capture(lay["keys"], lay["values"], rope=lay["inv_freq"], layer=0, n_layers=1))
+    return varrate.calibrate_basis(captures, 1, SMALL, fingerprint="synthetic")
+
+
+@pytest.fixture
+def codec(small_basis):
+    import varrate
+    return varrate.Codec(SMALL, basis=small_basis, fingerprint="synthetic")

@@ -13,7 +13,8 @@ def analyse(**kw):
     lay = synthetic_layer()
     args = dict(keys=lay["keys"], values=lay["values"], queries=lay["queries"], rope=lay["inv_freq"])
     args.update(kw)
-    return varrate.Codec(SMALL).analyse(**args)
+    basis = varrate.calibrate_basis([varrate.capture(lay["keys"], lay["values"], rope=lay["inv_freq"])], 1, SMALL)
+    return varrate.Codec(SMALL, basis=basis).analyse(**args)
 
 
 def test_wrong_shapes():
@@ -38,7 +39,7 @@ def test_wrong_dtypes():
 
 
 def test_bad_settings_and_names():
-    with pytest.raises(varrate.VarRateError, match="unknown method"):
+    with pytest.raises(varrate.VarRateError, match="unknown compression method 'nosuchpress'"):
         varrate.Codec(method="nosuchpress")
     with pytest.raises(varrate.VarRateError, match="nonsense"):
         varrate.settings(nonsense=1)

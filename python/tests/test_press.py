@@ -72,7 +72,7 @@ def check_case(press_, case, reference, answer):
                     "full_bytes", "basis_bytes"):
             assert got[key] == want[key], f"layer {layer} {key}"
         assert math.isclose(got["footprint"], want["footprint"], rel_tol=1e-12)
-        assert math.isclose(got["mean_rel_error"], want["mean_rel_error"], rel_tol=1e-5), f"layer {layer}"
+        assert math.isclose(got["mean_rel_error"], want["mean_rel_error"], rel_tol=1e-6), f"layer {layer}"
     assert math.isclose(press_.footprint, case["footprint"], rel_tol=1e-9)
 
 

@@ -15,11 +15,11 @@ kvpress: varrate.kvpress.VarRatePress, FlatPress and press("varrate@<signal>").
 import torch  # noqa: F401  (loads LibTorch before the extension that links it)
 
 from . import _varrate
-from ._codec import (Allocation, Basis, Codec, LayerAnalysis, Store, calibrate_basis, inverse_rope, method_info,
-                     methods, model_fingerprint, model_settings, rope_tables, setting_specs, settings)
+from ._codec import (Allocation, Basis, Codec, LayerAnalysis, Store, calibrate_basis, capture, inverse_rope,
+                     method_info, methods, model_fingerprint, model_settings, rope_tables, setting_specs, settings)
 from ._varrate import InfeasibleBudgetError, VarRateError
 
 __version__ = "0.1.0"
 __all__ = ["Allocation", "Basis", "Codec", "InfeasibleBudgetError", "LayerAnalysis", "Store", "VarRateError",
-           "calibrate_basis", "inverse_rope", "method_info", "methods", "model_fingerprint", "model_settings",
+           "calibrate_basis", "capture", "inverse_rope", "method_info", "methods", "model_fingerprint", "model_settings",
            "rope_tables", "setting_specs", "settings", "_varrate"]

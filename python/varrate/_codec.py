@@ -335,7 +335,7 @@ def self_calibrated_basis(cap, settings_: dict, fingerprint: str = "") -> Basis:
     """The basis the CLI calibrates on a context when none is given, for the capture's layer: its own residuals,
     min(R, D) directions (the other layers' rows are zeros: a basis per layer, as calibration is)."""
     one = _varrate.LayerCapture(layer=0, n_layers=1, keys=cap.keys, values=cap.values,
-                                keys_pre_rope=cap.keys_pre_rope)
+                                keys_pre_rope=cap.keys_pre_rope, rope_cos=cap.rope_cos, rope_sin=cap.rope_sin)
     calibrator = _varrate.BasisCalibrator(json.dumps(settings_), 1)
     calibrator.add(one)
     dim = 2 * cap.keys.shape[0] * cap.keys.shape[2]
