@@ -102,14 +102,16 @@ Entry signal_entry(const Entry& scorer, bool across_layers, std::deque<std::stri
                                                     : ""))
             .c_str();
     const TokenSalience salience = scorer.salience;
-    return {{name, description, MethodFamily::LowRank, true, false, scorer.traits.probe, BudgetRule::Kappa,
-             ColourRole::Own, kCodecReads | scorer.traits.reads, BudgetCheck::Codec, scorer.traits.name},
-            [salience, across_layers](const CodecSettings& s, std::shared_ptr<const Basis> b,
-                                      const std::string& asked) {
-                return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Salience,
-                                                       SalienceSignal::Scorer, asked, across_layers,
-                                                       salience);
-            }};
+    return {
+        {name, description, MethodFamily::LowRank, true, false, scorer.traits.probe, BudgetRule::Kappa,
+         ColourRole::Own, kCodecReads | scorer.traits.reads, BudgetCheck::Codec, scorer.traits.name,
+         /*renumbers_positions=*/false,
+         (scorer.traits.capture_needs & ~uint32_t{kNeedsAllLayers}) | (across_layers ? kNeedsAllLayers : 0u)},
+        [salience, across_layers](const CodecSettings& s, std::shared_ptr<const Basis> b,
+                                  const std::string& asked) {
+            return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Salience,
+                                                   SalienceSignal::Scorer, asked, across_layers, salience);
+        }};
 }
 
 const std::vector<Entry>& registry() {
@@ -173,7 +175,7 @@ const std::vector<Entry>& registry() {
               "VarRate with per-layer budgets: one water-filling of the total over every layer's tokens by "
               "salience",
               MethodFamily::LowRank, true, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
-              kCodecReads, BudgetCheck::Codec},
+              kCodecReads, BudgetCheck::Codec, nullptr, false, kNeedsAllLayers},
              [](const CodecSettings& s, std::shared_ptr<const Basis> b, const std::string& asked) {
                  return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Salience,
                                                         SalienceSignal::Window, asked, true);
@@ -183,7 +185,7 @@ const std::vector<Entry>& registry() {
               "90th-percentile "
               "salience",
               MethodFamily::LowRank, true, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
-              kCodecReads, BudgetCheck::Codec},
+              kCodecReads, BudgetCheck::Codec, nullptr, false, kNeedsTokenIds},
              [](const CodecSettings& s, std::shared_ptr<const Basis> b, const std::string&) {
                  return std::make_unique<VarRateMethod>(s, std::move(b), RankAllocation::Salience,
                                                         SalienceSignal::RareFloor, "varrate-rare");
@@ -311,13 +313,13 @@ const std::vector<Entry>& registry() {
               "Expected Attention inside Ada-KV: keys scored by the statistics of future queries (epsilon "
               "0.01)",
               MethodFamily::Eviction, false, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
-              kReadsBudget, BudgetCheck::None},
+              kReadsBudget, BudgetCheck::None, nullptr, false, kNeedsQueryStats},
              from_settings<ExpectedAttentionMethod>(),
              signal_salience(SalienceSignal::Expected)},
             {{"kvzip",
               "KVzip: context-reconstruction scores (a second pass), lowest dropped across layers and heads",
               MethodFamily::Eviction, false, false, MethodProbe::Repeat, BudgetRule::Kappa, ColourRole::Own,
-              kReadsBudget | kReadsObsWindow, BudgetCheck::None},
+              kReadsBudget | kReadsObsWindow, BudgetCheck::None, nullptr, false, kNeedsAllLayers},
              from_settings<KVzipMethod>(),
              signal_salience(SalienceSignal::Repeat),
              /*salience_is_mass=*/true},

@@ -73,6 +73,17 @@ enum MethodReads : uint32_t {
     kReadsLayerProfile = 1u << 11,
 };
 
+// What a method reads of a layer's capture beyond its keys, values, window queries, RoPE tables and output
+// projection. The runtime's prefill captures all of it; a capture made elsewhere (the Python package's
+// kvpress hook) computes these only for the methods that read them.
+enum MethodCaptureNeeds : uint32_t {
+    kNeedsQueryStats = 1u << 0,  // LayerCapture::query_mean / query_cov (Expected Attention)
+    kNeedsTokenIds = 1u << 1,    // LayerCapture::token_ids (varrate-rare)
+    // Not a capture field: the method shares kappa across layers (CompressionMethod::layer_budgets), so no
+    // layer is allocated before every layer has been analysed.
+    kNeedsAllLayers = 1u << 2,
+};
+
 struct MethodTraits {
     const char* name;
     const char* description;
@@ -91,6 +102,7 @@ struct MethodTraits {
     // The kept keys are rotated to positions 0..n-1 (kvpress's KeyRerotationPress), so decoding continues at
     // position n, the kept count, instead of after the context (method_decode_position).
     bool renumbers_positions = false;
+    uint32_t capture_needs = 0;  // MethodCaptureNeeds bits
 };
 
 // How `varrate methods` and the app group the methods: "reference", "low-rank" (VarRate, flat and their

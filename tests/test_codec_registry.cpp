@@ -131,6 +131,63 @@ class TestCodecRegistry : public QObject {
         }
     }
 
+    // capture_needs is complete: a method that needs no probe and does not say it reads query statistics or
+    // token ids analyses a capture without them; one that says so refuses such a capture, naming what is
+    // missing.
+    void capture_needs_are_what_a_method_reads() {
+        const SyntheticShape sh = shape();
+        auto basis = random_basis(2, 2 * sh.n_kv_head * sh.head_dim, 64, 16, 4, 9);
+        int flagged = 0;
+        for (const std::string& name : method_names()) {
+            const MethodTraits& t = method_traits(name);
+            if (t.probe != MethodProbe::None) continue;
+            for (const uint32_t need : {uint32_t{kNeedsQueryStats}, uint32_t{kNeedsTokenIds}}) {
+                LayerCapture c = capture(31);
+                if (need == kNeedsQueryStats) c.query_mean = c.query_cov = at::Tensor();
+                if (need == kNeedsTokenIds) c.token_ids = at::Tensor();
+                auto m = make_method(name, settings(0.5), t.needs_basis ? basis : nullptr);
+                const QByteArray n =
+                    QByteArray::fromStdString(name + (need == kNeedsQueryStats ? " without "
+                                                                                 "query statistics"
+                                                                               : " without token ids"));
+                if (t.capture_needs & need) {
+                    ++flagged;
+                    const std::string msg = test::error_message([&] { m->compress(c); });
+                    QVERIFY2(!msg.empty(), n);
+                } else {
+                    try {
+                        m->compress(c);
+                    } catch (const std::exception& e) {
+                        QFAIL(qPrintable(QString("%1: %2").arg(n, e.what())));
+                    }
+                }
+            }
+        }
+        QVERIFY(flagged >= 3);  // expected-attention, varrate@expected-attention, varrate-rare
+    }
+
+    // kNeedsAllLayers is what layer_budgets does: a method shares kappa across layers (per-layer budgets from
+    // every layer's analysis) exactly when its traits say so.
+    void all_layers_need_is_layer_budgets() {
+        const SyntheticShape sh = shape();
+        auto basis = random_basis(2, 2 * sh.n_kv_head * sh.head_dim, 64, 16, 4, 9);
+        int flagged = 0;
+        for (const std::string& name : method_names()) {
+            const MethodTraits& t = method_traits(name);
+            auto m = make_method(name, settings(0.5), t.needs_basis ? basis : nullptr);
+            std::vector<std::shared_ptr<const LayerAnalysis>> layers;
+            for (int64_t l = 0; l < 2; ++l) {
+                LayerCapture c = capture(31 + static_cast<uint64_t>(l));
+                c.layer = l;
+                layers.push_back(m->analyse(c));
+            }
+            const bool shares = !m->layer_budgets(layers, settings(0.5)).empty();
+            flagged += shares;
+            QVERIFY2(shares == ((t.capture_needs & kNeedsAllLayers) != 0), name.c_str());
+        }
+        QVERIFY(flagged >= 3);  // varrate-layers, varrate-layers@<signal>, kvzip
+    }
+
     // The settings a method says it reads (what the app lists for it) change its output; one it says it
     // does not read leaves it unchanged.
     void reads_are_what_changes_the_output() {

@@ -89,6 +89,10 @@ std::string methods_json() {
             for (const auto& [k, bit] : bits)
                 if (key == k && (t.reads & bit)) reads.push_back(key);
         }
+        json needs = json::array();
+        if (t.capture_needs & kNeedsQueryStats) needs.push_back("query_stats");
+        if (t.capture_needs & kNeedsTokenIds) needs.push_back("token_ids");
+        if (t.capture_needs & kNeedsAllLayers) needs.push_back("all_layers");
         out.push_back({{"name", name},
                        {"description", t.description},
                        {"family", to_string(t.family)},
@@ -97,7 +101,8 @@ std::string methods_json() {
                        {"budget_rule", to_string(t.budget)},
                        {"probe", to_string(t.probe)},
                        {"signal_of", t.signal_of ? t.signal_of : ""},
-                       {"reads", reads}});
+                       {"reads", reads},
+                       {"capture_needs", needs}});
     }
     return out.dump();
 }

@@ -52,33 +52,36 @@ at::Tensor opt(const std::optional<at::Tensor>& t) {
 
 void bind_codec(py::module_& m) {
     py::class_<LayerCapture>(m, "LayerCapture")
-        .def(py::init([](int64_t layer, int64_t n_layers, const at::Tensor& keys, const at::Tensor& values,
-                         const std::optional<at::Tensor>& keys_pre_rope,
-                         const std::optional<at::Tensor>& window_queries,
-                         const std::optional<at::Tensor>& rope_cos, const std::optional<at::Tensor>& rope_sin,
-                         const std::optional<at::Tensor>& rope_inv_freq,
-                         const std::optional<at::Tensor>& o_proj, const std::optional<at::Tensor>& query_mean,
-                         const std::optional<at::Tensor>& query_cov) {
-                 LayerCapture c;
-                 c.layer = layer;
-                 c.n_layers = n_layers;
-                 c.keys = keys;
-                 c.values = values;
-                 c.keys_pre_rope = opt(keys_pre_rope);
-                 c.window_queries = opt(window_queries);
-                 c.rope_cos = opt(rope_cos);
-                 c.rope_sin = opt(rope_sin);
-                 c.rope_inv_freq = opt(rope_inv_freq);
-                 c.o_proj = opt(o_proj);
-                 c.query_mean = opt(query_mean);
-                 c.query_cov = opt(query_cov);
-                 return c;
-             }),
-             py::kw_only(), py::arg("layer"), py::arg("n_layers"), py::arg("keys"), py::arg("values"),
-             py::arg("keys_pre_rope") = py::none(), py::arg("window_queries") = py::none(),
-             py::arg("rope_cos") = py::none(), py::arg("rope_sin") = py::none(),
-             py::arg("rope_inv_freq") = py::none(), py::arg("o_proj") = py::none(),
-             py::arg("query_mean") = py::none(), py::arg("query_cov") = py::none())
+        .def(
+            py::init(
+                [](int64_t layer, int64_t n_layers, const at::Tensor& keys, const at::Tensor& values,
+                   const std::optional<at::Tensor>& keys_pre_rope,
+                   const std::optional<at::Tensor>& window_queries, const std::optional<at::Tensor>& rope_cos,
+                   const std::optional<at::Tensor>& rope_sin, const std::optional<at::Tensor>& rope_inv_freq,
+                   const std::optional<at::Tensor>& o_proj, const std::optional<at::Tensor>& query_mean,
+                   const std::optional<at::Tensor>& query_cov, const std::optional<at::Tensor>& token_ids) {
+                    LayerCapture c;
+                    c.layer = layer;
+                    c.n_layers = n_layers;
+                    c.keys = keys;
+                    c.values = values;
+                    c.keys_pre_rope = opt(keys_pre_rope);
+                    c.window_queries = opt(window_queries);
+                    c.rope_cos = opt(rope_cos);
+                    c.rope_sin = opt(rope_sin);
+                    c.rope_inv_freq = opt(rope_inv_freq);
+                    c.o_proj = opt(o_proj);
+                    c.query_mean = opt(query_mean);
+                    c.query_cov = opt(query_cov);
+                    c.token_ids = opt(token_ids);
+                    return c;
+                }),
+            py::kw_only(), py::arg("layer"), py::arg("n_layers"), py::arg("keys"), py::arg("values"),
+            py::arg("keys_pre_rope") = py::none(), py::arg("window_queries") = py::none(),
+            py::arg("rope_cos") = py::none(), py::arg("rope_sin") = py::none(),
+            py::arg("rope_inv_freq") = py::none(), py::arg("o_proj") = py::none(),
+            py::arg("query_mean") = py::none(), py::arg("query_cov") = py::none(),
+            py::arg("token_ids") = py::none())
         .def_readonly("layer", &LayerCapture::layer)
         .def_readonly("n_layers", &LayerCapture::n_layers)
         .def_readonly("keys", &LayerCapture::keys)
@@ -105,7 +108,17 @@ void bind_codec(py::module_& m) {
             [](const MethodHandle& h, const LayerCapture& capture) {
                 return AnalysisHandle{h.method, h.method->analyse(capture)};
             },
-            py::call_guard<py::gil_scoped_release>());
+            py::call_guard<py::gil_scoped_release>())
+        // Each layer's budget when the method shares kappa across layers (every layer's analysis, in order);
+        // empty: every layer takes `budget`'s kappa.
+        .def("layer_budgets",
+             [](const MethodHandle& h, const std::vector<AnalysisHandle>& layers, const std::string& budget) {
+                 std::vector<std::shared_ptr<const LayerAnalysis>> analyses;
+                 for (const AnalysisHandle& a : layers) analyses.push_back(a.analysis);
+                 const CodecSettings s =
+                     settings_from(budget, to_json(h.method->settings()).dump(), "layer budgets");
+                 return h.method->layer_budgets(analyses, s);
+             });
 
     py::class_<AnalysisHandle>(m, "Analysis")
         .def_property_readonly("layer", [](const AnalysisHandle& a) { return a.analysis->layer; })

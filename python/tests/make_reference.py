@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Writes data/compare_demo.json, what the package's press is checked against: `varrate compare --mode
-query-agnostic` on the shipped demo model and examples/needle.txt, for varrate and flat, with the model's basis file (kappa 0.1 and
-0.2) and self-calibrated (kappa 0.3 and 0.5: the fitted basis is charged) (a copy of the model directory without it), fp32, one thread.
+"""Writes data/compare_demo.json, what the package's presses are checked against: `varrate compare --mode
+query-agnostic` on the shipped demo model and examples/needle.txt, fp32, one thread: with the model's basis file
+(kappa 0.1 and 0.2; varrate, flat, varrate@tova, varrate@expected-attention, varrate-rare, varrate-layers), and
+self-calibrated on a copy of the model directory without it (varrate and flat at kappa 0.3 and 0.5: the fitted
+basis is charged).
 For each case: the answer, and per layer the CLI's diagnostics and every token's rank (from --rank-log).
 
     python3 python/tests/make_reference.py [--varrate build/bin/varrate]
@@ -21,7 +23,11 @@ DOCUMENT = REPO / "python/examples/needle.txt"
 KEY = "copperbison"
 QUESTION = f"What is the special magic number for {KEY}?"
 ANSWER_PREFIX = f"The special magic number for {KEY} is"
-METHODS = ["varrate", "flat"]
+# Per basis: the codec and its ablation, and with the basis file the signals whose capture the press builds
+# itself (query statistics, the context's ids) and one that shares kappa across layers.
+METHODS = {"file": ["varrate", "flat", "varrate@tova", "varrate@expected-attention", "varrate-rare",
+                    "varrate-layers"],
+           "self": ["varrate", "flat"]}
 # A basis fitted on the context is charged to the budget (R x D per layer): below kappa 0.26 it does not fit.
 BUDGETS = {"file": [0.1, 0.2], "self": [0.3, 0.5]}
 MAX_NEW_TOKENS = 10
@@ -29,11 +35,11 @@ LAYER_FIELDS = ["budget_B", "sum_ranks", "n_exact", "n_coded", "min_rank", "max_
                 "full_bytes", "footprint", "mean_rel_error", "basis_bytes"]
 
 
-def run_case(varrate, model_dir, budget, work):
+def run_case(varrate, model_dir, methods, budget, work):
     out_json, out_log = work / "compare.json", work / "ranks.csv"
     cmd = [str(varrate), "compare", "--model", str(model_dir), "--context-file", str(DOCUMENT), "--question",
            QUESTION, "--answer-prefix", ANSWER_PREFIX, "--mode", "query-agnostic", "--methods",
-           ",".join(["full"] + METHODS), "--budget", str(budget), "--dtype", "fp32", "--threads", "1",
+           ",".join(["full"] + methods), "--budget", str(budget), "--dtype", "fp32", "--threads", "1",
            "--max-new-tokens", str(MAX_NEW_TOKENS), "--json", str(out_json), "--rank-log", str(out_log)]
     print("+", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
@@ -47,7 +53,7 @@ def run_case(varrate, model_dir, budget, work):
                 ids.setdefault(row["method"], []).append(int(row["token_id"]))
     cases = []
     for m in result["methods"]:
-        if m["method"] not in METHODS:
+        if m["method"] not in methods:
             continue
         cases.append({
             "method": m["method"], "budget": budget, "answer": m["answers"][0], "answer_ids": m["answer_ids"][0],
@@ -74,7 +80,7 @@ def main():
         for basis, model_dir in (("file", MODEL), ("self", self_model)):
             cases = []
             for budget in BUDGETS[basis]:
-                c, ids, full_answer, s = run_case(args.varrate, model_dir, budget, tmp)
+                c, ids, full_answer, s = run_case(args.varrate, model_dir, METHODS[basis], budget, tmp)
                 cases += c
             ref["context_ids"] = ids
             ref["full_answer"] = full_answer

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import varrate
-from conftest import SMALL, synthetic_layer
+from conftest import DEMO_MODEL, SMALL, synthetic_layer
 
 
 def test_methods_lists_the_registry():
@@ -22,7 +22,7 @@ def test_settings_are_the_cli_table():
     assert s["budget"] == 0.3 and s["r_min"] == 4 and s["rank"] == 1024  # the paper's defaults otherwise
     keys = {spec["key"] for spec in varrate.setting_specs()}
     assert {"budget", "r_min", "rank", "stride", "anchors", "window", "obs_window", "coef_bits"} <= keys
-    demo = varrate.model_settings(varrate.__path__[0] + "/../../resources/models/varrate-demo")
+    demo = varrate.model_settings(DEMO_MODEL)
     assert (demo["budget"], demo["r_min"], demo["rank"], demo["stride"]) == (0.2, 2, 128, 32)
 
 

@@ -192,7 +192,8 @@ def _as_heads(t, name: str, batch_ok: bool = True) -> torch.Tensor:
 
 def capture(keys: torch.Tensor, values: torch.Tensor, queries: Optional[torch.Tensor] = None, rope=None, *,
             keys_pre_rope: Optional[torch.Tensor] = None, layer: int = 0, n_layers: Optional[int] = None,
-            o_proj: Optional[torch.Tensor] = None, obs_window: Optional[int] = None):
+            o_proj: Optional[torch.Tensor] = None, obs_window: Optional[int] = None,
+            query_stats: Optional[tuple] = None, token_ids: Optional[torch.Tensor] = None):
     """One layer's end-of-prefill capture, what every method analyses.
 
     keys, values  [n_kv_head, L, head_dim] (or with a leading batch of 1): keys post-RoPE, as a cache holds them
@@ -201,6 +202,9 @@ def capture(keys: torch.Tensor, values: torch.Tensor, queries: Optional[torch.Te
     rope          the frequencies inv_freq [head_dim / 2] (tables of positions 0..L-1 are made from them), or
                   (cos, sin) [L, head_dim], or (cos, sin, inv_freq)
     keys_pre_rope the keys before RoPE; default: un-rotated from `keys` with the tables
+    query_stats   (mean [n_head, head_dim], centred covariance [n_head, head_dim, head_dim]) of the pre-RoPE
+                  queries of positions >= 4, for the methods whose info lists "query_stats" in capture_needs
+    token_ids     [L] the context's ids, for those listing "token_ids"
     """
     keys = _as_heads(keys, "keys")
     values = _as_heads(values, "values")
@@ -250,6 +254,18 @@ def capture(keys: torch.Tensor, values: torch.Tensor, queries: Optional[torch.Te
         if keys_pre_rope.shape != keys.shape:
             raise VarRateError(f"keys_pre_rope {list(keys_pre_rope.shape)} must have the shape of keys "
                                f"{list(keys.shape)}")
+    query_mean = query_cov = None
+    if query_stats is not None:
+        query_mean, query_cov = (t.float().to(keys.device).contiguous() for t in query_stats)
+        n_head = query_mean.shape[0]
+        if query_mean.shape != (n_head, d) or query_cov.shape != (n_head, d, d):
+            raise VarRateError(f"query_stats must be (mean [n_head, {d}], cov [n_head, {d}, {d}]), got "
+                               f"{list(query_mean.shape)} and {list(query_cov.shape)}")
+    if token_ids is not None:
+        token_ids = token_ids.reshape(-1)
+        if token_ids.dtype not in (torch.int64, torch.int32) or token_ids.shape[0] != L:
+            raise VarRateError(f"token_ids must be [L={L}] integers, got {list(token_ids.shape)} {token_ids.dtype}")
+        token_ids = token_ids.long().cpu().contiguous()
     n_layers = n_layers if n_layers is not None else layer + 1
     if not 0 <= layer < n_layers:
         raise VarRateError(f"layer {layer} is outside 0..{n_layers - 1}")
@@ -260,7 +276,8 @@ def capture(keys: torch.Tensor, values: torch.Tensor, queries: Optional[torch.Te
         rope_cos=None if cos is None else cos.to(dev).contiguous(),
         rope_sin=None if sin is None else sin.to(dev).contiguous(),
         rope_inv_freq=None if inv_freq is None else inv_freq.to(dev).contiguous(),
-        o_proj=None if o_proj is None else o_proj.detach())
+        o_proj=None if o_proj is None else o_proj.detach(), query_mean=query_mean, query_cov=query_cov,
+        token_ids=token_ids)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -331,6 +348,25 @@ class Codec:
         return LayerAnalysis(self, cap, method, method.analyse(cap), basis)
 
 
+    def allocate_layers(self, analyses: Sequence["LayerAnalysis"], kappa: Optional[float] = None,
+                        **settings_) -> list:
+        """Allocates every layer of a model at once: for methods that share kappa across layers (their info lists
+        "all_layers" in capture_needs: varrate-layers, varrate-layers@<signal>) each layer's budget comes from
+        all the analyses (given in layer order); for the others this is allocate() on each."""
+        if kappa is not None:
+            settings_["budget"] = kappa
+        budget = json.dumps(settings_)
+        handles = [a._analysis for a in analyses]
+        per_layer = list(analyses[0]._method.layer_budgets(handles, budget)) if analyses else []
+        out = []
+        for i, a in enumerate(analyses):
+            s = dict(settings_)
+            if per_layer:
+                s["budget"] = per_layer[i]
+            out.append(a.allocate(**s))
+        return out
+
+
 def self_calibrated_basis(cap, settings_: dict, fingerprint: str = "") -> Basis:
     """The basis the CLI calibrates on a context when none is given, for the capture's layer: its own residuals,
     min(R, D) directions (the other layers' rows are zeros: a basis per layer, as calibration is)."""
@@ -364,6 +400,8 @@ class LayerAnalysis:
     def allocate(self, kappa: Optional[float] = None, **settings_) -> "Allocation":
         """Ranks (or kept positions) for budget kappa (default: the codec's), with any allocation setting
         (r_min, coef_bits, ...) over the codec's. Raises InfeasibleBudgetError when this L cannot meet it."""
+        if kappa is None and "budget" in settings_:
+            kappa = settings_.pop("budget")
         if kappa is not None:
             if not isinstance(kappa, (int, float)) or isinstance(kappa, bool) or not math.isfinite(kappa):
                 raise VarRateError(f"kappa must be a number in (0, 1], got {kappa!r}")

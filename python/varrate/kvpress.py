@@ -13,6 +13,7 @@ Settings and basis are the CLI's: MODEL/varrate-codec.json (else width-based def
 them, and MODEL/varrate-basis.safetensors when present (basis="auto"), else calibrated on each layer's own
 context (basis="self"), or a basis file's path.
 """
+from contextlib import contextmanager
 from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -64,8 +65,11 @@ class VarRatePress(BasePress):
             raise VarRateError(f"VarRatePress: {self.method} is not a low-rank method that a press can run "
                                f"(one prefill, no extra pass); these are: {names}")
         self.method = info["name"]
+        self._needs = tuple(info["capture_needs"])
         self.layers, self.ranks = [], []
         self._codec = None
+        self._token_ids = None
+        self._pending = []
 
     @property
     def budget(self) -> Optional[float]:
@@ -105,27 +109,67 @@ class VarRatePress(BasePress):
         self._inv_freq = language_model.rotary_emb.inv_freq.float()
         self._n_layers = cfg.num_hidden_layers
 
+    @contextmanager
+    def __call__(self, model):
+        # A method that reads the context's ids (varrate-rare) gets them from the embedding's input.
+        handle = None
+        if "token_ids" in self._needs:
+            lm = model.model.language_model if hasattr(model.model, "language_model") else model.model
+            handle = lm.embed_tokens.register_forward_pre_hook(self._record_ids)
+        try:
+            with super().__call__(model):
+                yield
+        finally:
+            if handle is not None:
+                handle.remove()
+
+    def _record_ids(self, module, args):
+        self._token_ids = args[0] if args else None
+
     def compress(self, module, hidden_states, keys, values, attentions, kwargs):
         if self._codec is None:
             raise VarRateError("VarRatePress: use it as kvpress does (with press(model): ...)")
         layer = module.layer_idx
         if layer == 0:
-            self.layers, self.ranks = [], []
-        out_k, out_v = [], []
+            self.layers, self.ranks, self._pending = [], [], []
+        analyses = []
         for b in range(keys.shape[0]):
             cap = hf_layer_capture(module, hidden_states, keys, values, kwargs["position_embeddings"], batch=b,
                                    n_layers=self._n_layers, inv_freq=self._inv_freq.to(keys.device),
-                                   obs_window=self._codec.settings["obs_window"])
-            alloc = self._codec.analyse(cap).allocate()
-            k, v = alloc.materialise()
-            if k.shape != keys.shape[1:]:
-                raise VarRateError(f"VarRatePress: {self.method} changed the cache's shape")
-            out_k.append(k)
-            out_v.append(v)
-            if self.record and b == 0:
-                self.layers.append(alloc.diagnostics)
-                self.ranks.append(alloc.ranks.clone())
-        return torch.stack(out_k).to(keys.dtype), torch.stack(out_v).to(values.dtype)
+                                   obs_window=self._codec.settings["obs_window"], needs=self._needs,
+                                   token_ids=self._token_ids)
+            analyses.append(self._codec.analyse(cap))
+        if "all_layers" not in self._needs:
+            return self._apply([[a.allocate()] for a in analyses], keys, values)[0]
+        # kappa shared across layers: allocate once every layer is analysed. Nothing reads a layer's cache
+        # again during the prefill, so the earlier layers' caches are replaced at the last one.
+        self._pending.append((kwargs["past_key_values"], layer, analyses))
+        if layer != self._n_layers - 1:
+            return keys, values
+        per_sequence = [self._codec.allocate_layers([p[2][b] for p in self._pending])
+                        for b in range(keys.shape[0])]
+        out = self._apply(per_sequence, keys, values)
+        for (cache, l, _), (k, v) in zip(self._pending[:-1], out[:-1]):
+            cache.layers[l].keys, cache.layers[l].values = k, v
+        self._pending = []
+        return out[-1]
+
+    def _apply(self, per_sequence, keys, values):
+        """Reconstructs each sequence's allocations (per layer) and stacks them: [(keys, values)] per layer."""
+        layers = []
+        for i in range(len(per_sequence[0])):
+            ks, vs = [], []
+            for b, allocs in enumerate(per_sequence):
+                k, v = allocs[i].materialise()
+                if k.shape != keys.shape[1:]:
+                    raise VarRateError(f"VarRatePress: {self.method} changed the cache's shape")
+                ks.append(k)
+                vs.append(v)
+                if self.record and b == 0:
+                    self.layers.append(allocs[i].diagnostics)
+                    self.ranks.append(allocs[i].ranks.clone())
+            layers.append((torch.stack(ks).to(keys.dtype), torch.stack(vs).to(values.dtype)))
+        return layers
 
     @property
     def footprint(self) -> float:
@@ -144,7 +188,7 @@ class FlatPress(VarRatePress):
 
 def press_names() -> list:
     """The methods a press can run: the registry's low-rank family that needs nothing beyond one prefill
-    (varrate, flat, their ablations and varrate@<signal> for the signals computed from the capture)."""
+    (varrate, flat, their ablations, varrate@<signal> for every signal computed from the prefill)."""
     return [m["name"] for m in methods() if m["family"] == "low-rank" and not m["probe"]]
 
 
