@@ -14,6 +14,15 @@ kvpress: varrate.kvpress.VarRatePress, FlatPress and press("varrate@<signal>").
 """
 import torch  # noqa: F401  (loads LibTorch before the extension that links it)
 
+try:
+    from ._build_info import torch_version as _built_with_torch
+except ImportError:  # a source tree without a build
+    _built_with_torch = None
+if _built_with_torch is not None and _built_with_torch != torch.__version__:
+    raise ImportError(f"varrate was built against torch {_built_with_torch}, but this environment has torch "
+                      f"{torch.__version__} (LibTorch's C++ ABI differs between them): reinstall it against this "
+                      "torch, e.g. pip install --force-reinstall --no-deps ./python")
+
 from . import _varrate
 from ._codec import (Allocation, Basis, Codec, LayerAnalysis, Store, calibrate_basis, capture, inverse_rope,
                      method_info, methods, model_fingerprint, model_settings, rope_tables, setting_specs, settings)
