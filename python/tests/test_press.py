@@ -13,7 +13,7 @@ transformers = pytest.importorskip("transformers")
 
 import varrate  # noqa: E402
 from conftest import DEMO_MODEL  # noqa: E402
-from varrate.kvpress import FlatPress, VarRatePress, press, press_names  # noqa: E402
+from varrate.kvpress import FlatPress, VarRatePress, press, press_names, registry_presses  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -113,3 +113,9 @@ def test_every_press_runs(pipe, reference, document):
         assert len(p.layers) == 4 and p.footprint <= 0.2 + 1e-9, name
     with pytest.raises(varrate.VarRateError, match="not a low-rank method that a press can run"):
         press("varrate@kvzip")
+    # kvpress's evaluation sets compression_ratio on the registry's press objects.
+    registry = registry_presses()
+    assert set(registry) == set(names)
+    registry["varrate"].compression_ratio = 0.9
+    ask(pipe, registry["varrate"], reference, document)
+    assert abs(registry["varrate"].footprint - 0.1) < 1e-3

@@ -31,7 +31,7 @@ from . import _varrate
 from ._codec import BASIS_FILE, Basis, Codec, VarRateError, method_info, methods, model_fingerprint, settings
 from ._hf import hf_layer_capture
 
-__all__ = ["VarRatePress", "FlatPress", "press", "press_names"]
+__all__ = ["VarRatePress", "FlatPress", "press", "press_names", "registry_presses"]
 
 
 def _model_dir(model) -> Optional[Path]:
@@ -195,3 +195,10 @@ def press_names() -> list:
 def press(name: str, **kwargs) -> VarRatePress:
     """press("varrate@tova", kappa=0.2): a press for any name of press_names()."""
     return VarRatePress(method=name, **kwargs)
+
+
+def registry_presses() -> dict:
+    """{name: press} for every name of press_names(), at the model's default kappa until kvpress's evaluation sets
+    compression_ratio: `PRESS_REGISTRY.update(registry_presses())` in its evaluation/evaluate_registry.py makes
+    `--press_name varrate` (and flat, varrate@tova, ...) available there."""
+    return {name: press(name) for name in press_names()}
