@@ -5,7 +5,8 @@
 #
 # Usage: scripts/python-package.sh [--fresh] [--wheel] [-- PYTEST_ARGS...]
 #   --fresh  delete the environment first (default: reuse it; pip then rebuilds the package incrementally)
-#   --wheel  also build a wheel into python/dist (pip wheel --no-deps --no-build-isolation ./python)
+#   --wheel  also build a wheel into python/dist (pip wheel --no-deps -w python/dist ./python; it runs beside the
+#            torch version it was built against)
 # Environment: VARRATE_PY_VENV (default $HOME/.cache/varrate/python-venv), PYTHON (default python3, >= 3.10).
 # Needs what scripts/setup.sh installs (cmake >= 3.24, ninja, a C++17 compiler, spdlog, fmt, nlohmann-json,
 # Eigen, PCRE2, utf8proc) and, for torch's CUDA wheel, a CUDA toolkit with nvcc (Caffe2's CMake config asks for
@@ -47,7 +48,6 @@ echo "python-package: the example (python/examples/kvpress_example.py)"
 echo "python-package: pytest python/tests"
 "$venv/bin/python" -m pytest -q python/tests "${pytest_args[@]}"
 if [ $wheel = 1 ]; then
-  pip install -q scikit-build-core
-  pip wheel --no-deps --no-build-isolation -w python/dist ./python
+  pip wheel --no-deps -w python/dist ./python
   ls -l python/dist
 fi
