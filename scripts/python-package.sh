@@ -23,7 +23,7 @@ while [ $# -gt 0 ]; do
     --fresh) fresh=1 ;;
     --wheel) wheel=1 ;;
     --) shift; pytest_args=("$@"); break ;;
-    -h | --help) sed -n '2,13p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "python-package: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
