@@ -251,4 +251,29 @@ LayerDiagnostics layer_diagnostics_from_json(const nlohmann::json& j, const std:
     return d;
 }
 
+nlohmann::json to_json(const BasisInfo& info) {
+    return {{"model_fingerprint", info.model_fingerprint},
+            {"dim", info.dim},
+            {"rank", info.rank},
+            {"stride", info.stride},
+            {"anchors", info.anchors},
+            {"window", info.window},
+            {"calibration_tokens", info.calibration_tokens},
+            {"self_calibrated", info.self_calibrated}};
+}
+
+BasisInfo basis_info_from_json(const nlohmann::json& j, const std::string& where) {
+    if (!j.is_object()) throw Error(where + ": a basis description must be a JSON object");
+    BasisInfo i;
+    i.model_fingerprint = json_field<std::string>(j, "model_fingerprint", where, "");
+    i.dim = json_field<int64_t>(j, "dim", where, 0);
+    i.rank = json_field<int64_t>(j, "rank", where, 0);
+    i.stride = json_field<int64_t>(j, "stride", where, 0);
+    i.anchors = json_field<int64_t>(j, "anchors", where, 0);
+    i.window = json_field<int64_t>(j, "window", where, 0);
+    i.calibration_tokens = json_field<int64_t>(j, "calibration_tokens", where, 0);
+    i.self_calibrated = json_field<bool>(j, "self_calibrated", where, false);
+    return i;
+}
+
 }  // namespace varrate

@@ -1,11 +1,12 @@
 #pragma once
-// The one JSON form of the codec's settings and of a layer's diagnostics. Compare and NIAH outputs, session
-// files, benchmarks and a model's varrate-codec.json all read and write through these, so every writer has
-// the same fields and every reader the same checks.
+// The one JSON form of the codec's settings, of a layer's diagnostics and of what a basis says of itself.
+// Compare and NIAH outputs, session files, benchmarks and a model's varrate-codec.json all read and write
+// through these, so every writer has the same fields and every reader the same checks.
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "codec/basis.h"
 #include "codec/method.h"
 
 namespace varrate {
@@ -29,5 +30,12 @@ CodecSettings codec_settings_from_json(const nlohmann::json& j, const std::strin
 nlohmann::json to_json(const LayerDiagnostics& d, bool per_token = false);
 // Inverse of to_json (per-token vectors when present; null reads back as NaN). Throws Error "<where>: ...".
 LayerDiagnostics layer_diagnostics_from_json(const nlohmann::json& j, const std::string& where);
+
+// A basis's description by field name: model_fingerprint, dim, rank, stride, anchors, window,
+// calibration_tokens, self_calibrated (the Python package's form of it).
+nlohmann::json to_json(const BasisInfo& info);
+// Inverse; absent fields keep BasisInfo's defaults. Throws Error "<where>: ..." for a field of the wrong
+// type.
+BasisInfo basis_info_from_json(const nlohmann::json& j, const std::string& where);
 
 }  // namespace varrate

@@ -7,6 +7,7 @@
 #include "base/error.h"
 #include "codec/anchors.h"
 #include "codec/basis.h"
+#include "codec/codec_json.h"
 #include "codec/registry.h"
 #include "codec/synthetic.h"
 #include "models/safetensors.h"
@@ -95,6 +96,32 @@ class TestCodecBasis : public QObject {
         const auto other = test::temp_dir("basis-other") / "x.safetensors";
         write_safetensors(other, {{"w", at::ones({2, 2})}}, {{"format", "pt"}});
         EXPECT_ERROR(Basis::load(other), "not a VarRate basis");
+    }
+
+    // A basis's description as JSON (the Python package's form) reads back field for field; a field of the
+    // wrong type is an error naming it.
+    void infoJsonRoundTrip() {
+        BasisInfo info;
+        info.model_fingerprint = "llama-4x256-00ff";
+        info.dim = 128;
+        info.rank = 64;
+        info.stride = 32;
+        info.anchors = 4;
+        info.window = 16;
+        info.calibration_tokens = 9000;
+        info.self_calibrated = true;
+        const BasisInfo back = basis_info_from_json(to_json(info), "test");
+        QCOMPARE(back.model_fingerprint, info.model_fingerprint);
+        QCOMPARE(back.dim, info.dim);
+        QCOMPARE(back.rank, info.rank);
+        QCOMPARE(back.stride, info.stride);
+        QCOMPARE(back.anchors, info.anchors);
+        QCOMPARE(back.window, info.window);
+        QCOMPARE(back.calibration_tokens, info.calibration_tokens);
+        QCOMPARE(back.self_calibrated, info.self_calibrated);
+        nlohmann::json bad = to_json(info);
+        bad["rank"] = "sixty-four";
+        EXPECT_ERROR(basis_info_from_json(bad, "basis info"), "basis info", "rank");
     }
 
     void calibratorRecoversLowRankSubspace() {

@@ -133,6 +133,16 @@ json parse(const std::string& text, const std::string& where) {
     }
 }
 
+// What a basis must match (empty / 0: not checked).
+BasisRequirements requirements(const std::string& fingerprint, int64_t dim, int64_t stride, int64_t anchors) {
+    BasisRequirements req;
+    req.model_fingerprint = fingerprint;
+    req.dim = dim;
+    req.stride = stride;
+    req.anchors = anchors;
+    return req;
+}
+
 }  // namespace
 
 // settings: JSON object of CodecSettings fields applied over `base` (JSON; "" = the paper's defaults).
@@ -173,53 +183,23 @@ PYBIND11_MODULE(_varrate, m) {
 
     py::class_<Basis, std::shared_ptr<Basis>>(m, "Basis")
         .def(py::init([](const std::string& info, std::vector<at::Tensor> layers) {
-            const json j = parse(info, "basis info");
-            BasisInfo bi;
-            bi.model_fingerprint = j.value("model_fingerprint", "");
-            bi.dim = j.value("dim", int64_t{0});
-            bi.rank = j.value("rank", int64_t{0});
-            bi.stride = j.value("stride", int64_t{0});
-            bi.anchors = j.value("anchors", int64_t{0});
-            bi.window = j.value("window", int64_t{0});
-            bi.calibration_tokens = j.value("calibration_tokens", int64_t{0});
-            bi.self_calibrated = j.value("self_calibrated", false);
-            return std::make_shared<Basis>(bi, std::move(layers));
+            return std::make_shared<Basis>(basis_info_from_json(parse(info, "basis info"), "basis info"),
+                                           std::move(layers));
         }))
         .def_static("load",
                     [](const std::string& path, const std::string& fingerprint, int64_t dim, int64_t stride,
                        int64_t anchors) {
-                        BasisRequirements req;
-                        req.model_fingerprint = fingerprint;
-                        req.dim = dim;
-                        req.stride = stride;
-                        req.anchors = anchors;
-                        return std::make_shared<Basis>(Basis::load(path, req));
+                        return std::make_shared<Basis>(
+                            Basis::load(path, requirements(fingerprint, dim, stride, anchors)));
                     })
         .def("save", [](const Basis& b, const std::string& path) { b.save(path); })
-        .def("check",
-             [](const Basis& b, const std::string& fingerprint, int64_t dim, int64_t stride, int64_t anchors,
-                const std::string& where) {
-                 BasisRequirements req;
-                 req.model_fingerprint = fingerprint;
-                 req.dim = dim;
-                 req.stride = stride;
-                 req.anchors = anchors;
-                 b.check(req, where);
-             })
+        .def(
+            "check",
+            [](const Basis& b, const std::string& fingerprint, int64_t dim, int64_t stride, int64_t anchors,
+               const std::string& where) { b.check(requirements(fingerprint, dim, stride, anchors), where); })
         .def_property_readonly("n_layer", &Basis::n_layer)
         .def("layer", [](const Basis& b, int64_t i) { return b.layer(i); })
-        .def_property_readonly("info_json", [](const Basis& b) {
-            const BasisInfo& i = b.info();
-            return json{{"model_fingerprint", i.model_fingerprint},
-                        {"dim", i.dim},
-                        {"rank", i.rank},
-                        {"stride", i.stride},
-                        {"anchors", i.anchors},
-                        {"window", i.window},
-                        {"calibration_tokens", i.calibration_tokens},
-                        {"self_calibrated", i.self_calibrated}}
-                .dump();
-        });
+        .def_property_readonly("info_json", [](const Basis& b) { return to_json(b.info()).dump(); });
 
     bind_codec(m);
 }
