@@ -34,6 +34,11 @@ from ._hf import hf_layer_capture
 __all__ = ["VarRatePress", "FlatPress", "press", "press_names", "registry_presses"]
 
 
+def _language_model(model):
+    """The decoder stack (multimodal models wrap it as model.model.language_model, as kvpress's hooks assume)."""
+    return model.model.language_model if hasattr(model.model, "language_model") else model.model
+
+
 def _model_dir(model) -> Optional[Path]:
     name = getattr(model.config, "_name_or_path", "") or getattr(model, "name_or_path", "")
     return Path(name) if name and Path(name, "config.json").exists() else None
@@ -105,8 +110,7 @@ class VarRatePress(BasePress):
             raise VarRateError(f"VarRatePress: the basis has {basis.n_layer} layers, the model "
                                f"{cfg.num_hidden_layers}")
         self._codec = Codec(s, self.method, basis, fingerprint=fingerprint)
-        language_model = model.model.language_model if hasattr(model.model, "language_model") else model.model
-        self._inv_freq = language_model.rotary_emb.inv_freq.float()
+        self._inv_freq = _language_model(model).rotary_emb.inv_freq.float()
         self._n_layers = cfg.num_hidden_layers
 
     @contextmanager
@@ -114,8 +118,7 @@ class VarRatePress(BasePress):
         # A method that reads the context's ids (varrate-rare) gets them from the embedding's input.
         handle = None
         if "token_ids" in self._needs:
-            lm = model.model.language_model if hasattr(model.model, "language_model") else model.model
-            handle = lm.embed_tokens.register_forward_pre_hook(self._record_ids)
+            handle = _language_model(model).embed_tokens.register_forward_pre_hook(self._record_ids)
         try:
             with super().__call__(model):
                 yield
