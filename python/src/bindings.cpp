@@ -67,28 +67,25 @@ const char* to_string(MethodProbe p) {
 // The registered methods with their traits, in registry order: what varrate.methods() lists.
 std::string methods_json() {
     json out = json::array();
-    const CodecSettings defaults;
+    // The settings each MethodReads bit stands for, in the settings table's order.
+    static const std::vector<std::pair<const char*, uint32_t>> bits = {
+        {"budget", kReadsBudget},
+        {"r_min", kReadsRankFloor},
+        {"rank", kReadsRank},
+        {"stride", kReadsStride},
+        {"anchors", kReadsAnchors},
+        {"window", kReadsWindow},
+        {"obs_window", kReadsObsWindow},
+        {"pool_kernel", kReadsPool},
+        {"coef_bits", kReadsCoefBits},
+        {"key_channel_ratio", kReadsKeyChannels},
+        {"layer_profile", kReadsLayerProfile},
+        {"paper_accounting", kReadsAccounting}};
     for (const std::string& name : method_names()) {
         const MethodTraits& t = method_traits(name);
         json reads = json::array();
-        for (const CodecSettingSpec& spec : codec_setting_specs()) {
-            const std::string key = spec.key;
-            static const std::vector<std::pair<const char*, uint32_t>> bits = {
-                {"budget", kReadsBudget},
-                {"r_min", kReadsRankFloor},
-                {"rank", kReadsRank},
-                {"stride", kReadsStride},
-                {"anchors", kReadsAnchors},
-                {"window", kReadsWindow},
-                {"obs_window", kReadsObsWindow},
-                {"pool_kernel", kReadsPool},
-                {"coef_bits", kReadsCoefBits},
-                {"paper_accounting", kReadsAccounting},
-                {"key_channel_ratio", kReadsKeyChannels},
-                {"layer_profile", kReadsLayerProfile}};
-            for (const auto& [k, bit] : bits)
-                if (key == k && (t.reads & bit)) reads.push_back(key);
-        }
+        for (const auto& [key, bit] : bits)
+            if (t.reads & bit) reads.push_back(key);
         json needs = json::array();
         if (t.capture_needs & kNeedsQueryStats) needs.push_back("query_stats");
         if (t.capture_needs & kNeedsTokenIds) needs.push_back("token_ids");
@@ -180,6 +177,8 @@ PYBIND11_MODULE(_varrate, m) {
     m.def("width_settings_json",
           [](int64_t joint_dim) { return to_json(width_codec_defaults(joint_dim)).dump(); });
     m.def("model_fingerprint", [](const std::string& model_dir) { return model_fingerprint(model_dir); });
+    m.def("model_joint_dim",
+          [](const std::string& model_dir) { return joint_dim(ModelConfig::load(model_dir)); });
 
     py::class_<Basis, std::shared_ptr<Basis>>(m, "Basis")
         .def(py::init([](const std::string& info, std::vector<at::Tensor> layers) {

@@ -24,11 +24,12 @@ if _built_with_torch is not None and _built_with_torch != torch.__version__:
                       "torch, e.g. pip install --force-reinstall --no-deps ./python")
 
 from . import _varrate
-from ._codec import (Allocation, Basis, Codec, LayerAnalysis, Store, calibrate_basis, capture, inverse_rope,
-                     method_info, methods, model_fingerprint, model_settings, rope_tables, setting_specs, settings)
+from ._codec import (Allocation, Basis, Codec, LayerAnalysis, Store, apply_rope, calibrate_basis, capture,
+                     inverse_rope, method_info, methods, model_fingerprint, model_settings, rope_tables,
+                     setting_specs, settings)
 from ._varrate import InfeasibleBudgetError, VarRateError
 
 __version__ = "0.1.0"
 __all__ = ["Allocation", "Basis", "Codec", "InfeasibleBudgetError", "LayerAnalysis", "Store", "VarRateError",
-           "calibrate_basis", "capture", "inverse_rope", "method_info", "methods", "model_fingerprint", "model_settings",
-           "rope_tables", "setting_specs", "settings", "_varrate"]
+           "apply_rope", "calibrate_basis", "capture", "inverse_rope", "method_info", "methods", "model_fingerprint",
+           "model_settings", "rope_tables", "setting_specs", "settings", "_varrate"]

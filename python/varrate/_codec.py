@@ -94,7 +94,7 @@ class Basis:
         anchor count is refused with VarRateError naming the file and the field."""
         if model_dir is not None:
             fingerprint = fingerprint or model_fingerprint(model_dir)
-            dim = dim or _model_joint_dim(model_dir)
+            dim = dim or _varrate.model_joint_dim(str(model_dir))
         return cls(_varrate.Basis.load(str(path), fingerprint, int(dim), int(stride), int(anchors)))
 
     @classmethod
@@ -125,13 +125,6 @@ class Basis:
         i = self.info
         return (f"Basis({self.n_layer} layers, R={i['rank']}, D={i['dim']}, stride {i['stride']}, "
                 f"c {i['anchors']}, model {i['model_fingerprint'] or '?'})")
-
-
-def _model_joint_dim(model_dir) -> int:
-    cfg = json.loads((Path(model_dir) / "config.json").read_text())
-    heads = cfg["num_attention_heads"]
-    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
-    return 2 * cfg.get("num_key_value_heads", heads) * head_dim
 
 
 def calibrate_basis(captures: Iterable, n_layers: int, settings_: Optional[dict] = None, rank: Optional[int] = None,
@@ -168,6 +161,11 @@ def rope_tables(inv_freq: torch.Tensor, n: int, offset: int = 0) -> tuple:
 def _rotate_half(x):
     h = x.shape[-1] // 2
     return torch.cat([-x[..., h:], x[..., :h]], dim=-1)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotates [.., n, head_dim] by the tables of their positions [n, head_dim] (Hugging Face's rotate_half)."""
+    return x * cos + _rotate_half(x) * sin
 
 
 def inverse_rope(keys: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -3,14 +3,9 @@ before RoPE and the observation window's queries are recomputed from the layer's
 projections (and Qwen3's q_norm / k_norm), as the model computed them."""
 import torch
 
-from ._codec import VarRateError, capture
+from ._codec import VarRateError, apply_rope, capture
 
 __all__ = ["hf_layer_capture"]
-
-
-def _rotate_half(x):
-    h = x.shape[-1] // 2
-    return torch.cat([-x[..., h:], x[..., :h]], dim=-1)
 
 
 def _heads(module, proj, norm, hidden_states):
@@ -47,8 +42,7 @@ def hf_layer_capture(module, hidden_states, keys, values, position_embeddings, *
     keys_pre = _heads(module, module.k_proj, getattr(module, "k_norm", None), h)[0]  # [G, L, d]
     w = min(obs_window, h.shape[1])
     q = _heads(module, module.q_proj, getattr(module, "q_norm", None), h[:, -w:])[0]  # [H, w, d]
-    c, s = cos[batch, -w:].unsqueeze(0), sin[batch, -w:].unsqueeze(0)
-    q = (q * c) + (_rotate_half(q) * s)
+    q = apply_rope(q, cos[batch, -w:], sin[batch, -w:])
     stats = query_statistics(module, h) if "query_stats" in needs else None
     ids = None
     if "token_ids" in needs:
