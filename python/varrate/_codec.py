@@ -374,7 +374,8 @@ def self_calibrated_basis(cap, settings_: dict, fingerprint: str = "") -> Basis:
     calibrator.add(one)
     dim = 2 * cap.keys.shape[0] * cap.keys.shape[2]
     fitted = Basis(calibrator.finish(min(settings_["rank"], dim), fingerprint, True))
-    layers = [torch.zeros_like(fitted.layer(0)) for _ in range(cap.n_layers)]
+    zero = torch.zeros_like(fitted.layer(0))  # one tensor for every other layer (the basis keeps it, no copy)
+    layers = [zero] * cap.n_layers
     layers[cap.layer] = fitted.layer(0)
     info = fitted.info
     info["self_calibrated"] = True
