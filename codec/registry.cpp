@@ -13,6 +13,7 @@
 #include "codec/methods/critical_adakv_method.h"
 #include "codec/methods/criticalkv_method.h"
 #include "codec/methods/cur_method.h"
+#include "codec/methods/duo_attention_method.h"
 #include "codec/methods/expected_attention_method.h"
 #include "codec/methods/finch_method.h"
 #include "codec/methods/full_method.h"
@@ -323,6 +324,13 @@ const std::vector<Entry>& registry() {
              from_settings<KVzipMethod>(),
              signal_salience(SalienceSignal::Repeat),
              /*salience_is_mass=*/true},
+            {{"duo-attention",
+              "DuoAttention: every token in retrieval heads, the first 128 and last 256 in streaming heads; "
+              "the heads whose attention on the document's mean query and key accumulates fastest stream, "
+              "across layers",
+              MethodFamily::Eviction, false, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
+              kReadsBudget, BudgetCheck::None, nullptr, false, kNeedsQueryStats | kNeedsAllLayers},
+             from_settings<DuoAttentionMethod>()},
             {{"think",
               "ThinK: every token kept, each KV head's lowest-scoring key channels pruned (the window "
               "queries' q^2 times the keys' k^2); footprint set by the key channel ratio",

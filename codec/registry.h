@@ -77,7 +77,8 @@ enum MethodReads : uint32_t {
 // projection. The runtime's prefill captures all of it; a capture made elsewhere (the Python package's
 // kvpress hook) computes these only for the methods that read them.
 enum MethodCaptureNeeds : uint32_t {
-    kNeedsQueryStats = 1u << 0,  // LayerCapture::query_mean / query_cov (Expected Attention)
+    kNeedsQueryStats = 1u << 0,  // LayerCapture::query_mean / query_cov / query_mean_all (Expected Attention,
+                                 // DuoAttention)
     kNeedsTokenIds = 1u << 1,    // LayerCapture::token_ids (varrate-rare)
     // Not a capture field: the method shares kappa across layers (CompressionMethod::layer_budgets), so no
     // layer is allocated before every layer has been analysed.

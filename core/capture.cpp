@@ -64,7 +64,8 @@ int64_t PrefillCapture::bytes() const {
     for (const LayerCapture& c : layers)
         total += tensor_bytes(c.keys_pre_rope) + tensor_bytes(c.keys) + tensor_bytes(c.values) +
                  tensor_bytes(c.window_queries) + tensor_bytes(c.query_mean) + tensor_bytes(c.query_cov) +
-                 tensor_bytes(c.question_attention) + tensor_bytes(c.repeat_scores);
+                 tensor_bytes(c.query_mean_all) + tensor_bytes(c.question_attention) +
+                 tensor_bytes(c.repeat_scores);
     if (!layers.empty()) total += tensor_bytes(layers[0].rope_cos) + tensor_bytes(layers[0].rope_sin);
     for (const DistortionReference& r : references)
         total += tensor_bytes(r.weights) + tensor_bytes(r.window_output);

@@ -229,10 +229,12 @@ struct ObservedPrefill {
     // Per layer, the running mean and centred second moment of the pre-RoPE queries of positions >=
     // kQueryStatsSkip, merged chunk by chunk (Chan et al.): each chunk's moments about its own mean in fp32,
     // the merge in fp64, so a long prompt loses no digits and the products stay fp32.
-    std::vector<at::Tensor> query_mean;  // [n_head, head_dim] fp64
-    std::vector<at::Tensor> query_m2;    // [n_head, head_dim, head_dim] fp64
-    std::vector<int64_t> query_rows;     // positions merged so far
-    at::Tensor token_ids;                // [L] int64 when the prefill began at position 0, else undefined
+    std::vector<at::Tensor> query_mean;   // [n_head, head_dim] fp64
+    std::vector<at::Tensor> query_m2;     // [n_head, head_dim, head_dim] fp64
+    std::vector<int64_t> query_rows;      // positions merged so far
+    std::vector<at::Tensor> query_sum;    // [n_head, head_dim] fp64: every position's query, summed
+    std::vector<int64_t> query_sum_rows;  // positions in query_sum
+    at::Tensor token_ids;                 // [L] int64 when the prefill began at position 0, else undefined
 };
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {
@@ -315,6 +317,9 @@ bool decoder_layer(at::Tensor& x, const LayerWeights& lw, const ModelConfig& c, 
     OpTimer t_observed(profile, "capture", device);
     if (observed) {
         observed->keys_pre_rope[l].narrow(1, context_offset, m).copy_(k);
+        const at::Tensor q_sum = q.to(at::kFloat).sum(1).to(at::kDouble);  // [n_head, head_dim]
+        observed->query_sum[l] = observed->query_sum[l].defined() ? observed->query_sum[l] + q_sum : q_sum;
+        observed->query_sum_rows[l] += m;
         const int64_t skip = std::clamp<int64_t>(kQueryStatsSkip - context_offset, 0, m);
         if (skip < m) {
             const int64_t rows = m - skip;
@@ -381,6 +386,9 @@ bool decoder_layer(at::Tensor& x, const LayerWeights& lw, const ModelConfig& c, 
                                 .to(at::kFloat);  // [n_head, head_dim, head_dim]
             observed->query_mean[l] = observed->query_m2[l] = at::Tensor();
         }
+        cap.query_mean_all =
+            (observed->query_sum[l] / static_cast<double>(observed->query_sum_rows[l])).to(at::kFloat);
+        observed->query_sum[l] = at::Tensor();
         std::optional<LayerKV> replacement = observer(cap);
         observed->keys_pre_rope[l] = at::Tensor();  // this layer's capture is done
         if (replacement) {
@@ -435,6 +443,8 @@ at::Tensor LlamaModel::forward_on_device(const at::Tensor& ids_t, KVCache& cache
         observed.query_mean.resize(static_cast<size_t>(c.n_layer));
         observed.query_m2.resize(static_cast<size_t>(c.n_layer));
         observed.query_rows.assign(static_cast<size_t>(c.n_layer), 0);
+        observed.query_sum.resize(static_cast<size_t>(c.n_layer));
+        observed.query_sum_rows.assign(static_cast<size_t>(c.n_layer), 0);
         std::tie(observed.cos, observed.sin) = rope_tables(0, L);
         observed.inv_freq = inv_freq_;
         if (cache.has_prefix())

@@ -46,6 +46,9 @@ struct LayerCapture {
     // what Expected Attention models future queries with.
     at::Tensor query_mean;  // [n_head, head_dim] fp32
     at::Tensor query_cov;   // [n_head, head_dim, head_dim] fp32, centred, divided by the count
+    // The mean pre-RoPE query of every position of the prefill, the first ones included (DuoAttention's
+    // head scores, as kvpress's mean over a text): [n_head, head_dim] fp32.
+    at::Tensor query_mean_all;
     // Filled by extra passes over the captured prefix (core/probe.h) for the signals that read them;
     // undefined otherwise.
     at::Tensor question_attention;  // [n_head, L] fp32: mean attention weight of the question's queries

@@ -5,6 +5,10 @@ difference B - A with a percentile-bootstrap 95 % interval over documents, the d
 two-sided sign (McNemar) test. Documents are matched by record file name (length, depth, sample); a method or
 budget missing from either folder is skipped. Standard library only.
 
+`varrate eval` folders work the same way: a document is a (task, length, sample) record, its value the record's
+score over 100 (RULER's partial credit), so the "accuracy" columns are mean scores in [0, 1] and the sign test
+counts the pairs where one side scored higher. Infeasible records are left out.
+
 With --against METHOD and one folder, every method and budget of that folder is paired with METHOD on the same
 documents instead (at the same budget, or METHOD's single run when it has no budget, as full): e.g. every press
 against full, or every varrate@<signal> against varrate.
@@ -17,6 +21,7 @@ import json
 import math
 import os
 import random
+import re
 import zlib
 import sys
 
@@ -28,14 +33,22 @@ def records(root):
     for method in sorted(os.listdir(base)):
         mdir = os.path.join(base, method)
         subdirs = [d for d in sorted(os.listdir(mdir)) if os.path.isdir(os.path.join(mdir, d))]
-        groups = [(d[1:], os.path.join(mdir, d)) for d in subdirs] or [("-", mdir)]
+        # k<kappa> folders hold a budget's records; a method run once (full, think) keeps its own (an eval's
+        # are in task folders).
+        groups = [(d[1:], os.path.join(mdir, d)) for d in subdirs if re.fullmatch(r"k[0-9.e-]+", d)] or [("-", mdir)]
         for budget, gdir in groups:
             docs = {}
-            for f in os.listdir(gdir):
-                if not f.endswith(".json"):
-                    continue
-                with open(os.path.join(gdir, f)) as fh:
-                    docs[f[:-5]] = 1 if json.load(fh)["correct"] else 0
+            for here, _, files in os.walk(gdir):
+                for f in files:
+                    if not f.endswith(".json"):
+                        continue
+                    with open(os.path.join(here, f)) as fh:
+                        r = json.load(fh)
+                    doc = os.path.relpath(os.path.join(here, f[:-5]), gdir)
+                    if "correct" in r:
+                        docs[doc] = 1 if r["correct"] else 0
+                    elif r.get("score") is not None:
+                        docs[doc] = r["score"] / 100.0
             out[(method, budget)] = docs
     return out
 
@@ -92,7 +105,7 @@ def main():
         diffs = [y - x for x, y in zip(a, b)]
         n = len(docs)
         lo, hi = bootstrap_ci(diffs, args.bootstrap, seed=zlib.crc32(f"{key[0]}:{key[1]}".encode()))
-        wins, losses = diffs.count(1), diffs.count(-1)
+        wins, losses = sum(d > 0 for d in diffs), sum(d < 0 for d in diffs)
         row = {"method": key[0], "budget": key[1], "n": n, "acc_a": sum(a) / n, "acc_b": sum(b) / n,
                "diff": sum(diffs) / n, "ci": [lo, hi], "b_only": wins, "a_only": losses,
                "sign_p": sign_test_p(wins, losses)}

@@ -93,6 +93,9 @@ class TestCoreProbe : public QObject {
                         double mean_i = 0;
                         for (int64_t t = kQueryStatsSkip; t < L; ++t) mean_i += q[h][t][i].item<double>() / n;
                         QVERIFY(std::abs(c.query_mean[h][i].item<double>() - mean_i) < 1e-4);
+                        double all_i = 0;  // query_mean_all: the first positions too
+                        for (int64_t t = 0; t < L; ++t) all_i += q[h][t][i].item<double>() / L;
+                        QVERIFY(std::abs(c.query_mean_all[h][i].item<double>() - all_i) < 1e-4);
                         for (int64_t j = 0; j < hd; j += 5) {
                             double mean_j = 0, cov = 0;
                             for (int64_t t = kQueryStatsSkip; t < L; ++t)

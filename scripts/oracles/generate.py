@@ -70,6 +70,7 @@ from kvpress.pipeline import KVPressTextGenerationPipeline  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import chat_reference  # noqa: E402
+import duo_reference  # noqa: E402
 import longbench_reference  # noqa: E402
 import scorers_reference  # noqa: E402
 import signals_arch  # noqa: E402
@@ -748,7 +749,7 @@ def main():
                          "build/bin/varrate, relative to the repository)")
     ap.add_argument("--only", nargs="*",
                     help="model names to regenerate, or kvpress (SnapKV), kvpress-presses (StreamingLLM, "
-                         "PyramidKV, Ada-KV), kvpress-scorers (Knorm, KeyDiff, TOVA, ...), kvpress-wrappers (ThinK, SnapKV+ThinK), kvpress-signals (Expected Attention in Ada-KV, KVzip), "
+                         "PyramidKV, Ada-KV), kvpress-scorers (Knorm, KeyDiff, TOVA, ...), kvpress-wrappers (ThinK, SnapKV+ThinK), kvpress-duo (DuoAttention, scored on the fly), kvpress-signals (Expected Attention in Ada-KV, KVzip), "
                          "kvpress-signals-arch (Expected Attention with a q bias and q_norm, KVzip with a chat prefix), tokenizers, chat31 "
                          "or longbench (default: everything; longbench only with --longbench)")
     ap.add_argument("--longbench",
@@ -793,6 +794,8 @@ def main():
         write_json(DATA / "kvpress_scorers.json", scorers_reference.reference(sys.modules[__name__]))
     if not args.only or "kvpress-wrappers" in args.only:
         write_json(DATA / "kvpress_wrappers.json", wrappers_reference.reference(sys.modules[__name__]))
+    if not args.only or "kvpress-duo" in args.only:
+        write_json(DATA / "kvpress_duo.json", duo_reference.reference(sys.modules[__name__]))
     if not args.only or "kvpress-signals" in args.only:
         write_json(DATA / "kvpress_signals.json", kvpress_signals_reference())
     if not args.only or "kvpress-signals-arch" in args.only:
