@@ -80,9 +80,9 @@ int64_t capture_bytes_needed(const ModelConfig& c, int64_t n_tokens, int64_t obs
     // The prefill's own cache is freed layer by layer as the capture takes it over; its transient peak is
     // one layer's cache plus the activations, which the model's own prefill needs anyway.
     // Plus the RoPE tables, the distortion weights and the last logits.
-    // The query statistics (fp32) are small next to these.
+    // The query statistics (fp32: the covariance and two means) are small next to these.
     const int64_t reference = n_tokens * 8 + c.n_head * std::min(obs_window, n_tokens) * c.head_dim * 4 +
-                              c.n_head * (c.head_dim + 1) * c.head_dim * 4;
+                              c.n_head * (c.head_dim + 2) * c.head_dim * 4;
     return c.n_layer * (per_layer + reference) + 2 * n_tokens * c.head_dim * e + c.vocab_size * 4;
 }
 

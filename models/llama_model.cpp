@@ -317,7 +317,8 @@ bool decoder_layer(at::Tensor& x, const LayerWeights& lw, const ModelConfig& c, 
     OpTimer t_observed(profile, "capture", device);
     if (observed) {
         observed->keys_pre_rope[l].narrow(1, context_offset, m).copy_(k);
-        const at::Tensor q_sum = q.to(at::kFloat).sum(1).to(at::kDouble);  // [n_head, head_dim]
+        const at::Tensor q_sum =
+            at::sum(q, {1}, /*keepdim=*/false, at::kFloat).to(at::kDouble);  // [n_head, head_dim]
         observed->query_sum[l] = observed->query_sum[l].defined() ? observed->query_sum[l] + q_sum : q_sum;
         observed->query_sum_rows[l] += m;
         const int64_t skip = std::clamp<int64_t>(kQueryStatsSkip - context_offset, 0, m);
