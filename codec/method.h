@@ -34,6 +34,10 @@ struct CodecSettings {
     // Per-layer budget profile (snapkv-per-layer, kvpress's PerLayerCompressionPress): layer l keeps kappa x
     // p_l / mean(p) of its tokens, so that the layers keep kappa on average; empty: kappa in every layer.
     std::vector<double> layer_profile;
+    // DuoAttention (duo-attention): the first and last tokens a streaming head keeps (kvpress's on-the-fly
+    // pattern: 128 and 256).
+    int64_t streaming_sink = 128;
+    int64_t streaming_recent = 256;
     // Selective attention through a VarRate/flat store (codec/compressed_layer.h): a decoding step rebuilds
     // the keys of only the coded tokens in the select_tokens / landmark_chunk chunks whose landmarks (the
     // post-RoPE mean key of landmark_chunk coded tokens, per KV head, stored and charged to the budget)

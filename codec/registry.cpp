@@ -325,11 +325,13 @@ const std::vector<Entry>& registry() {
              signal_salience(SalienceSignal::Repeat),
              /*salience_is_mass=*/true},
             {{"duo-attention",
-              "DuoAttention: every token in retrieval heads, the first 128 and last 256 in streaming heads; "
+              "DuoAttention: every token in retrieval heads, the first 128 and last 256 (the streaming "
+              "settings) in streaming heads; "
               "the heads whose attention on the document's mean query and key accumulates fastest stream, "
               "across layers",
               MethodFamily::Eviction, false, false, MethodProbe::None, BudgetRule::Kappa, ColourRole::Own,
-              kReadsBudget, BudgetCheck::None, nullptr, false, kNeedsQueryStats | kNeedsAllLayers},
+              kReadsBudget | kReadsStreaming, BudgetCheck::None, nullptr, false,
+              kNeedsQueryStats | kNeedsAllLayers},
              from_settings<DuoAttentionMethod>()},
             {{"think",
               "ThinK: every token kept, each KV head's lowest-scoring key channels pruned (the window "

@@ -71,6 +71,7 @@ enum MethodReads : uint32_t {
     kReadsAccounting = 1u << 9,
     kReadsKeyChannels = 1u << 10,
     kReadsLayerProfile = 1u << 11,
+    kReadsStreaming = 1u << 12,  // streaming_sink, streaming_recent
 };
 
 // What a method reads of a layer's capture beyond its keys, values, window queries, RoPE tables and output

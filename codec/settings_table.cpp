@@ -136,6 +136,15 @@ std::vector<CodecSettingSpec> make_specs() {
              "(kvpress's ratios r_l are p_l = 1 - r_l at kappa = their mean); empty: kappa everywhere. Other "
              "methods ignore it",
              T::Allocation, &S::layer_profile, 1e6),
+        added_later(
+            integer("streaming_sink", "--streaming-sink", "Streaming sink",
+                    "DuoAttention (duo-attention): the first tokens a streaming head keeps (kvpress's "
+                    "on-the-fly pattern: 128); other methods ignore it",
+                    T::Allocation, &S::streaming_sink, 0, kMaxLength)),
+        added_later(integer("streaming_recent", "--streaming-recent", "Streaming recent",
+                            "DuoAttention (duo-attention): the last tokens a streaming head keeps (kvpress's "
+                            "on-the-fly pattern: 256); other methods ignore it",
+                            T::Allocation, &S::streaming_recent, 0, kMaxLength)),
         added_later(integer(
             "select_tokens", "--select-tokens", "Selective attention tokens",
             "VarRate/flat stores: the coded tokens whose keys a decoding step rebuilds, in whole chunks "

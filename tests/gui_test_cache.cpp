@@ -268,9 +268,9 @@ class GuiTestCache : public QObject {
     // here is written by hand), and every field goes through set_settings, settings() and a session file.
     void run_panel_has_an_editor_per_setting() {
         RunPanel panel;
-        for (const char* key :
-             {"budget", "r_min", "rank", "stride", "anchors", "window", "obs_window", "pool_kernel",
-              "coef_bits", "key_channel_ratio", "layer_profile", "paper_accounting", "precise_timing"}) {
+        for (const char* key : {"budget", "r_min", "rank", "stride", "anchors", "window", "obs_window",
+                                "pool_kernel", "coef_bits", "key_channel_ratio", "layer_profile",
+                                "streaming_sink", "streaming_recent", "paper_accounting", "precise_timing"}) {
             QWidget* editor = panel.codec_editor(key);
             QVERIFY2(editor, key);
             QCOMPARE(editor->objectName(), QString(key));

@@ -10,7 +10,9 @@
 // this checkpoint: "Could not find fake keys").
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
+#include <set>
 
 #include "codec/methods/duo_attention_method.h"
 #include "codec/registry.h"
@@ -41,7 +43,8 @@ QString case_name(const nlohmann::json& c) {
 
 // The kappa at which `streaming` of `heads` heads stream: exactly the entries that leaves.
 double kappa_for(int64_t streaming, int64_t heads, int64_t L) {
-    const int64_t dropped = streaming * (L - DuoAttentionMethod::kSink - DuoAttentionMethod::kRecent);
+    const CodecSettings s;  // kvpress's 128 sink and 256 recent tokens
+    const int64_t dropped = streaming * (L - s.streaming_sink - s.streaming_recent);
     return static_cast<double>(heads * L - dropped) / static_cast<double>(heads * L);
 }
 
@@ -67,8 +70,8 @@ class TestKvpressDuo : public QObject {
         int checked = 0, answers = 0;
         double worst_score = 0;
         for (const auto& c : ref["cases"]) {
-            QCOMPARE(c["sink_size"].get<int64_t>(), DuoAttentionMethod::kSink);
-            QCOMPARE(c["recent_size"].get<int64_t>(), DuoAttentionMethod::kRecent);
+            QCOMPARE(c["sink_size"].get<int64_t>(), CodecSettings{}.streaming_sink);
+            QCOMPARE(c["recent_size"].get<int64_t>(), CodecSettings{}.streaming_recent);
             const auto [compressed, prompt] = test::kvpress_case_ids(ref, c);
             const auto L = static_cast<int64_t>(compressed.size());
             QCOMPARE(L, c["n_tokens"].get<int64_t>());
@@ -142,6 +145,50 @@ class TestKvpressDuo : public QObject {
         auto method = make_method("duo-attention", s);
         const MethodAnalysis analysis(*method, cap);
         EXPECT_ERROR(analysis.allocate(s), "smallest feasible kappa is 0.5486");
+    }
+
+    // The streaming settings: shorter sinks and recent windows make a kappa that kvpress's 128 + 256 refuses
+    // feasible; a streaming head then keeps exactly those tokens, the same heads (by score) stream first, and
+    // the allocation changes with them alone, without a new analysis.
+    void streaming_settings_set_what_a_streaming_head_keeps() {
+        const auto& ref = reference();
+        LlamaModel& m = test::oracle_model(ref);
+        const auto& c = ref["cases"][0];
+        const auto [compressed, prompt] = test::kvpress_case_ids(ref, c);
+        const auto L = static_cast<int64_t>(compressed.size());
+        CodecSettings s;
+        s.budget = 0.3;
+        s.streaming_sink = 8;
+        s.streaming_recent = 32;
+        PrefillCapture cap = capture_prefill(m, compressed, s);
+        auto method = make_method("duo-attention", s);
+        const MethodAnalysis analysis(*method, cap);
+        const std::vector<LayerAllocation> alloc = analysis.allocate(s);
+        int64_t kept = 0;
+        std::set<std::pair<int64_t, int64_t>> streaming;  // (layer, KV head)
+        for (size_t l = 0; l < alloc.size(); ++l) {
+            const at::Tensor mask = alloc[l].diagnostics.kept.to(at::kCPU);  // [G, L]
+            for (int64_t g = 0; g < mask.size(0); ++g) {
+                const int64_t n = mask[g].sum().item<int64_t>();
+                kept += n;
+                if (n == L) continue;
+                streaming.insert({static_cast<int64_t>(l), g});
+                QCOMPARE(n, s.streaming_sink + s.streaming_recent);
+                QVERIFY(mask[g].narrow(0, 0, s.streaming_sink).all().item<bool>());
+                QVERIFY(mask[g].narrow(0, L - s.streaming_recent, s.streaming_recent).all().item<bool>());
+            }
+        }
+        // The fewest streaming heads within kappa: 0.3 of 6 x 700 entries keeps 1260, each streaming head
+        // drops 660, so 5 stream (4 would keep 1560): the 5 lowest of kvpress's head scores.
+        std::vector<std::pair<double, std::pair<int64_t, int64_t>>> by_score;
+        for (int64_t l = 0; l < static_cast<int64_t>(alloc.size()); ++l)
+            for (int64_t g = 0; g < 2; ++g)
+                by_score.push_back({c["head_scores"][l][g].get<double>(), {l, g}});
+        std::sort(by_score.begin(), by_score.end());
+        std::set<std::pair<int64_t, int64_t>> want;
+        for (size_t i = 0; i < 5; ++i) want.insert(by_score[i].second);
+        QVERIFY(streaming == want);
+        QVERIFY(static_cast<double>(kept) <= s.budget * static_cast<double>(6 * L));
     }
 };
 

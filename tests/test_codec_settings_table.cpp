@@ -28,6 +28,8 @@ CodecSettings every_field_changed() {
     s.coef_bits = 4;
     s.key_channel_ratio = 0.25;
     s.layer_profile = {0.75, 0.25, 1.5};
+    s.streaming_sink = 17;
+    s.streaming_recent = 33;
     s.select_tokens = 512;
     s.landmark_chunk = 32;
     s.paper_accounting = true;
@@ -35,10 +37,23 @@ CodecSettings every_field_changed() {
     return s;
 }
 
-const std::vector<std::string> kFields = {
-    "budget",        "r_min",         "rank",           "stride",           "anchors",
-    "window",        "obs_window",    "pool_kernel",    "coef_bits",        "key_channel_ratio",
-    "layer_profile", "select_tokens", "landmark_chunk", "paper_accounting", "precise_timing"};
+const std::vector<std::string> kFields = {"budget",
+                                          "r_min",
+                                          "rank",
+                                          "stride",
+                                          "anchors",
+                                          "window",
+                                          "obs_window",
+                                          "pool_kernel",
+                                          "coef_bits",
+                                          "key_channel_ratio",
+                                          "layer_profile",
+                                          "streaming_sink",
+                                          "streaming_recent",
+                                          "select_tokens",
+                                          "landmark_chunk",
+                                          "paper_accounting",
+                                          "precise_timing"};
 
 CodecSettings from_json_field(const char* key, const nlohmann::json& value) {
     nlohmann::json j = nlohmann::json::object();
@@ -98,6 +113,8 @@ class TestSettingsTable : public QObject {
         QCOMPARE(back.coef_bits, s.coef_bits);
         QCOMPARE(back.key_channel_ratio, s.key_channel_ratio);
         QCOMPARE(back.layer_profile, s.layer_profile);
+        QCOMPARE(back.streaming_sink, s.streaming_sink);
+        QCOMPARE(back.streaming_recent, s.streaming_recent);
         QCOMPARE(back.select_tokens, s.select_tokens);
         QCOMPARE(back.landmark_chunk, s.landmark_chunk);
         QCOMPARE(back.paper_accounting, s.paper_accounting);

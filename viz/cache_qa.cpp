@@ -93,6 +93,8 @@ QString cache_settings_text(const std::string& method, const CodecSettings& s) {
             ? QString("no layer profile")
             : QString("layer profile %1")
                   .arg(QString::fromStdString(format_setting(*find_codec_setting("layer_profile"), s))));
+    add(kReadsStreaming,
+        QString("streaming heads keep %1 + %2 tokens").arg(s.streaming_sink).arg(s.streaming_recent));
     if ((reads & kReadsAccounting) && s.paper_accounting) parts << "paper accounting";
     return parts.join(" · ");
 }

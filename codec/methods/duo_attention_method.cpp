@@ -25,22 +25,23 @@ struct DuoAttentionAnalysis : LayerAnalysis {
 };
 
 // Entries a streaming head drops of its L tokens (the middle between the sinks and the recent ones).
-int64_t dropped_per_streaming_head(int64_t L) {
-    return std::max<int64_t>(0, L - DuoAttentionMethod::kSink - DuoAttentionMethod::kRecent);
+int64_t dropped_per_streaming_head(int64_t L, const CodecSettings& s) {
+    return std::max<int64_t>(0, L - s.streaming_sink - s.streaming_recent);
 }
 
 // The fewest of `heads` heads of L tokens each whose streaming keeps at most kappa of their entries, counted
 // as kvpress counts kept entries (total - int(total x (1 - kappa))). Throws InfeasibleBudget when every head
 // streaming still keeps more.
-int64_t streaming_heads(const std::string& who, int64_t heads, int64_t L, double kappa) {
-    const int64_t total = heads * L, span = dropped_per_streaming_head(L);
-    const int64_t drop = static_cast<int64_t>(static_cast<double>(total) * (1.0 - kappa));
+int64_t streaming_heads(const std::string& who, int64_t heads, int64_t L, const CodecSettings& s) {
+    const int64_t total = heads * L, span = dropped_per_streaming_head(L, s);
+    const int64_t drop = static_cast<int64_t>(static_cast<double>(total) * (1.0 - s.budget));
     if (drop <= 0) return 0;
     if (drop > heads * span)
         throw InfeasibleBudget(fmt::format(
             "{}: budget kappa={} keeps {} of {} entries, but a streaming head keeps its first {} and last {} "
-            "of the L={} tokens; the smallest feasible kappa is {:.4f}",
-            who, kappa, total - drop, total, DuoAttentionMethod::kSink, DuoAttentionMethod::kRecent, L,
+            "of the L={} tokens (--streaming-sink, --streaming-recent); the smallest feasible kappa is "
+            "{:.4f}",
+            who, s.budget, total - drop, total, s.streaming_sink, s.streaming_recent, L,
             std::ceil(static_cast<double>(total - heads * span) / static_cast<double>(total) * 1e4) / 1e4));
     return (drop + span - 1) / span;
 }
@@ -104,13 +105,13 @@ std::vector<double> DuoAttentionMethod::layer_budgets(
         heads += a.n_kv_head;
     }
     // One ranking of every layer's heads (ties to the earlier layer and head, as each layer's own below).
-    const int64_t n = streaming_heads(name(), heads, L, budget.budget);
+    const int64_t n = streaming_heads(name(), heads, L, budget);
     const at::Tensor order = std::get<1>(at::sort(at::cat(scores), /*stable=*/true, 0, /*descending=*/false));
     const at::Tensor counts = at::bincount(at::cat(layer_of).index_select(0, order.narrow(0, 0, n)), {},
                                            static_cast<int64_t>(layers.size()))
                                   .to(at::kCPU);
     std::vector<double> out;
-    const double span = static_cast<double>(dropped_per_streaming_head(L));
+    const double span = static_cast<double>(dropped_per_streaming_head(L, budget));
     for (size_t l = 0; l < layers.size(); ++l) {
         const double total =
             static_cast<double>(dynamic_cast<const DuoAttentionAnalysis&>(*layers[l]).n_kv_head * L);
@@ -127,14 +128,14 @@ LayerAllocation DuoAttentionMethod::allocate(const LayerAnalysis& analysis, cons
     const auto& a = dynamic_cast<const DuoAttentionAnalysis&>(analysis);
     check_budget(budget.budget, name());
     const int64_t G = a.n_kv_head, L = a.n_tokens;
-    const int64_t n = streaming_heads(name(), G, L, budget.budget);
+    const int64_t n = streaming_heads(name(), G, L, budget);
     const auto dev = a.scores.device();
     const at::Tensor order = std::get<1>(at::sort(a.scores, /*stable=*/true, 0, /*descending=*/false));
     const at::Tensor streaming = at::zeros({G}, at::TensorOptions().dtype(at::kBool).device(dev))
                                      .index_fill_(0, order.narrow(0, 0, n), true);
     const at::Tensor pos = at::arange(L, at::TensorOptions().dtype(at::kLong).device(dev));
-    const at::Tensor middle = (pos >= kSink) & (pos < L - kRecent);           // [L]
-    const at::Tensor keep = ~(streaming.unsqueeze(1) & middle.unsqueeze(0));  // [G, L]
+    const at::Tensor middle = (pos >= budget.streaming_sink) & (pos < L - budget.streaming_recent);  // [L]
+    const at::Tensor keep = ~(streaming.unsqueeze(1) & middle.unsqueeze(0));                         // [G, L]
     LayerAllocation out = headwise_allocation(name(), a.layer, keep, a.kv_sq, a.head_dim, a.element_size);
     // A token's salience: the share of the layer's heads that keep it.
     out.diagnostics.salience = keep.to(at::kFloat).mean(0).to(at::kCPU);

@@ -80,6 +80,8 @@ std::string methods_json() {
         {"coef_bits", kReadsCoefBits},
         {"key_channel_ratio", kReadsKeyChannels},
         {"layer_profile", kReadsLayerProfile},
+        {"streaming_sink", kReadsStreaming},
+        {"streaming_recent", kReadsStreaming},
         {"paper_accounting", kReadsAccounting}};
     for (const std::string& name : method_names()) {
         const MethodTraits& t = method_traits(name);
