@@ -188,6 +188,9 @@ class TestKvpressDuo : public QObject {
         std::set<std::pair<int64_t, int64_t>> want;
         for (size_t i = 0; i < 5; ++i) want.insert(by_score[i].second);
         QVERIFY(streaming == want);
+        // A streaming head that keeps nothing is refused by name.
+        s.streaming_sink = s.streaming_recent = 0;
+        EXPECT_ERROR(analysis.allocate(s), "--streaming-sink 0 and --streaming-recent 0 keep none");
         QVERIFY(static_cast<double>(kept) <= s.budget * static_cast<double>(6 * L));
     }
 };

@@ -33,6 +33,11 @@ int64_t dropped_per_streaming_head(int64_t L, const CodecSettings& s) {
 // as kvpress counts kept entries (total - int(total x (1 - kappa))). Throws InfeasibleBudget when every head
 // streaming still keeps more.
 int64_t streaming_heads(const std::string& who, int64_t heads, int64_t L, const CodecSettings& s) {
+    if (s.streaming_sink + s.streaming_recent < 1)
+        throw Error(
+            fmt::format("{}: a streaming head must keep a token: --streaming-sink {} and "
+                        "--streaming-recent {} keep none",
+                        who, s.streaming_sink, s.streaming_recent));
     const int64_t total = heads * L, span = dropped_per_streaming_head(L, s);
     const int64_t drop = static_cast<int64_t>(static_cast<double>(total) * (1.0 - s.budget));
     if (drop <= 0) return 0;
