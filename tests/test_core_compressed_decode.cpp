@@ -215,6 +215,8 @@ class TestCoreCompressedDecode : public QObject {
         s.stride = 16;
         s.anchors = 4;
         s.obs_window = 16;
+        s.streaming_sink = 8;  // DuoAttention in 300 tokens (kvpress's 128 + 256 fill them)
+        s.streaming_recent = 32;
         PrefillCapture cap = capture_prefill(*model, ids, s);
         add_question_attention(*model, cap, question);
         add_repeat_scores(*model, cap, RepeatPrompt{{5, 6, 7}, {8, 9, 10}, {11}, 0});

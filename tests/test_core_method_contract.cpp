@@ -31,6 +31,15 @@ const char* kContext =
 
 constexpr double kBudget = 0.5;
 
+// Small settings at kBudget, with DuoAttention's streaming heads keeping 8 + 32 tokens: kvpress's 128 + 256
+// fill these short documents.
+CodecSettings contract_settings(double kappa = kBudget) {
+    CodecSettings s = test::small_codec_settings(kappa);
+    s.streaming_sink = 8;
+    s.streaming_recent = 32;
+    return s;
+}
+
 std::vector<std::string> all_methods() {
     return method_names();
 }
@@ -49,7 +58,7 @@ class TestMethodContract : public QObject {
         req.context = kContext;
         req.questions = {"Who did Lily help?"};
         req.methods = all_methods();
-        req.settings = test::small_codec_settings(kBudget);
+        req.settings = contract_settings();
         req.max_new_tokens = 4;
         const CompareResult r = run_compare(s, req);
         std::set<std::string> seen;
@@ -81,7 +90,7 @@ class TestMethodContract : public QObject {
         CompareRequest req;
         req.context = kContext;
         req.questions = {"Who did Lily help?"};
-        req.settings = test::small_codec_settings(kBudget);
+        req.settings = contract_settings();
         req.max_new_tokens = 4;
         req.mode = CompressionMode::QueryAgnostic;
         int saved_files = 0;
@@ -130,7 +139,7 @@ class TestMethodContract : public QObject {
         niah.samples = 1;
         niah.methods = all_methods();
         niah.budgets = {kBudget};
-        niah.settings = test::small_codec_settings(kBudget);
+        niah.settings = contract_settings();
         niah.max_new_tokens = 6;
         niah.out_dir = test::temp_dir("method-contract-niah");
         const SweepStats a = run_niah_sweep(s, niah);
@@ -158,6 +167,9 @@ class TestMethodContract : public QObject {
         eval.budgets = {kBudget};
         eval.settings = default_codec_settings(demo);
         eval.settings.budget = kBudget;
+        eval.settings.streaming_sink =
+            8;  // DuoAttention in a 400-token document (kvpress's 128 + 256 fill it)
+        eval.settings.streaming_recent = 32;
         eval.max_new_tokens = 8;
         eval.out_dir = test::temp_dir("method-contract-eval");
         const SweepStats e = run_eval_sweep(*demo_session, eval);
@@ -177,7 +189,7 @@ class TestMethodContract : public QObject {
         req.methods = all_methods();
         req.kappas = {0.3, 0.5};
         req.answer_at = {0.5};
-        req.settings = test::small_codec_settings(0.3);
+        req.settings = contract_settings(0.3);
         req.max_new_tokens = 4;
         RdDocument doc;
         doc.id = "file";
